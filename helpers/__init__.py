@@ -1,0 +1,28 @@
+"""Find and fix training-loop bottlenecks on a GPU timeline.
+
+Layers (each usable on its own):
+
+* load:     :func:`load` reads a PyTorch-profiler trace, a folder of per-rank traces or an
+            Nsight Systems SQLite export into a :class:`Trace` (see :mod:`helpers.model`).
+* analyze:  :mod:`helpers.metrics` (pure functions of a Trace) and :func:`diagnose`.
+* render:   :mod:`helpers.plots` (functions that return matplotlib Figures) and the CLI.
+* capture:  :func:`annotate`, :func:`capture`, :func:`nsys_command` (in :mod:`helpers.profiling`) and :mod:`helpers.workloads`.
+"""
+
+from __future__ import annotations
+
+from .diagnosis import Finding, diagnose
+from .errors import NoGPUError, TraceError
+from .model import Trace
+from .readers import load
+
+__all__ = ["Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "diagnose", "load",
+           "nsys_command", "track"]
+
+
+def __getattr__(name: str):  # profiling pulls in torch: import it only when asked for
+    if name in ("annotate", "capture", "nsys_command", "track"):
+        from . import profiling as _profiling
+
+        return getattr(_profiling, name)
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")

@@ -1,0 +1,286 @@
+"""Self-checks for the labs: each verifies something from a trace and says what to fix if not.
+
+A check raises :class:`CheckFailed` (an AssertionError, so nbval fails the cell) with a message
+naming what to look at and what to change. Passing and failing results are recorded in
+``.selfcheck.json`` in the working folder, which ``python -m helpers selfcheck`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import metrics as m
+from .diagnosis import diagnose
+from .model import Trace
+
+#: The syllabus's self-check list (first six) and the course's additions.
+SELF_CHECK = {
+    "tools": ("Explain when to use Nsight Systems vs Nsight Compute vs PyTorch Profiler", "labs/00_tools_and_first_profile.ipynb"),
+    "capture": ("Capture a profile with NVTX markers in a training loop", "labs/00_tools_and_first_profile.ipynb"),
+    "gaps": ("Read a timeline and identify GPU idle gaps", "labs/00_tools_and_first_profile.ipynb"),
+    "data": ("Diagnose data loading stalls from the timeline", "labs/01_data_loading_stall.ipynb"),
+    "launch": ("Identify launch overhead and explain fixes (fusion, CUDA Graphs)", "labs/02_launch_overhead.ipynb"),
+    "comm": ("Identify communication bottlenecks in distributed training", "labs/04_communication.ipynb"),
+    "h2d": ("(course) Spot long host-to-device copies and hide them", "labs/01_data_loading_stall.ipynb"),
+    "sync": ("(course) Find and remove hidden synchronizations", "labs/03_sync_stall.ipynb"),
+    "imbalance": ("(course) Recognise uneven load across ranks", "labs/04_communication.ipynb"),
+    "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/05_workflow_capstone.ipynb"),
+}
+RESULTS_FILE = ".selfcheck.json"
+
+
+class CheckFailed(AssertionError):
+    """A self-check did not pass; the message says what to look at and what to change."""
+
+
+def _record(item: str, check: str, passed: bool) -> None:
+    path = Path(RESULTS_FILE)
+    try:
+        results = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        results = {}
+    previous = results.get(item, {})
+    checks = dict(previous.get("checks", {}))
+    checks[check] = bool(passed)
+    results[item] = {"checks": checks, "passed": all(checks.values()), "when": time.strftime("%Y-%m-%d %H:%M")}
+    try:
+        path.write_text(json.dumps(results, indent=1))
+    except OSError:  # a read-only checkout must not break the lab
+        pass
+
+
+def _check(item: str, name: str, ok: bool, message: str) -> str:
+    _record(item, name, ok)
+    if not ok:
+        raise CheckFailed(message)
+    return f"passed: {name}"
+
+
+def _close(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:
+    return math.isfinite(a) and abs(a - b) <= max(rel * abs(b), abs_)
+
+
+# --- lab 00 ----------------------------------------------------------------------------------
+TOOL_ANSWERS = {
+    "Which phase of my training step takes the time, and is the GPU ever idle?": "nsys",
+    "Why is this one attention kernel slow: is it compute-bound or memory-bound?": "ncu",
+    "Which PyTorch operators take the most time, with their input shapes?": "torch",
+    "Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?": "nsys",
+    "How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?": "ncu",
+    "What is the operator breakdown of forward vs backward in my model, from inside Python?": "torch",
+}
+_TOOL_WHY = {"nsys": "Nsight Systems shows the whole timeline: CPU threads, CUDA API, kernels, copies, NVTX ranges.",
+             "ncu": "Nsight Compute dives into one kernel: its throughput, memory traffic, occupancy and stalls.",
+             "torch": "The PyTorch profiler speaks in operators (aten::...), shapes and Python call sites."}
+
+
+def check_tool_choice(answers: dict[str, str]) -> str:
+    """Each question answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
+    wrong = [q for q, tool in TOOL_ANSWERS.items() if str(answers.get(q, "")).strip().lower() != tool]
+    hint = "; ".join(f"{q!r} -> think: {_TOOL_WHY[TOOL_ANSWERS[q]].split(':')[0]}?" for q in wrong[:2])
+    return _check("tools", "check_tool_choice", not wrong,
+                  f"{len(wrong)} of {len(TOOL_ANSWERS)} tool choices are off. {hint}. Timeline questions -> nsys, "
+                  "one kernel's insides -> ncu, operators and shapes -> torch.")
+
+
+def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "backward", "optimizer")) -> str:
+    """Every profiled step holds a range for each phase (NVTX and record_function, via helpers.annotate)."""
+    steps = trace.steps
+    if steps.empty:
+        return _check("capture", "check_annotated_phases", False,
+                      "No steps found: profile with helpers.capture (it calls prof.step() after every step), "
+                      "or name your step ranges 'step N'.")
+    ann = trace.events[trace.events["kind"] == "annotation"]
+    missing = []
+    for _, st in steps.iterrows():
+        inside = ann[(ann["rank"] == st["rank"]) & (ann["start_us"] >= st["start_us"]) & (ann["end_us"] <= st["end_us"])]
+        names = set(inside["name"].str.lower())
+        missing += [f"step {st['step']}: {p}" for p in phases if p not in names]
+    return _check("capture", "check_annotated_phases", not missing,
+                  f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
+                  "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
+
+
+def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
+    """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
+    want = 1.0 - m.gpu_utilization(trace)
+    got = float(fn(trace))
+    return _check("gaps", "check_gpu_idle_share", _close(got, want, 0.0, 0.02),
+                  f"Your idle share is {got:.3f}, the trace says {want:.3f}. Merge overlapping GPU events "
+                  "(kernel, memcpy, memset, collective) into one busy union first, clip it to the step windows "
+                  "(trace.steps), and divide idle time by step time.")
+
+
+def check_longest_gap(answer_ms: float, trace: Trace) -> str:
+    """The longest GPU idle gap inside the profiled steps, read off the timeline (10% tolerance)."""
+    gaps = m.idle_gaps(trace)
+    want = float(gaps["dur_us"].max() / 1e3) if not gaps.empty else 0.0
+    return _check("gaps", "check_longest_gap", _close(float(answer_ms), want, 0.10, 0.05),
+                  f"{answer_ms} ms is not the longest gap. Look for the widest white space on the GPU lane "
+                  "inside one step (zoom with helpers.plots.timeline(trace, step=...)); it is about "
+                  f"{'long' if want > 1 else 'short'}er than a millisecond.")
+
+
+# --- lab 01 ----------------------------------------------------------------------------------
+def check_read_data_wait(answer_ms: float, trace: Trace) -> str:
+    """Milliseconds per step the GPU sits idle while the host waits for data (15% tolerance)."""
+    gaps = m.idle_gaps(trace)
+    n = max(int((m.windows(trace)["step"] >= 0).sum()), 1)
+    if trace.has_gpu:
+        want = float(gaps.loc[gaps["cause"] == "data_wait", "dur_us"].sum() / n / 1e3)
+    else:
+        want = m.data_wait(trace)["data_wait_us_per_step"] / 1e3
+    return _check("data", "check_read_data_wait", _close(float(answer_ms), want, 0.15, 0.5),
+                  f"{answer_ms} ms/step is off. Measure the GPU lane's empty stretch that lines up with "
+                  "'enumerate(DataLoader)...' on the ranges lane, per step.")
+
+
+def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float) -> str:
+    """After the fix: no data_stall finding and steps at least ``min_speedup`` times faster."""
+    found = [f.pattern for f in diagnose(after)]
+    b, a = m.step_time_ms(before), m.step_time_ms(after)
+    ok = "data_stall" not in found and a * min_speedup <= b
+    return _check("data", "check_data_stall_fixed", ok,
+                  f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x); findings now: {found}. "
+                  "Give the DataLoader worker processes (num_workers), pin_memory=True, a prefetch_factor and "
+                  "persistent_workers=True, so batches are ready before the step asks.")
+
+
+def check_read_h2d_bandwidth(answer_gb_per_s: float, trace: Trace) -> str:
+    """The H2D copies' bandwidth in GB/s, read off the trace (10% tolerance)."""
+    c = m.copy_stats(trace)
+    h = c[c["copy_kind"] == "H2D"]
+    want = float(h["bytes"].sum() / h["time_us"].sum() / 1e3)
+    return _check("h2d", "check_read_h2d_bandwidth", _close(float(answer_gb_per_s), want, 0.10),
+                  f"{answer_gb_per_s:.1f} GB/s is off. Sum the H2D memcpy events' bytes and durations "
+                  "(kind == 'memcpy', copy_kind == 'H2D'): bytes / microseconds / 1000 = GB/s.")
+
+
+def check_h2d_fixed(before: Trace, after: Trace, min_bandwidth_gain: float = 3.0) -> str:
+    """After the fix: host-to-device copies from pinned memory, at least ``min_bandwidth_gain`` x faster."""
+    cb, ca = m.copy_stats(before), m.copy_stats(after)
+    bw_b = float(cb.loc[cb["copy_kind"] == "H2D", "bytes"].sum() / cb.loc[cb["copy_kind"] == "H2D", "time_us"].sum() / 1e3)
+    bw_a = float(ca.loc[ca["copy_kind"] == "H2D", "bytes"].sum() / ca.loc[ca["copy_kind"] == "H2D", "time_us"].sum() / 1e3)
+    pageable = float(ca.loc[(ca["copy_kind"] == "H2D") & (ca["host_memory"] == "pageable"), "bytes"].sum())
+    ok = pageable == 0 and bw_a >= min_bandwidth_gain * bw_b and "h2d_copy" not in [f.pattern for f in diagnose(after)]
+    return _check("h2d", "check_h2d_fixed", ok,
+                  f"H2D bandwidth {bw_b:.1f} -> {bw_a:.1f} GB/s, pageable bytes after: {pageable:.0f}. Pin the host "
+                  "batches once (tensor.pin_memory()), copy with .to(device, non_blocking=True), and start the next "
+                  "copy on a side stream while this batch computes.")
+
+
+# --- lab 02 ----------------------------------------------------------------------------------
+LAUNCH_FIX_ANSWERS = {"torch.compile": True, "CUDA Graphs": True, "a fused/foreach optimizer": True,
+                      "more DataLoader workers": False, "removing torch.cuda.synchronize()": False,
+                      "a bigger batch (when the model allows it)": True}
+
+
+def check_launch_fixes(answers: dict[str, bool]) -> str:
+    wrong = [k for k, v in LAUNCH_FIX_ANSWERS.items() if bool(answers.get(k)) != v]
+    return _check("launch", "check_launch_fixes", not wrong,
+                  f"Rethink: {wrong}. Launch overhead shrinks only if the GPU gets fewer, bigger launches "
+                  "per unit of work: fusion, graphs, multi-tensor optimizers, bigger batches.")
+
+
+def check_launch_diagnosed(trace: Trace) -> str:
+    top = diagnose(trace)
+    ok = bool(top) and top[0].pattern == "launch_overhead"
+    return _check("launch", "check_launch_diagnosed", ok,
+                  f"The top finding is {top[0].pattern if top else 'nothing'}; expected launch_overhead on the "
+                  "broken loop. Look at kernels per step and their median length.")
+
+
+def check_launch_fixed(before: Trace, after: Trace, min_speedup: float) -> str:
+    """After the fix: step time at least ``min_speedup`` x better (GPU) / fewer ops per step (CPU)."""
+    b, a = m.step_time_ms(before), m.step_time_ms(after)
+    if before.has_gpu:
+        found = [f.pattern for f in diagnose(after)]
+        ok = a * min_speedup <= b and "launch_overhead" not in found
+        msg = (f"Step time {b:.2f} -> {a:.2f} ms ({b / a:.1f}x, want >= {min_speedup}x); findings now {found}. "
+               "Capture the whole step in a CUDA Graph (or compile it) so one launch replays hundreds of kernels.")
+    else:
+        ops = [m.host_op_stats(t)["top_level_ops_per_step"] for t in (before, after)]
+        ok = ops[1] * min_speedup <= ops[0]
+        msg = (f"Top-level PyTorch ops per step {ops[0]:.0f} -> {ops[1]:.0f} (want {min_speedup}x fewer). Use a foreach/fused "
+               "optimizer so one call updates every parameter instead of one call per parameter.")
+    return _check("launch", "check_launch_fixed", ok, msg)
+
+
+# --- lab 03 ----------------------------------------------------------------------------------
+def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.2) -> str:
+    """After the fix: at most ``max_per_step`` syncing ops per step (one read every LOG_EVERY steps is fine)."""
+    sb, sa = m.sync_stats(before), m.sync_stats(after)
+    key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
+    ok = sa[key] <= max_per_step and "sync_stall" not in [f.pattern for f in diagnose(after)]
+    return _check("sync", "check_sync_fixed", ok,
+                  f"{key.replace('_', ' ')}: {sb[key]:.1f} -> {sa[key]:.1f} (want <= {max_per_step}); still caused by "
+                  f"{list(sa['causes'])[:3] or 'aten::item / .cpu() / print'}. Keep losses on the GPU "
+                  "(loss.detach() into a running sum) and read them with one .item() every N steps.")
+
+
+def check_sync_scan_clean(sites: list) -> str:
+    return _check("sync", "check_sync_scan_clean", not sites,
+                  "The scan still finds: " + "; ".join(f"line {s.line}: {s.code}" for s in sites[:3]) +
+                  ". Move those reads out of the per-step path or do them every N steps.")
+
+
+# --- lab 04 ----------------------------------------------------------------------------------
+def check_comm_diagnosed(trace: Trace) -> str:
+    found = [f.pattern for f in diagnose(trace)]
+    return _check("comm", "check_comm_diagnosed", "communication" in found or "load_imbalance" in found,
+                  f"Findings: {found}; expected communication. Compare the gloo/NCCL lane with the compute "
+                  "lanes: is all-reduce time hidden under backward or sitting alone?")
+
+
+def check_read_exposed_comm(answer_ms: float, trace: Trace, rank: int = 0) -> str:
+    """Exposed collective time per step on ``rank``, in milliseconds (20% tolerance)."""
+    cs = m.comm_stats(trace)
+    want = float(cs.loc[cs["rank"] == rank, "exposed_us"].mean() / 1e3)
+    return _check("comm", "check_read_exposed_comm", _close(float(answer_ms), want, 0.20, 0.5),
+                  f"{answer_ms} ms is off for rank {rank}. Exposed = time on the collective lane during which the "
+                  "rank's compute lane (its main CPU thread, or its compute stream on a GPU) is empty, per step.")
+
+
+def check_comm_fixed(before: Trace, after: Trace, min_gain: float = 1.2) -> str:
+    """After the fix: less exposed communication per step, by at least ``min_gain`` x."""
+    eb = m.comm_stats(before)["exposed_us"].mean()
+    ea = m.comm_stats(after)["exposed_us"].mean()
+    ok = ea * min_gain <= eb
+    return _check("comm", "check_comm_fixed", ok,
+                  f"Exposed communication {eb / 1e3:.1f} -> {ea / 1e3:.1f} ms/step (want {min_gain}x less). Let DDP "
+                  "all-reduce buckets while backward still runs (default buckets), or all-reduce less often (no_sync).")
+
+
+def check_imbalance_diagnosed(trace: Trace) -> str:
+    imb = m.rank_imbalance(trace)
+    found = [f.pattern for f in diagnose(trace)]
+    return _check("imbalance", "check_imbalance_diagnosed", "load_imbalance" in found,
+                  f"Findings {found}, compute spread {imb['compute_spread']:.0%}. Compare the ranks' compute lanes "
+                  "step by step: which rank arrives last at the all-reduce?")
+
+
+# --- lab 05 ----------------------------------------------------------------------------------
+NEXT_STEPS = {"kernel": "ncu", "cpu": "cpu_profiler", "gap": "gap_fix", "communication": "distributed"}
+
+
+def check_next_steps(answers: dict[str, str]) -> str:
+    wrong = [k for k, v in NEXT_STEPS.items() if answers.get(k) != v]
+    return _check("workflow", "check_next_steps", not wrong,
+                  f"Rethink {wrong}: a kernel's insides need Nsight Compute; CPU time needs a CPU profiler; "
+                  "an empty GPU lane means a sync or launch problem; long collectives need a distributed fix.")
+
+
+def check_capstone(before: Trace, after: Trace, min_speedup: float) -> str:
+    """The mystery loop: no data or sync stall left, and faster by ``min_speedup`` x."""
+    found = [f.pattern for f in diagnose(after)]
+    b, a = m.step_time_ms(before), m.step_time_ms(after)
+    sa = m.sync_stats(after)
+    key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
+    ok = not ({"data_stall", "sync_stall"} & set(found)) and a * min_speedup <= b and sa[key] <= 0.2
+    return _check("workflow", "check_capstone", ok,
+                  f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x), {key.replace('_', ' ')} "
+                  f"{sa[key]:.1f}, findings {found}. Fix the biggest gap first, re-profile, then the next one.")

@@ -1,0 +1,69 @@
+"""Conveniences for the lab notebooks: the track, recorded traces, and showing code.
+
+The labs choose their track automatically: ``gpu`` runs the loops live on a CUDA GPU, ``cpu``
+replays GPU traces this project recorded (``data/manifest.json`` says how) and runs live only
+what a CPU shows honestly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import TraceError
+from .model import Trace
+from .readers import load
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def track() -> str:
+    """``"gpu"`` if torch sees a CUDA GPU, else ``"cpu"``."""
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def banner() -> str:
+    """One line saying which track this notebook is on and why."""
+    if track() == "gpu":
+        import torch
+
+        return f"GPU track: loops run live on {torch.cuda.get_device_name(0)}."
+    return ("CPU track: no CUDA GPU here, so GPU timelines are replayed from traces recorded on an NVIDIA H200 "
+            "(data/manifest.json), and the parts a CPU can show run live.")
+
+
+@lru_cache(maxsize=1)
+def manifest() -> list[dict]:
+    path = DATA / "manifest.json"
+    if not path.exists():
+        raise TraceError(f"{path}: missing; the recorded traces ship with the repository: re-clone or git checkout data/")
+    return json.loads(path.read_text())["traces"]
+
+
+def entry(workload: str, variant: str, tag: str = "h200") -> dict:
+    """The manifest entry of a recorded trace (how it was made and its measured step time)."""
+    for e in manifest():
+        if e["workload"] == workload and e["variant"] == variant and e["tag"] == tag:
+            return e
+    known = sorted({(e["workload"], e["variant"], e["tag"]) for e in manifest()})
+    raise TraceError(f"no recorded trace for {workload}:{variant} ({tag}); recorded: {known}")
+
+
+def recorded(workload: str, variant: str, tag: str = "h200") -> Trace:
+    """Load a trace from ``data/`` (recorded on the H200 unless ``tag`` says otherwise)."""
+    return load(DATA / entry(workload, variant, tag)["file"])
+
+
+def show(obj: object) -> object:
+    """Display a function's or class's source with syntax highlighting (plain text outside Jupyter)."""
+    source = inspect.getsource(obj)  # type: ignore[arg-type]
+    try:
+        from IPython.display import Code
+
+        return Code(source, language="python")
+    except ImportError:
+        return source

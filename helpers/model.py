@@ -1,0 +1,225 @@
+"""The one trace model every reader produces and every metric consumes.
+
+``Trace.events`` is a pandas DataFrame, one row per timed event, with these columns:
+
+=============  =======  =====================================================================
+column         dtype    meaning
+=============  =======  =====================================================================
+rank           int64    distributed rank the event came from (0 for single-process traces)
+kind           str      one of ``KINDS`` below
+lane           str      timeline lane: ``CPU <tid>``, ``CUDA API <tid>``, ``ranges <tid>``,
+                        ``GPU <d> stream <s>``, ``GPU <d> memcpy``
+name           str      kernel / op / API / range name (runtime names without ``_vNNNN``)
+start_us       float64  start, microseconds since the first event of the trace
+dur_us         float64  duration, microseconds (>= 0)
+end_us         float64  ``start_us + dur_us``
+device         int64    GPU index for device-side events, -1 on the host
+stream         int64    CUDA stream for device-side events, -1 on the host
+pid            int64    host process id (-1 for device-side events)
+tid            int64    host thread id (-1 for device-side events)
+correlation    int64    links a CUDA API call to the GPU work it launched (-1 if none)
+bytes          float64  bytes moved or set by memcpy / memset (NaN otherwise)
+copy_kind      str      ``H2D``, ``D2H``, ``D2D``, ``H2H``, ``P2P`` for memcpy, else ``""``
+host_memory    str      ``pageable`` or ``pinned`` for copies touching the host, else ``""``
+step           int64    training step the event falls in (-1 outside every step)
+=============  =======  =====================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: Every value the ``kind`` column can take.
+KINDS = (
+    "kernel",  # GPU kernel (not a collective)
+    "memcpy",  # GPU copy; see copy_kind / host_memory
+    "memset",  # GPU memset
+    "collective",  # NCCL kernel on the GPU, or a gloo collective on a host thread
+    "runtime",  # CUDA runtime or driver API call on a host thread
+    "sync",  # CUPTI synchronization record (what the GPU side of a sync waited on)
+    "cpu_op",  # PyTorch operator on a host thread
+    "annotation",  # user range: record_function, NVTX, ProfilerStep#N, DataLoader
+    "gpu_annotation",  # the GPU-side shadow of a user range (Kineto only)
+    "python",  # Python function (Kineto with_stack only)
+)
+
+#: Kinds that keep a GPU busy.
+GPU_WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
+
+COLUMNS: dict[str, str] = {
+    "rank": "int64",
+    "kind": "object",
+    "lane": "object",
+    "name": "object",
+    "start_us": "float64",
+    "dur_us": "float64",
+    "end_us": "float64",
+    "device": "int64",
+    "stream": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "correlation": "int64",
+    "bytes": "float64",
+    "copy_kind": "object",
+    "host_memory": "object",
+    "step": "int64",
+}
+
+#: Annotation names taken as training steps when the caller names no pattern.
+DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d*$")
+
+_NCCL_KERNEL = re.compile(r"^nccl(Dev)?Kernel", re.IGNORECASE)
+
+
+def is_collective_kernel(name: str) -> bool:
+    """NCCL kernels are named ``ncclDevKernel_*`` (newer) or ``ncclKernel_*`` (older)."""
+    return bool(_NCCL_KERNEL.match(name))
+
+
+@dataclass
+class Trace:
+    """A loaded trace: the events table plus what the file said about where it came from."""
+
+    events: pd.DataFrame
+    source: str = ""
+    format: str = ""  # "kineto", "nsys-sqlite" or "directory"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Derived arrays (interval unions) shared by the metrics; never part of the data itself.
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.events["rank"].unique())
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.events["kind"].isin(GPU_WORK_KINDS).any() and (self.events["device"] >= 0).any())
+
+    @property
+    def devices(self) -> list[int]:
+        return sorted(int(d) for d in self.events.loc[self.events["device"] >= 0, "device"].unique())
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per (rank, step): ``rank, step, start_us, end_us, dur_us``."""
+        return self.metadata.get("steps", empty_steps())
+
+    @property
+    def span_us(self) -> float:
+        if self.events.empty:
+            return 0.0
+        return float(self.events["end_us"].max() - self.events["start_us"].min())
+
+    def window(self, start_us: float, end_us: float) -> Trace:
+        """The events that overlap ``[start_us, end_us)``, as a new Trace (same metadata)."""
+        ev = self.events
+        keep = (ev["end_us"] > start_us) & (ev["start_us"] < end_us)
+        return Trace(ev[keep].reset_index(drop=True), self.source, self.format, dict(self.metadata))
+
+    def __repr__(self) -> str:
+        ev = self.events
+        return (
+            f"Trace({self.source!r}, format={self.format}, events={len(ev)}, ranks={self.ranks}, "
+            f"steps={len(self.steps)}, gpu={'yes' if self.has_gpu else 'no'})"
+        )
+
+
+def empty_steps() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
+         "start_us": pd.Series(dtype="float64"), "end_us": pd.Series(dtype="float64"),
+         "dur_us": pd.Series(dtype="float64")}
+    )
+
+
+def build_events(columns: dict[str, Any]) -> pd.DataFrame:
+    """Make a schema-conforming events table from column arrays (missing columns get defaults).
+
+    Times are shifted so the earliest event starts at 0, rows are sorted by start time, and
+    ``end_us`` is recomputed, so every reader hands back the same shape of table.
+    """
+    n = len(columns["name"])
+    defaults = {
+        "rank": 0, "kind": "cpu_op", "lane": "", "device": -1, "stream": -1, "pid": -1, "tid": -1,
+        "correlation": -1, "bytes": np.nan, "copy_kind": "", "host_memory": "", "step": -1,
+    }
+    data = {}
+    for col, dtype in COLUMNS.items():
+        if col in ("end_us",):
+            continue
+        values = columns.get(col)
+        if values is None:
+            values = np.full(n, defaults[col], dtype=object if dtype == "object" else dtype)
+        data[col] = np.asarray(values, dtype=object if dtype == "object" else dtype)
+    df = pd.DataFrame(data)
+    if n:
+        df["start_us"] -= df["start_us"].min()
+    df["end_us"] = df["start_us"] + df["dur_us"]
+    df = df[list(COLUMNS)]
+    # A total order, so the same events read from any format come out in the same rows.
+    return df.sort_values(["start_us", "end_us", "kind", "lane", "name"], kind="stable").reset_index(drop=True)
+
+
+def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:
+    """Training-step windows from annotation ranges.
+
+    With no ``pattern``: ``ProfilerStep#N`` ranges when the trace has them, else ranges named
+    like ``step 3`` / ``train_step``. Each rank is numbered on its own, from 0.
+    """
+    ann = events[events["kind"] == "annotation"]
+    patterns = [pattern] if pattern else list(DEFAULT_STEP_PATTERNS)
+    for pat in patterns:
+        hits = ann[ann["name"].str.contains(pat, regex=True, case=False)]
+        if not hits.empty:
+            break
+    else:
+        return empty_steps()
+    rows = []
+    for rank, group in hits.groupby("rank", sort=True):
+        group = group.sort_values("start_us")
+        for i, (s, e) in enumerate(zip(group["start_us"], group["end_us"])):
+            rows.append((int(rank), i, float(s), float(e), float(e - s)))
+    return pd.DataFrame(rows, columns=["rank", "step", "start_us", "end_us", "dur_us"])
+
+
+def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
+    """Fill ``events.step`` in place: the step whose host window holds the event's start.
+
+    GPU work runs after the host call that launched it, so device events take the step of
+    their launching CUDA API call where the correlation id links them.
+    """
+    events["step"] = -1
+    if steps.empty:
+        return
+    for rank, st in steps.groupby("rank"):
+        st = st.sort_values("start_us")
+        on_rank = (events["rank"] == rank).to_numpy()
+        starts = events.loc[on_rank, "start_us"].to_numpy()
+        idx = np.searchsorted(st["start_us"].to_numpy(), starts, side="right") - 1
+        inside = (idx >= 0) & (starts < st["end_us"].to_numpy()[np.clip(idx, 0, None)])
+        step_ids = np.where(inside, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
+        events.loc[on_rank, "step"] = step_ids
+    # Device work inherits the step of the API call that launched it.
+    api = events[(events["kind"] == "runtime") & (events["correlation"] >= 0)]
+    if api.empty:
+        return
+    launch_step = dict(zip(zip(api["rank"], api["correlation"]), api["step"]))
+    dev = (events["device"] >= 0) & (events["correlation"] >= 0)
+    keys = zip(events.loc[dev, "rank"], events.loc[dev, "correlation"])
+    current = events.loc[dev, "step"].to_numpy()
+    events.loc[dev, "step"] = [launch_step.get(k, c) for k, c in zip(keys, current)]
+
+
+def finish(events: pd.DataFrame, source: str, fmt: str, metadata: dict[str, Any],
+           step_pattern: str | None = None) -> Trace:
+    """Find steps, label events with them, and wrap everything in a Trace."""
+    steps = find_steps(events, step_pattern)
+    assign_steps(events, steps)
+    metadata = dict(metadata)
+    metadata["steps"] = steps
+    return Trace(events, source, fmt, metadata)

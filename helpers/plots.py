@@ -1,0 +1,245 @@
+"""Plots: each function takes a Trace (or results) and returns a matplotlib Figure.
+
+Nothing is shown or saved here; call ``fig.savefig(...)`` or let Jupyter display it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import metrics as m
+from .diagnosis import Finding
+from .model import Trace
+
+KIND_COLORS = {
+    "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",
+    "cpu_op": "#17becf", "sync": "#d62728",
+}
+COPY_COLORS = {"H2D": "#ff7f0e", "D2H": "#d62728", "D2D": "#8c564b"}
+PHASE_COLORS = {"forward": "#4c72b0", "backward": "#c44e52", "optimizer": "#55a868", "data": "#dd8452",
+                "logging": "#8172b3", "step": "#bbbbbb"}
+PATTERN_COLORS = {"data_stall": "#dd8452", "launch_overhead": "#4c72b0", "sync_stall": "#c44e52",
+                  "h2d_copy": "#ff7f0e", "communication": "#9467bd", "load_imbalance": "#8c564b", "gpu_bound": "#55a868"}
+HIDDEN_KINDS = ("python", "gpu_annotation", "sync")
+
+
+def _plt():
+    import matplotlib
+
+    if matplotlib.get_backend().lower() == "agg" or not _in_notebook():
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+
+        return get_ipython() is not None
+    except ImportError:
+        return False
+
+
+def _lane_order(lane: str) -> tuple:
+    # Top to bottom as in Nsight Systems: ranges, CPU threads, CUDA API, GPU streams, copies.
+    order = [("ranges", 0), ("CPU", 1), ("CUDA API", 2), ("GPU", 3)]
+    for prefix, rank in order:
+        if lane.startswith(prefix):
+            nums = [int(n) for n in re.findall(r"\d+", lane)]
+            return (rank, "memcpy" in lane, nums)
+    return (9, False, [])
+
+
+def _lane_label(lane: str, rank: int, multi_rank: bool) -> str:
+    label = lane.replace("ranges", "NVTX / ranges, thread")
+    label = re.sub(r"^CPU (\d+)", r"CPU thread \1", label)
+    label = re.sub(r"^CUDA API (\d+)", r"CUDA API, thread \1", label)
+    label = label.replace("GPU", "GPU").replace("memcpy", "MemCopy")
+    return f"rank {rank} · {label}" if multi_rank else label
+
+
+def _phase_color(name: str) -> str:
+    low = name.lower()
+    for key, color in PHASE_COLORS.items():
+        if low.startswith(key) or key in low.split():
+            return color
+    if low.startswith("profilerstep"):
+        return PHASE_COLORS["step"]
+    return "#937860"
+
+
+def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
+                rank: int | None = None) -> tuple[float, float]:
+    """The time window to draw: explicit, one step's, or the whole trace (microseconds)."""
+    if window is not None:
+        return float(window[0]), float(window[1])
+    win = m.windows(trace)
+    if rank is not None:
+        win = win[win["rank"] == rank]
+    if step is not None:
+        row = win[win["step"] == step]
+        if row.empty:
+            raise ValueError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
+        return float(row["start_us"].min()), float(row["end_us"].max())
+    ev = trace.events
+    return float(ev["start_us"].min()), float(ev["end_us"].max())
+
+
+def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
+             findings: Sequence[Finding] = (), ranks: Sequence[int] | None = None, title: str | None = None,
+             width_px: int = 1400, ax=None, max_lanes: int = 24, x_origin: float | None = None):
+    """Draw lanes like Nsight Systems: ranges, CPU threads, CUDA API, GPU streams and copies.
+
+    Intervals closer than one pixel are merged, so 100k events draw as fast as a few thousand.
+    Findings are shaded where they show. Times on the x axis are milliseconds.
+    """
+    plt = _plt()
+    t0, t1 = pick_window(trace, window, step)
+    origin = t0 if x_origin is None else x_origin
+    ev = trace.events
+    sel = ev[(ev["end_us"] > t0) & (ev["start_us"] < t1) & ~ev["kind"].isin(HIDDEN_KINDS)]
+    if ranks is not None:
+        sel = sel[sel["rank"].isin(list(ranks))]
+    multi = sel["rank"].nunique() > 1
+    lanes = sorted({(int(r), ln) for r, ln in zip(sel["rank"], sel["lane"])}, key=lambda rl: (rl[0], _lane_order(rl[1])))
+    if len(lanes) > max_lanes:  # keep GPU and range lanes, drop the busiest-less CPU threads
+        counts = sel.groupby(["rank", "lane"]).size()
+        keep = sorted(lanes, key=lambda rl: (not rl[1].startswith(("GPU", "ranges", "CUDA")), -counts.get(rl, 0)))[:max_lanes]
+        lanes = sorted(keep, key=lambda rl: (rl[0], _lane_order(rl[1])))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(width_px / 100, 0.42 * max(len(lanes), 3) + 1.2), dpi=100)
+    else:
+        fig = ax.figure
+    px_us = (t1 - t0) / width_px
+    for y, (rank, lane) in enumerate(lanes):
+        on_lane = sel[(sel["rank"] == rank) & (sel["lane"] == lane)]
+        if lane.startswith("ranges"):
+            _draw_ranges(ax, on_lane, y, origin, px_us)
+            continue
+        groups = on_lane.groupby(on_lane["copy_kind"].where(on_lane["kind"] == "memcpy", on_lane["kind"]))
+        for key, grp in groups:
+            color = COPY_COLORS.get(key, KIND_COLORS.get(key, "#999999"))
+            s, e = m.merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy() + px_us)
+            ax.broken_barh(list(zip((s - origin) / 1e3, np.maximum(e - px_us - s, px_us) / 1e3)), (y - 0.4, 0.8),
+                           facecolors=color, edgecolors="none")
+    for f in findings:
+        if f.window:
+            ax.axvspan((f.window[0] - origin) / 1e3, (f.window[1] - origin) / 1e3, color=PATTERN_COLORS.get(f.pattern, "red"),
+                       alpha=0.15, zorder=0)
+            ax.text((f.window[0] - origin) / 1e3, -0.9, f.pattern, fontsize=8, color=PATTERN_COLORS.get(f.pattern, "red"),
+                    va="bottom")
+    ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=8)
+    ax.set_ylim(len(lanes) - 0.5, -1.0)
+    ax.set_xlim((t0 - origin) / 1e3, (t1 - origin) / 1e3)
+    ax.set_xlabel("time (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
+    """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit."""
+    ranges = ranges.sort_values(["start_us", "dur_us"], ascending=[True, False])
+    depth_end: list[float] = []
+    for s, e, name in zip(ranges["start_us"], ranges["end_us"], ranges["name"]):
+        while depth_end and depth_end[-1] <= s:
+            depth_end.pop()
+        depth = len(depth_end)
+        depth_end.append(e)
+        if depth > 2 or (e - s) < px_us:
+            continue
+        h = 0.8 - 0.25 * depth
+        ax.broken_barh([((s - origin) / 1e3, (e - s) / 1e3)], (y - h / 2, h), facecolors=_phase_color(name),
+                       edgecolors="white", linewidth=0.3, alpha=0.9)
+        if (e - s) / px_us > 8 * len(name) and depth == 1:  # label the phases, not their insides
+            ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=7, color="white", clip_on=True)
+
+
+def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "after"), steps: int = 2):
+    """Both timelines on one time scale (the first ``steps`` steps of each) and a table of what changed."""
+    plt = _plt()
+    spans = []
+    for tr in (before, after):
+        win = m.windows(tr)
+        win = win[win["rank"] == tr.ranks[0]]
+        w = win.head(steps) if (win["step"] >= 0).any() else win
+        spans.append((float(w["start_us"].min()), float(w["end_us"].max())))
+    length = max(e - s for s, e in spans)
+    table = m.comparison(before, after)
+    n_lanes = [len(set(tr.window(*sp).events["lane"])) for tr, sp in zip((before, after), spans)]
+    fig = plt.figure(figsize=(14, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
+    grid = fig.add_gridspec(3, 1, height_ratios=[max(n_lanes[0], 3), max(n_lanes[1], 3), 0.5 * len(table) + 1])
+    for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
+        ax = fig.add_subplot(grid[i])
+        timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {tr.source.split('/')[-1]}")
+    ax = fig.add_subplot(grid[2])
+    ax.axis("off")
+    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), row["change"]] for _, row in table.iterrows()]
+    tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
+    tbl.auto_set_font_size(False)
+    tbl.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def _fmt(v: float) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "n/a"
+    return f"{v:.3g}"
+
+
+def gap_histogram(trace: Trace, bins: int = 30):
+    """GPU idle gaps by duration (log scale), stacked by what the host was doing."""
+    plt = _plt()
+    gaps = m.idle_gaps(trace)
+    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+    if gaps.empty:
+        ax.text(0.5, 0.5, "no GPU idle gaps (or no GPU activity in this trace)", ha="center", transform=ax.transAxes)
+        return fig
+    edges = np.logspace(np.log10(max(gaps["dur_us"].min(), 0.1)), np.log10(gaps["dur_us"].max() * 1.01), bins)
+    data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
+    colors = [PATTERN_COLORS.get({"sync": "sync_stall", "data_wait": "data_stall", "collective": "communication",
+                                  "launch": "launch_overhead"}.get(c, ""), "#999999") for c in m.CAUSES]
+    ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
+    ax.set_xscale("log")
+    ax.set_xlabel("gap length (µs)")
+    ax.set_ylabel("idle time in gaps of this length (ms)")
+    ax.legend(title="host was", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def step_breakdown(trace: Trace):
+    """Stacked bars: where each step's time went."""
+    plt = _plt()
+    table = m.step_breakdown(trace)
+    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
+    if table.empty:
+        ax.text(0.5, 0.5, "no steps found", ha="center", transform=ax.transAxes)
+        return fig
+    parts = ["gpu_busy_us", "data_wait_us", "sync_us", "launch_us", "collective_us", "other_us"]
+    if table["gpu_busy_us"].isna().all():
+        parts = ["data_wait_us", "launch_us", "collective_us", "other_us"]
+    labels = {"gpu_busy_us": "GPU busy", "data_wait_us": "waiting for data", "sync_us": "after a sync",
+              "launch_us": "dispatching / launching" if "gpu_busy_us" in parts else "framework ops",
+              "collective_us": "exposed communication", "other_us": "other"}
+    x = np.arange(len(table))
+    bottom = np.zeros(len(table))
+    for p in parts:
+        vals = table[p].fillna(0).to_numpy() / 1e3
+        ax.bar(x, vals, bottom=bottom, label=labels[p])
+        bottom += vals
+    ax.set_xticks(x, [f"r{r}·s{s}" if table["rank"].nunique() > 1 else f"step {s}" for r, s in zip(table["rank"], table["step"])],
+                  fontsize=8, rotation=45 if len(x) > 8 else 0)
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,160 @@
+"""Nsight Systems SQLite export (``nsys export --type sqlite``) -> events table.
+
+Facts relied on (see the Nsight Systems user guide's SQLite schema reference): times are integer
+nanoseconds; names are ids into ``StringIds``; runtime names carry ``_vNNNN`` suffixes;
+``globalTid`` packs pid and tid; a table exists only if the capture produced rows of its kind.
+The events come out in the same shape, names and lanes as the Kineto reader produces, so that
+the same run recorded both ways gives the same metrics.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError
+from ..model import build_events, is_collective_kernel
+
+ACTIVITY_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "NVTX_EVENTS",
+)
+COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
+MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
+SYNC_TYPE = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+NVTX_RANGE_TYPES = (59, 60)
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def read(path: Path) -> tuple[pd.DataFrame, dict]:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return _read(con, tables, path)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{path}: the SQLite database cannot be read ({exc}); export it again with nsys export") from None
+
+
+def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.DataFrame, dict]:
+    present = [t for t in ACTIVITY_TABLES if t in tables]
+    if not present:
+        raise TraceError(
+            f"{path}: an SQLite database without Nsight Systems activity tables (no kernels, copies, "
+            "CUDA API calls or NVTX ranges); capture with nsys profile --trace=cuda,nvtx and export "
+            "with nsys export --type sqlite"
+        )
+    strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
+    parts: list[pd.DataFrame] = []
+
+    def frame(sql: str) -> pd.DataFrame:
+        return pd.read_sql_query(sql, con)
+
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        k = frame("SELECT start, end, deviceId, streamId, correlationId, demangledName, shortName "
+                  "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        names = [strings.get(d) or strings.get(s, "?") for d, s in zip(k["demangledName"], k["shortName"])]
+        kinds = ["collective" if is_collective_kernel(n) else "kernel" for n in names]
+        parts.append(_device_part(k, names, kinds, [f"GPU {d} stream {s}" for d, s in zip(k.deviceId, k.streamId)]))
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+        m = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
+                  "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+        op = [COPY_KIND.get(int(c), f"Kind{int(c)}") for c in m["copyKind"]]
+        src = [MEM_KIND.get(_int(s), "Unknown") for s in m["srcKind"]]
+        dst = [MEM_KIND.get(_int(s), "Unknown") for s in m["dstKind"]]
+        names = [f"Memcpy {o} ({s} -> {d})" for o, s, d in zip(op, src, dst)]
+        part = _device_part(m, names, ["memcpy"] * len(m), [f"GPU {d} memcpy" for d in m.deviceId])
+        part["bytes"] = m["bytes"].astype("float64")
+        part["copy_kind"] = [DIRECTION.get(o, "") for o in op]
+        part["host_memory"] = [_host_memory(DIRECTION.get(o, ""), s, d) for o, s, d in zip(op, src, dst)]
+        parts.append(part)
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        s = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, memKind FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        names = [f"Memset ({MEM_KIND.get(_int(k), 'Unknown')})" for k in s["memKind"]]
+        part = _device_part(s, names, ["memset"] * len(s), [f"GPU {d} stream {st}" for d, st in zip(s.deviceId, s.streamId)])
+        part["bytes"] = s["bytes"].astype("float64")
+        parts.append(part)
+    if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
+        y = frame("SELECT start, end, deviceId, streamId, correlationId, syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        names = [SYNC_TYPE.get(int(t), "Sync") for t in y["syncType"]]
+        parts.append(_device_part(y, names, ["sync"] * len(y), [f"GPU {d} stream {st}" for d, st in zip(y.deviceId, y.streamId)]))
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        r = frame("SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        names = [_VERSION_SUFFIX.sub("", strings.get(n, "?")) for n in r["nameId"]]
+        parts.append(_host_part(r, names, "runtime", "CUDA API"))
+    if "NVTX_EVENTS" in tables:
+        n = frame("SELECT start, end, eventType, text, textId, globalTid FROM NVTX_EVENTS "
+                  f"WHERE eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL")
+        names = [t if isinstance(t, str) else strings.get(_int(i), "") for t, i in zip(n["text"], n["textId"])]
+        n["correlationId"] = -1
+        parts.append(_host_part(n, names, "annotation", "ranges"))
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        raise TraceError(f"{path}: the Nsight Systems export holds no events; was the capture range empty?")
+    table = pd.concat(parts, ignore_index=True)
+    if (table["end"] < table["start"]).any():
+        raise TraceError(f"{path}: an event ends before it starts; the export is damaged: export it again")
+    origin_us = float(table["start"].min()) / 1000.0
+    events = build_events({
+        "kind": table["kind"].to_numpy(), "lane": table["lane"].to_numpy(), "name": table["name"].to_numpy(),
+        "start_us": table["start"].to_numpy(dtype="float64") / 1000.0,
+        "dur_us": (table["end"] - table["start"]).to_numpy(dtype="float64") / 1000.0,
+        "device": table["device"].to_numpy(), "stream": table["stream"].to_numpy(),
+        "pid": table["pid"].to_numpy(), "tid": table["tid"].to_numpy(),
+        "correlation": table["correlation"].to_numpy(), "bytes": table["bytes"].to_numpy(),
+        "copy_kind": table["copy_kind"].to_numpy(), "host_memory": table["host_memory"].to_numpy(),
+    })
+    device_names: list[str] = []
+    if "TARGET_INFO_GPU" in tables:
+        device_names = [r[0] or "" for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+    return events, {"origin_us": origin_us, "device_names": device_names, "distributed": {}, "torch_version": ""}
+
+
+def _int(value: object, default: int = -1) -> int:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default
+
+
+def _host_memory(direction: str, src: str, dst: str) -> str:
+    host = src if direction in ("H2D", "H2H") else dst if direction == "D2H" else ""
+    return host.lower() if host in ("Pageable", "Pinned") else ""
+
+
+def _base(df: pd.DataFrame, names: list[str], kinds: list[str] | str, lanes: list[str]) -> pd.DataFrame:
+    n = len(df)
+    return pd.DataFrame({
+        "start": df["start"].to_numpy(dtype="int64"), "end": df["end"].to_numpy(dtype="int64"),
+        "kind": kinds if isinstance(kinds, list) else [kinds] * n, "lane": lanes, "name": names,
+        "device": -1, "stream": -1, "pid": -1, "tid": -1,
+        "correlation": df["correlationId"].fillna(-1).to_numpy(dtype="int64") if n else np.empty(0, "int64"),
+        "bytes": np.nan, "copy_kind": "", "host_memory": "",
+    })
+
+
+def _device_part(df: pd.DataFrame, names: list[str], kinds: list[str], lanes: list[str]) -> pd.DataFrame:
+    part = _base(df, names, kinds, lanes)
+    part["device"] = df["deviceId"].to_numpy(dtype="int64")
+    part["stream"] = df["streamId"].to_numpy(dtype="int64")
+    return part
+
+
+def _host_part(df: pd.DataFrame, names: list[str], kind: str, lane_prefix: str) -> pd.DataFrame:
+    gtid = df["globalTid"].fillna(0).to_numpy(dtype="int64")
+    tids = gtid & 0xFFFFFF
+    part = _base(df, names, kind, [f"{lane_prefix} {t}" for t in tids])
+    part["pid"] = (gtid >> 24) & 0xFFFFFF
+    part["tid"] = tids
+    return part

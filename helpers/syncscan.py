@@ -1,0 +1,83 @@
+"""A static scan of a training-loop function for calls that force a CPU-GPU synchronization.
+
+Works on any machine (no GPU needed): it reads the function's source, so it can only say
+"this line may sync". On a GPU, :func:`helpers.profiling.find_syncs_live` confirms which do.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SYNCING_METHODS = {
+    "item": "copies one value to the host and waits for the GPU",
+    "cpu": "copies a tensor to the host and waits for the GPU",
+    "numpy": "needs the tensor on the host, so it waits for the GPU",
+    "tolist": "copies the tensor to the host and waits for the GPU",
+    "synchronize": "waits until all queued GPU work has finished",
+    "nonzero": "its output size depends on the data, so it waits for the GPU",
+}
+SYNCING_BUILTINS = {
+    "print": "formatting a GPU tensor copies it to the host and waits for the GPU",
+    "float": "float(tensor) reads the value on the host and waits for the GPU",
+    "int": "int(tensor) reads the value on the host and waits for the GPU",
+    "bool": "bool(tensor) reads the value on the host and waits for the GPU",
+}
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    line: int  # line number in the function's file
+    code: str  # the source line
+    call: str  # what was called
+    why: str
+
+
+def scan_source(source: str, first_line: int = 1) -> list[SyncSite]:
+    """Possible sync points in a piece of Python source."""
+    source = textwrap.dedent(source)
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    sites: list[SyncSite] = []
+    for node in ast.walk(tree):
+        call, why = _classify(node)
+        if call:
+            lineno = node.lineno  # type: ignore[attr-defined]
+            sites.append(SyncSite(lineno + first_line - 1, lines[lineno - 1].strip(), call, why))
+    return sorted(set(sites), key=lambda s: (s.line, s.call))
+
+
+def scan(fn: Callable) -> list[SyncSite]:
+    """Possible sync points in a function (or method) given as an object."""
+    source, first = inspect.getsourcelines(fn)
+    return scan_source("".join(source), first)
+
+
+def _classify(node: ast.AST) -> tuple[str, str]:
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in SYNCING_METHODS:
+            return f".{f.attr}()", SYNCING_METHODS[f.attr]
+        if isinstance(f, ast.Name) and f.id in SYNCING_BUILTINS and node.args:
+            if f.id == "print" and all(isinstance(a, ast.Constant) for a in node.args):
+                return "", ""
+            return f"{f.id}()", SYNCING_BUILTINS[f.id]
+    if isinstance(node, (ast.If, ast.While)) and _compares_values(node.test):
+        return "if <tensor>", "branching on a GPU value reads it on the host and waits for the GPU"
+    return "", ""
+
+
+def _compares_values(test: ast.AST) -> bool:
+    """True for tests like ``loss > 10`` or ``torch.isnan(x).any()`` (not ``i % 10 == 0``)."""
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr in ("any", "all"):
+        return True
+    if isinstance(test, ast.Compare):
+        operands = [test.left, *test.comparators]
+        loopish = {"i", "step", "epoch", "it", "n"}
+        names = [o.id for o in operands if isinstance(o, ast.Name)]
+        has_arith = any(isinstance(o, ast.BinOp) for o in operands)
+        return bool(names) and not has_arith and not set(names) <= loopish
+    return False

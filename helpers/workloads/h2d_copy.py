@@ -1,0 +1,86 @@
+"""Long host-to-device copies: big batches copied from pageable memory, blocking, every step.
+
+broken: the host batches live in ordinary (pageable) memory and ``.to(device)`` blocks.
+fixed:  the host batches are pinned once, copied with ``non_blocking=True`` on a side stream,
+        and the next batch is copied while this one computes (double buffering).
+Needs a CUDA GPU: pinned memory and copy engines are GPU features.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..profiling import annotate, require_gpu
+from .common import StepFn, run_cli
+
+VARIANTS = ("broken", "fixed")
+BATCH_MB = 64
+POOL = 4  # distinct host batches, reused round-robin
+
+
+def host_batches(pinned: bool, batch_mb: int = BATCH_MB, pool: int = POOL) -> list[torch.Tensor]:
+    """Host-side input batches (as a data pipeline would hand them over)."""
+    n = batch_mb * 2**20 // 4
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.rand(n // 1024, 1024, generator=g) for _ in range(pool)]
+    return [b.pin_memory() for b in batches] if pinned else batches
+
+
+def compute(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The model's work on one batch: a few matrix products over the whole batch."""
+    for _ in range(4):
+        x = torch.tanh(x @ w)
+    return x.sum()
+
+
+class Prefetcher:
+    """Copies batch i+1 on a side stream while batch i computes on the default stream."""
+
+    def __init__(self, batches: list[torch.Tensor], device: torch.device) -> None:
+        self.batches, self.device = batches, device
+        self.stream = torch.cuda.Stream(device)
+        self.next = self._start(0)
+
+    def _start(self, i: int) -> tuple[torch.Tensor, torch.cuda.Event]:
+        with torch.cuda.stream(self.stream):
+            x = self.batches[i % len(self.batches)].to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return x, done
+
+    def get(self, i: int) -> torch.Tensor:
+        x, done = self.next
+        torch.cuda.current_stream(self.device).wait_event(done)
+        x.record_stream(torch.cuda.current_stream(self.device))  # keep the allocator from reusing it early
+        self.next = self._start(i + 1)
+        return x
+
+
+def make_step(variant: str, device: torch.device) -> StepFn:
+    require_gpu("The host-to-device copy workload")
+    w = torch.randn(1024, 1024, device=device) / 32
+    results = []
+    if variant == "broken":
+        batches = host_batches(pinned=False)
+
+        def get(i: int) -> torch.Tensor:
+            return batches[i % len(batches)].to(device)  # pageable + blocking
+    else:
+        prefetch = Prefetcher(host_batches(pinned=True), device)
+        get = prefetch.get
+
+    def step(i: int) -> None:
+        with annotate("data"):
+            x = get(i)
+        with annotate("forward"):
+            results.append(compute(x, w))
+        if len(results) > 8:
+            results.pop(0)
+
+    return step
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(__doc__.splitlines()[0], VARIANTS, make_step, default_steps=20))

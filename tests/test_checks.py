@@ -1,0 +1,70 @@
+"""Every lab check can fail: given the broken loop's trace it fails with a message, given the fixed one it passes."""
+
+import pytest
+
+from helpers import checks
+from helpers.course import recorded
+
+
+def b_f(workload, a="broken", b="fixed", tag="h200"):
+    return recorded(workload, a, tag), recorded(workload, b, tag)
+
+
+CASES = [
+    ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0), b_f("data_stall")),
+    ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), b_f("h2d_copy")),
+    ("launch", lambda br, fx: checks.check_launch_fixed(br, fx, 4.0), b_f("launch_overhead", "broken", "graphs")),
+    ("sync", lambda br, fx: checks.check_sync_fixed(br, fx), b_f("sync_stall")),
+    ("comm", lambda br, fx: checks.check_comm_fixed(br, fx, 1.2), b_f("communication", "manual", "ddp", "cpu")),
+    ("capstone", lambda br, fx: checks.check_capstone(br, fx, 4.0), b_f("mystery")),
+]
+
+
+@pytest.mark.parametrize("name,check,pair", CASES, ids=[c[0] for c in CASES])
+def test_check_passes_on_fix_and_fails_on_broken(name, check, pair):
+    broken, fixed = pair
+    assert check(broken, fixed).startswith("passed")
+    with pytest.raises(checks.CheckFailed) as info:
+        check(broken, broken)
+    assert len(str(info.value)) > 40  # says what to look at and what to change
+
+
+def test_answer_checks_fail_on_wrong_answers():
+    with pytest.raises(checks.CheckFailed, match="tool choices"):
+        checks.check_tool_choice({q: "nsys" for q in checks.TOOL_ANSWERS})
+    checks.check_tool_choice(dict(checks.TOOL_ANSWERS))
+    with pytest.raises(checks.CheckFailed):
+        checks.check_launch_fixes({k: True for k in checks.LAUNCH_FIX_ANSWERS})
+    with pytest.raises(checks.CheckFailed):
+        checks.check_next_steps({"kernel": "cpu_profiler"})
+
+
+def test_reading_checks_have_tolerances():
+    t = recorded("data_stall", "broken")
+    from helpers import metrics
+
+    longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
+    assert checks.check_longest_gap(longest * 1.05, t).startswith("passed")
+    with pytest.raises(checks.CheckFailed):
+        checks.check_longest_gap(longest * 1.5, t)
+    with pytest.raises(checks.CheckFailed):
+        checks.check_gpu_idle_share(lambda tr: 0.0, t)
+    with pytest.raises(checks.CheckFailed):
+        checks.check_imbalance_diagnosed(recorded("communication", "ddp", "cpu"))
+    checks.check_imbalance_diagnosed(recorded("communication", "imbalance", "cpu"))
+
+
+def test_results_are_recorded_for_selfcheck(capsys):
+    import json
+    from pathlib import Path
+
+    from helpers.selfcheck import run_selfcheck
+
+    checks.check_tool_choice(dict(checks.TOOL_ANSWERS))
+    with pytest.raises(checks.CheckFailed):
+        checks.check_next_steps({})
+    results = json.loads(Path(checks.RESULTS_FILE).read_text())
+    assert results["tools"]["passed"] is True and results["workflow"]["passed"] is False
+    assert run_selfcheck(Path(".")) == 1
+    out = capsys.readouterr().out
+    assert "[x] Explain when to use Nsight Systems" in out and "revisit labs/05_workflow_capstone.ipynb" in out

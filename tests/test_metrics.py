@@ -1,0 +1,111 @@
+"""Every metric on a synthetic two-step trace whose answers were worked out by hand (see synth.two_step_loop)."""
+
+import numpy as np
+import pytest
+from synth import two_step_loop, write_json
+
+import helpers
+from helpers import metrics as m
+
+
+@pytest.fixture
+def trace(tmp_path):
+    return helpers.load(write_json(two_step_loop(), tmp_path / "t.json"), step_pattern=r"^step \d+$")
+
+
+def test_interval_helpers():
+    s, e = m.merge_intervals(np.array([5.0, 0, 2, 10]), np.array([6.0, 3, 4, 12]))
+    assert s.tolist() == [0, 5, 10] and e.tolist() == [4, 6, 12]
+    assert m.overlap(s, e, np.array([3.0, 0]), np.array([11.0, 100])).tolist() == [3.0, 7.0]
+    gs, ge = m.gaps_in(s, e, 1.0, 11.0)
+    assert list(zip(gs, ge)) == [(4, 5), (6, 10)]
+
+
+def test_steps_found(trace):
+    assert trace.steps[["start_us", "end_us"]].values.tolist() == [[0, 1000], [1000, 2000]]
+
+
+def test_gpu_busy(trace):
+    busy = m.gpu_busy(trace)
+    assert busy["busy_us"].tolist() == pytest.approx([400, 850])
+    assert busy["kernel_us"].tolist() == pytest.approx([400, 800])
+    assert m.gpu_utilization(trace) == pytest.approx(1250 / 2000)
+
+
+def test_idle_gaps_and_causes(trace):
+    gaps = m.idle_gaps(trace)
+    got = [(g.start_us, g.end_us, g.cause) for g in gaps.itertuples()]
+    assert got == [(0, 100, "data_wait"), (400, 600, "sync"), (700, 1000, "launch"), (1000, 1050, "other"), (1900, 2000, "other")]
+    assert m.idle_by_cause(trace) == {"sync": 200, "data_wait": 100, "collective": 0, "launch": 300, "other": 150}
+
+
+def test_kernel_stats(trace):
+    k = m.kernel_stats(trace)
+    assert (k["count"], k["per_step"], k["median_us"], k["share_under_10us"]) == (4, 2.0, 175.0, 0.0)
+    assert k["top"]["name"].tolist()[0] == "long_k"
+
+
+def test_launch_stats(trace):
+    s = m.launch_stats(trace)
+    assert s["launch_calls"] == 4
+    assert s["median_launch_call_us"] == pytest.approx(4.5)
+    assert s["median_launch_to_start_us"] == pytest.approx(10)
+    assert s["individually_launched_share"] == 1.0
+
+
+def test_copy_stats(trace):
+    c = m.copy_stats(trace).iloc[0]
+    assert (c.copy_kind, c.host_memory, c["count"]) == ("H2D", "pageable", 1)
+    assert c.gb_per_s == pytest.approx(100.0)
+    assert c.overlap_share == 0.0
+    assert c.time_per_step_us == pytest.approx(25.0)
+
+
+def test_sync_stats(trace):
+    s = m.sync_stats(trace)
+    assert s["sync_points_per_step"] == 0.5
+    assert s["blocked_us_per_step"] == pytest.approx(30.0)
+    assert s["blocked_share"] == pytest.approx(60 / 2000)
+    assert s["causes"] == {"cudaStreamSynchronize": 1}
+
+
+def test_data_wait(trace):
+    assert m.data_wait(trace) == pytest.approx({"data_wait_us_per_step": 45.0, "data_wait_share": 90 / 2000})
+
+
+def test_step_breakdown_adds_up(trace):
+    b = m.step_breakdown(trace)
+    parts = b[["gpu_busy_us", "sync_us", "data_wait_us", "collective_us", "launch_us", "other_us"]].sum(axis=1)
+    assert parts.tolist() == pytest.approx(b["step_us"].tolist())
+
+
+def test_host_running_ahead_stretches_last_window(tmp_path):
+    from synth import Ev
+
+    us = 1000
+    events = [Ev("annotation", "step 0", 0, 100 * us), Ev("annotation", "step 1", 100 * us, 200 * us),
+              Ev("runtime", "cudaLaunchKernel", 10 * us, 12 * us, correlation=1),
+              Ev("kernel", "k0", 20 * us, 400 * us, correlation=1),
+              Ev("runtime", "cudaLaunchKernel", 110 * us, 112 * us, correlation=2),
+              Ev("kernel", "k1", 400 * us, 800 * us, correlation=2)]
+    t = helpers.load(write_json(events, tmp_path / "ahead.json"))
+    assert m.windows(t)["end_us"].max() == 800
+    assert m.step_time_ms(t) == pytest.approx(0.4)
+
+
+def test_cpu_only_trace_says_so(tmp_path):
+    from synth import Ev
+
+    us = 1000
+    events = [Ev("annotation", "step 0", 0, 100 * us), Ev("annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 60 * us),
+              Ev("cpu_op", "aten::addmm", 60 * us, 100 * us)]
+    t = helpers.load(write_json(events, tmp_path / "cpu.json"))
+    s = m.summary(t)
+    assert s["gpu_utilization"] is None and "no GPU activity" in s["note"]
+    assert s["data_wait_share"] == pytest.approx(0.6)
+    assert [f.pattern for f in helpers.diagnose(t)] == ["data_stall"]
+
+
+def test_comparison_table(trace):
+    table = m.comparison(trace, trace)
+    assert set(table["change"]) <= {"1.00x (same)", "same", ""}

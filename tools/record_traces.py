@@ -1,0 +1,151 @@
+"""Record the course's reference traces into data/ and update data/manifest.json.
+
+    python tools/record_traces.py --tag h200            # on a CUDA machine: every GPU workload
+    python tools/record_traces.py --tag cpu             # on a CPU: the workloads a CPU shows honestly
+    python tools/record_traces.py --tag h200 --only launch_overhead:broken
+
+Each entry: time the loop without a profiler (mean step time over --steps steps, one GPU sync
+at each end), then profile a few steps with torch.profiler and keep the gzipped trace.
+Existing traces are replaced only for the entries recorded in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from helpers import metrics  # noqa: E402
+from helpers.profiling import capture, device_name, time_steps  # noqa: E402
+
+# (workload, variant, profiled steps)
+GPU_PLAN = [
+    ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
+    ("h2d_copy", "broken", 5), ("h2d_copy", "fixed", 5),
+    ("launch_overhead", "broken", 3), ("launch_overhead", "foreach", 3), ("launch_overhead", "compile", 3),
+    ("launch_overhead", "graphs", 3), ("launch_overhead", "bigbatch", 3),
+    ("sync_stall", "broken", 5), ("sync_stall", "fixed", 5),
+    ("mystery", "broken", 5), ("mystery", "data_fixed", 5), ("mystery", "fixed", 5),
+]
+CPU_PLAN = [
+    ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
+    ("launch_overhead", "broken", 3), ("launch_overhead", "foreach", 3),
+    ("communication", "manual", 5), ("communication", "ddp", 5), ("communication", "tiny_buckets", 5),
+    ("communication", "bf16_hook", 5), ("communication", "no_sync", 5), ("communication", "imbalance", 5),
+    ("mystery", "broken", 5), ("mystery", "fixed", 5),
+]
+TIMED_STEPS = {"data_stall": 30, "mystery": 30, "communication": 10}
+# DataLoader workers need a few batches to fill their prefetch queues before the steady state.
+WARMUP = {"data_stall": 10, "mystery": 10}
+
+
+def record_one(workload: str, variant: str, active: int, tag: str, out: Path, timed_steps: int) -> dict:
+    name = f"{workload}__{variant}__{tag}"
+    cmd = f"python tools/record_traces.py --tag {tag} --only {workload}:{variant}"
+    with tempfile.TemporaryDirectory() as tmp:
+        if workload == "communication":
+            from helpers.workloads import communication
+
+            res = communication.run(variant, world_size=2, steps=timed_steps, warmup=3, profile_dir=tmp)
+            step_ms = res["step_ms"]
+            target = out / name
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(res["trace_dir"], target)
+            rel = f"{name}/"
+            from helpers import load
+
+            trace = load(target)
+        else:
+            mod = importlib.import_module(f"helpers.workloads.{workload}")
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            step = mod.make_step(variant, device)
+            step_ms = time_steps(step, steps=timed_steps, warmup=WARMUP.get(workload, 3))
+            trace = capture(step, steps=active, warmup=2, wait=1, out_dir=tmp, name=name)
+            del step
+            gc.collect()
+            target = out / f"{name}.json.gz"
+            shutil.copyfile(trace.source, target)
+            rel = target.name
+    steps = trace.steps
+    entry = {
+        "file": rel, "workload": workload, "variant": variant, "tag": tag,
+        "device": device_name() if tag != "cpu" else f"CPU ({platform.machine()}, {os.cpu_count()} cores)",
+        "torch": torch.__version__, "python": platform.python_version(), "date": dt.date.today().isoformat(),
+        "command": cmd, "step_ms": round(step_ms, 3), "timed_steps": timed_steps,
+        "profiled_steps": int(len(steps)),
+        "profiled_step_ms": round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
+        "events": int(len(trace.events)),
+        "gpu_utilization": None if not trace.has_gpu else round(metrics.gpu_utilization(trace), 4),
+    }
+    print(json.dumps(entry), flush=True)
+    return entry
+
+
+def record_bench(tag: str, out: Path) -> int:
+    """A large launch-bound trace (about 70k events, 20 MB of JSON) to time the readers against."""
+    from helpers.workloads import launch_overhead
+
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = capture(launch_overhead.make_step("broken", device), steps=14, warmup=2, wait=1, out_dir=tmp, name="bench")
+        target = out / f"launch_overhead_long__{tag}.json.gz"
+        shutil.copyfile(trace.source, target)
+    print(json.dumps({"file": str(target.relative_to(ROOT)) if target.is_relative_to(ROOT) else str(target),
+                      "events": len(trace.events), "command": f"python tools/record_traces.py --tag {tag} --bench"}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tag", required=True, help="h200 (or another GPU name) for the GPU plan, cpu for the CPU plan")
+    parser.add_argument("--only", action="append", default=[], help="workload:variant (repeatable)")
+    parser.add_argument("--out", default=str(ROOT / "data"))
+    parser.add_argument("--bench", action="store_true",
+                        help="instead, record data/bench/launch_overhead_long__TAG.json.gz (10 profiled steps) for tools/benchmark.py")
+    args = parser.parse_args(argv)
+    if args.bench:
+        return record_bench(args.tag, Path(args.out) / "bench")
+    plan = CPU_PLAN if args.tag == "cpu" else GPU_PLAN
+    if args.tag != "cpu" and not torch.cuda.is_available():
+        print("record_traces: the GPU plan needs a CUDA GPU; use --tag cpu on this machine", file=sys.stderr)
+        return 2
+    if args.only:
+        wanted = {tuple(o.split(":", 1)) for o in args.only}
+        plan = [p for p in plan if (p[0], p[1]) in wanted]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if len(plan) > 1:  # one fresh process per entry: workloads set process-wide state (threads, CUDA caches)
+        for workload, variant, _ in plan:
+            rc = subprocess.run([sys.executable, __file__, "--tag", args.tag, "--out", str(out), "--only",
+                                 f"{workload}:{variant}"]).returncode
+            if rc:
+                return rc
+        return 0
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"traces": []}
+    for workload, variant, active in plan:
+        entry = record_one(workload, variant, active, args.tag, out, TIMED_STEPS.get(workload, 30))
+        manifest["traces"] = [e for e in manifest["traces"] if e["file"] != entry["file"]] + [entry]
+        manifest["traces"].sort(key=lambda e: (e["tag"], e["workload"], e["variant"]))
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
