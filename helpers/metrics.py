@@ -40,6 +40,8 @@ CAUSES = ("sync", "data_wait", "collective", "launch", "other")
 
 SMALL_KERNEL_US = 10.0
 GAP_AFTER_SYNC_TOLERANCE_US = 50.0
+#: A sync that returns within this long after the GPU went idle caused the gap.
+SYNC_RETURN_US = 500.0
 
 
 # --- interval arithmetic ------------------------------------------------------------------
@@ -197,9 +199,9 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
 
     Columns: ``rank, device, step, start_us, end_us, dur_us, cause`` and the microseconds of the
     gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
-    ``cause`` is ``sync`` when the gap follows a host synchronization that just returned (the
-    host was blocked, so no work was queued ahead), otherwise the activity that filled at least
-    half of the gap, in the order data_wait, collective, launch; else ``other``.
+    ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
+    blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
+    the gap, in the order data_wait, collective, launch; else ``other``.
     """
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
             "sync_us", "data_wait_us", "collective_us", "launch_us"]
@@ -221,9 +223,10 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
                 frame = {"rank": rank, "device": device, "step": int(step), "start_us": gs, "end_us": ge, "dur_us": ge - gs}
                 for c, (hs, he) in host.items():
                     frame[f"{c}_us"] = overlap(hs, he, gs, ge)
-                # a sync that returned shortly before or during the gap
+                # the gap starts as a sync returns: the host was blocked until the GPU drained
                 j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
-                after_sync = (j < sync_ends.size) & (sync_ends[np.clip(j, 0, max(sync_ends.size - 1, 0))] <= ge) if sync_ends.size else np.zeros(gs.size, bool)
+                jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
+                after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
                 frame["cause"] = _blame(after_sync, frame)
                 out.append(pd.DataFrame(frame))
     if not out:
@@ -232,16 +235,15 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
 
 
 def _blame(after_sync: np.ndarray, frame: dict[str, Any]) -> np.ndarray:
+    """A gap that starts as a sync returns is the sync's; otherwise the host activity filling half of it."""
     dur = frame["dur_us"]
     cause = np.full(dur.size, "other", dtype=object)
-    undecided = np.ones(dur.size, dtype=bool)
+    cause[after_sync] = "sync"
+    undecided = ~after_sync
     for name in ("data_wait", "collective", "launch"):
         hit = undecided & (frame[f"{name}_us"] >= 0.5 * dur)
-        if name != "data_wait":
-            hit &= ~after_sync  # a sync that just returned explains the gap better than dispatch
         cause[hit] = name
         undecided &= ~hit
-    cause[undecided & after_sync] = "sync"
     return cause
 
 

@@ -18,7 +18,7 @@ EXPECTED = {
     ("sync_stall", "broken", "h200"): ("sync_stall", []),
     ("sync_stall", "fixed", "h200"): (None, ["sync_stall"]),
     ("mystery", "broken", "h200"): ("data_stall", []),
-    ("mystery", "data_fixed", "h200"): (None, ["data_stall"]),
+    ("mystery", "data_fixed", "h200"): ("sync_stall", []),  # the loader fixed, the syncs show first
     ("mystery", "fixed", "h200"): (None, ["data_stall", "sync_stall"]),
     ("data_stall", "broken", "cpu"): ("data_stall", []),
     ("data_stall", "fixed", "cpu"): (None, ["data_stall"]),

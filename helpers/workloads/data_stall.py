@@ -27,7 +27,7 @@ IMAGE_SIZE = 64
 class AugmentedImages(Dataset):
     """Synthetic images that cost real CPU time per sample, like decoding plus augmentation."""
 
-    def __init__(self, length: int = 100_000, size: int = IMAGE_SIZE, blur_passes: int = 100) -> None:
+    def __init__(self, length: int = 100_000, size: int = IMAGE_SIZE, blur_passes: int = 20) -> None:
         self.length, self.size, self.blur_passes = length, size, blur_passes
 
     def __len__(self) -> int:
@@ -51,7 +51,8 @@ def make_model(width: int = 32) -> nn.Module:
     )
 
 
-def _single_thread_worker(_: int) -> None:
+def single_thread_worker(_: int) -> None:
+    """worker_init_fn: one intra-op thread per DataLoader worker (many workers x many threads only fight)."""
     torch.set_num_threads(1)  # each worker is one core; many threads per worker only fight
 
 
@@ -62,10 +63,10 @@ def broken_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
 
 def fixed_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
     """Workers prepare batches in parallel and ahead of time, into pinned memory."""
-    workers = min(8, os.cpu_count() or 1)
+    workers = min(12, os.cpu_count() or 1)
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
                       pin_memory=torch.cuda.is_available(), prefetch_factor=4, persistent_workers=True,
-                      worker_init_fn=_single_thread_worker,
+                      worker_init_fn=single_thread_worker,
                       multiprocessing_context="fork" if sys.platform.startswith("linux") else None)
 
 

@@ -1,9 +1,11 @@
 """The capstone's mystery loop: more than one problem at once.
 
 broken:     a starved DataLoader (num_workers=0) *and* per-step logging that syncs
-            (``.item()``, formatting a GPU tensor, ``torch.cuda.synchronize()``).
+            (``.item()``, formatting a GPU tensor, ``torch.cuda.synchronize()``), which stops the
+            host from preparing the next batch's features while the GPU computes.
 data_fixed: only the loader fixed: the sync stall is still there, and now it shows.
 fixed:      both fixed.
+(The lab's full fix also moves the per-batch feature work into the workers: FeatureRows(with_features=True).)
 """
 
 from __future__ import annotations
@@ -23,25 +25,36 @@ VARIANTS = ("broken", "data_fixed", "fixed")
 
 
 class FeatureRows(Dataset):
-    """Feature vectors that cost some CPU time each (parsing, normalising)."""
+    """Feature vectors that cost some CPU time each (parsing, normalising).
 
-    def __init__(self, width: int, passes: int = 6, length: int = 1_000_000) -> None:
-        self.width, self.passes, self.length = width, passes, length
+    With ``with_features=True`` each row also carries the extra host-side features that the
+    training loop otherwise computes per batch in the main process (``sync_stall.host_prepare``):
+    the work moves into the DataLoader's workers.
+    """
+
+    def __init__(self, width: int, passes: int = 6, length: int = 1_000_000, with_features: bool = False) -> None:
+        self.width, self.passes, self.length, self.with_features = width, passes, length, with_features
+        self.table = np.random.default_rng(0).standard_normal((4096, 64), dtype=np.float32)
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        rng = np.random.default_rng(index)
-        row = rng.standard_normal(self.width, dtype=np.float32)
-        for _ in range(self.passes):
-            row = np.tanh(row * 0.9 + 0.1)
+        base = self.table[index % len(self.table)]
+        for _ in range(self.passes):  # per-sample work on a small vector, then tiled to full width
+            base = np.tanh(base * 0.9 + 0.1)
+        row = np.tile(base, self.width // 64)
+        if self.with_features:
+            feats = np.tanh(self.table[(index * 7) % len(self.table)].repeat(sync_stall.NOISE // 64))
+            for _ in range(3):
+                feats = np.tanh(feats * 0.9 + 0.1)
+            row[: sync_stall.NOISE] += feats
         return torch.from_numpy(row), index % 10
 
 
 def sizes(device: torch.device) -> tuple[int, int, int]:
     """(width, batch, passes per sample): GPU-sized on a GPU, small enough for two CPU cores otherwise."""
-    return (sync_stall.WIDTH, sync_stall.BATCH, 2) if device.type == "cuda" else (256, 64, 30)
+    return (sync_stall.WIDTH, sync_stall.BATCH, 4) if device.type == "cuda" else (256, 64, 40)
 
 
 def make_loader(variant: str, device: torch.device) -> DataLoader:
@@ -60,6 +73,7 @@ def make_step_from_loader(loader: DataLoader, device: torch.device, sync_every_s
     model = sync_stall.make_model(width).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     non_blocking = bool(getattr(loader, "pin_memory", False))
+    features_in_workers = bool(getattr(loader.dataset, "with_features", False))
     state = {"it": iter(loader), "loss_sum": None}
     log: list[str] = []
 
@@ -71,6 +85,8 @@ def make_step_from_loader(loader: DataLoader, device: torch.device, sync_every_s
                 state["it"] = iter(loader)
                 x, y = next(state["it"])
             x, y = x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+            if not features_in_workers:  # per-batch feature work in the training process
+                x[:, : sync_stall.NOISE] += sync_stall.host_prepare(i, x.shape[0], device)
         with annotate("forward"):
             loss = F.cross_entropy(model(x), y)
         with annotate("backward"):

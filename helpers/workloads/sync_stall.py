@@ -24,7 +24,7 @@ from ..profiling import annotate
 from .common import StepFn, run_cli
 
 VARIANTS = ("broken", "fixed")
-WIDTH, DEPTH, BATCH = 2048, 6, 1024
+WIDTH, DEPTH, BATCH = 4096, 6, 1024  # sized so the fixed loop is GPU-bound on an H200 host
 NOISE = 256  # host-prepared features per sample
 LOG_EVERY = 10
 
