@@ -11,10 +11,14 @@ import inspect
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import TraceError
 from .model import Trace
 from .readers import load
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -51,6 +55,14 @@ def entry(workload: str, variant: str, tag: str = "h200") -> dict:
             return e
     known = sorted({(e["workload"], e["variant"], e["tag"]) for e in manifest()})
     raise TraceError(f"no recorded trace for {workload}:{variant} ({tag}); recorded: {known}")
+
+
+def measured(workload: str) -> pd.DataFrame:
+    """Step times we measured for every variant of a workload (from data/manifest.json), slowest first."""
+    import pandas as pd
+
+    rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest() if e["workload"] == workload]
+    return pd.DataFrame(rows).sort_values(["tag", "step_ms"], ascending=[False, False]).reset_index(drop=True)
 
 
 def recorded(workload: str, variant: str, tag: str = "h200") -> Trace:

@@ -78,7 +78,7 @@ def make_step_from_loader(loader: DataLoader, device: torch.device) -> StepFn:
         # loader's workers; one core plays the part a GPU plays on a GPU machine.
         torch.set_num_threads(1)
     # On a CPU the model shares the cores with the loader; keep it small so data stays the bottleneck.
-    model = make_model(32 if device.type == "cuda" else 8).to(device)
+    model = make_model(32 if device.type == "cuda" else 4).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     non_blocking = bool(getattr(loader, "pin_memory", False))
     batches: Iterator = iter(loader)
