@@ -7,6 +7,7 @@ has them (``ProfilerStep#N`` or a named step range), else the whole trace.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -42,6 +43,24 @@ SMALL_KERNEL_US = 10.0
 GAP_AFTER_SYNC_TOLERANCE_US = 50.0
 #: A sync that returns within this long after the GPU went idle caused the gap.
 SYNC_RETURN_US = 500.0
+
+
+def _cached(fn):
+    """Compute a metric once per trace (summary and diagnose both ask); callers get a copy."""
+
+    @functools.wraps(fn)
+    def wrapper(trace: Trace, *args, **kwargs):
+        key = (fn.__name__, *args, *sorted(kwargs.items()))
+        if key not in trace._memo:
+            trace._memo[key] = fn(trace, *args, **kwargs)
+        value = trace._memo[key]
+        if isinstance(value, pd.DataFrame):
+            return value.copy()
+        if isinstance(value, dict):
+            return {k: (v.copy() if isinstance(v, (pd.DataFrame, dict)) else v) for k, v in value.items()}
+        return value
+
+    return wrapper
 
 
 # --- interval arithmetic ------------------------------------------------------------------
@@ -106,19 +125,36 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
     return _union(trace, key, lambda ev: (ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds))
 
 
+def name_mask(trace: Trace, key: str, predicate) -> np.ndarray:
+    """``predicate(name)`` for every event, evaluated once per distinct name (traces repeat names a lot)."""
+    memo = trace._memo
+    if "name_codes" not in memo:
+        memo["name_codes"] = pd.factorize(trace.events["name"])
+    if ("name", key) not in memo:
+        codes, uniques = memo["name_codes"]
+        hits = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
+        memo[("name", key)] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return memo[("name", key)]
+
+
+def is_sync_call(trace: Trace) -> np.ndarray:
+    return name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+
+
 def host_union(trace: Trace, rank: int, cause: str):
     """Union of host time spent on one activity: ``sync``, ``data_wait``, ``collective``, ``launch``."""
 
     def mask(ev: pd.DataFrame) -> pd.Series:
         on_rank = (ev["rank"] == rank) & (ev["device"] < 0)
         if cause == "sync":
-            return on_rank & (ev["kind"] == "runtime") & ev["name"].isin(SYNC_CALLS)
+            return on_rank & is_sync_call(trace)
         if cause == "data_wait":
-            return on_rank & ev["kind"].isin(("annotation", "cpu_op")) & ev["name"].str.contains(DATA_WAIT)
+            return on_rank & ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
-            return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & ev["name"].str.startswith(LAUNCH_PREFIXES)))
+            launches = name_mask(trace, "launch", lambda n: n.startswith(LAUNCH_PREFIXES))
+            return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
@@ -127,6 +163,7 @@ def host_union(trace: Trace, rank: int, cause: str):
     return _union(trace, ("host", rank, cause), mask)
 
 
+@_cached
 def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     """Analysis windows (``rank, step, start_us, end_us, dur_us``): the training steps, else one
     whole-trace window per rank.
@@ -135,9 +172,6 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     the GPU does; the last window is stretched to the end of the GPU work launched inside the
     steps, so totals cover everything the steps asked for.
     """
-    key = ("windows", rank)
-    if key in trace._memo:
-        return trace._memo[key]
     steps = trace.steps
     ranks = trace.ranks if rank is None else [rank]
     ev = trace.events
@@ -157,12 +191,11 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
             st.loc[last, "end_us"] = max(float(st.loc[last, "end_us"]), float(dev["end_us"].max()))
             st["dur_us"] = st["end_us"] - st["start_us"]
         rows.append(st)
-    out = (pd.concat(rows, ignore_index=True) if rows
-           else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
-    trace._memo[key] = out
-    return out
+    return (pd.concat(rows, ignore_index=True) if rows
+            else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
 
 
+@_cached
 def _devices_of(trace: Trace, rank: int) -> list[int]:
     ev = trace.events
     sel = ev[(ev["rank"] == rank) & (ev["device"] >= 0) & ev["kind"].isin(GPU_WORK_KINDS)]
@@ -170,6 +203,7 @@ def _devices_of(trace: Trace, rank: int) -> list[int]:
 
 
 # --- GPU busy / idle -------------------------------------------------------------------------
+@_cached
 def gpu_busy(trace: Trace) -> pd.DataFrame:
     """Per rank, device and window: ``busy_us``, ``kernel_us`` (compute only), ``idle_us``, ``busy_share``."""
     rows = []
@@ -194,6 +228,7 @@ def gpu_utilization(trace: Trace) -> float:
     return float(busy["busy_us"].sum() / busy["window_us"].sum())
 
 
+@_cached
 def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
     """GPU idle gaps inside the analysis windows, each with what the host was doing meanwhile.
 
@@ -209,26 +244,27 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
     for rank in trace.ranks:
         win = windows(trace, rank)
         host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
-        sync_ends = np.sort(trace.events.loc[
-            (trace.events["rank"] == rank) & (trace.events["kind"] == "runtime")
-            & trace.events["name"].isin(SYNC_CALLS), "end_us"].to_numpy())
+        sync_ends = np.sort(trace.events.loc[(trace.events["rank"] == rank) & is_sync_call(trace), "end_us"].to_numpy())
         for device in _devices_of(trace, rank):
             us, ue = gpu_work_union(trace, rank, device)
-            for step, ws, we in zip(win["step"], win["start_us"], win["end_us"]):
-                gs, ge = gaps_in(us, ue, ws, we)
-                keep = (ge - gs) > min_gap_us
-                gs, ge = gs[keep], ge[keep]
-                if gs.size == 0:
-                    continue
-                frame = {"rank": rank, "device": device, "step": int(step), "start_us": gs, "end_us": ge, "dur_us": ge - gs}
-                for c, (hs, he) in host.items():
-                    frame[f"{c}_us"] = overlap(hs, he, gs, ge)
-                # the gap starts as a sync returns: the host was blocked until the GPU drained
-                j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
-                jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
-                after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
-                frame["cause"] = _blame(after_sync, frame)
-                out.append(pd.DataFrame(frame))
+            # Collect every window's gaps, then ask each host activity once (not once per window).
+            pieces = [(step, *gaps_in(us, ue, ws, we)) for step, ws, we in zip(win["step"], win["start_us"], win["end_us"])]
+            gs = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
+            ge = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+            steps = np.concatenate([np.full(p[1].size, int(p[0])) for p in pieces]) if pieces else np.zeros(0, int)
+            keep = (ge - gs) > min_gap_us
+            gs, ge, steps = gs[keep], ge[keep], steps[keep]
+            if gs.size == 0:
+                continue
+            frame = {"rank": rank, "device": device, "step": steps, "start_us": gs, "end_us": ge, "dur_us": ge - gs}
+            for c, (hs, he) in host.items():
+                frame[f"{c}_us"] = overlap(hs, he, gs, ge)
+            # the gap starts as a sync returns: the host was blocked until the GPU drained
+            j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
+            jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
+            after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
+            frame["cause"] = _blame(after_sync, frame)
+            out.append(pd.DataFrame(frame))
     if not out:
         return pd.DataFrame(columns=cols)
     return pd.concat(out, ignore_index=True)[cols]
@@ -258,6 +294,7 @@ def idle_by_cause(trace: Trace) -> dict[str, float]:
 
 
 # --- kernels and launches ----------------------------------------------------------------------
+@_cached
 def kernel_stats(trace: Trace, top: int = 10) -> dict[str, Any]:
     """Kernel count per step, duration distribution and the kernels that take the most time."""
     ev = trace.events
@@ -283,15 +320,16 @@ def kernel_stats(trace: Trace, top: int = 10) -> dict[str, Any]:
     }
 
 
+@_cached
 def launch_stats(trace: Trace) -> dict[str, float]:
     """Launch-call durations and the delay from a launch call to its kernel's start."""
     ev = trace.events
-    calls = ev[(ev["kind"] == "runtime") & ev["name"].str.startswith(("cudaLaunch", "cuLaunch"))]
+    calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "kernel_launch", lambda n: n.startswith(("cudaLaunch", "cuLaunch")))]
     kernels = ev[ev["kind"].isin(("kernel", "collective")) & (ev["correlation"] >= 0)]
     joined = kernels[["rank", "correlation", "start_us"]].merge(
         calls[["rank", "correlation", "start_us", "dur_us"]], on=["rank", "correlation"], suffixes=("_kernel", "_call"))
     delay = (joined["start_us_kernel"] - joined["start_us_call"]).to_numpy()
-    graph_calls = ev[(ev["kind"] == "runtime") & ev["name"].str.startswith(("cudaGraphLaunch", "cuGraphLaunch"))]
+    graph_calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch")))]
     from_graphs = kernels.merge(graph_calls[["rank", "correlation"]], on=["rank", "correlation"])
     individually = 1.0 - len(from_graphs) / len(kernels) if len(kernels) else float("nan")
     return {
@@ -304,6 +342,7 @@ def launch_stats(trace: Trace) -> dict[str, float]:
 
 
 # --- copies ----------------------------------------------------------------------------------
+@_cached
 def copy_stats(trace: Trace) -> pd.DataFrame:
     """Per direction and host memory kind: ``count, time_us, bytes, gb_per_s, overlap_share``.
 
@@ -329,6 +368,7 @@ def copy_stats(trace: Trace) -> pd.DataFrame:
 
 
 # --- syncs -------------------------------------------------------------------------------------
+@_cached
 def sync_stats(trace: Trace) -> dict[str, Any]:
     """Host time blocked in synchronizing CUDA calls, sync points per step, and the ops that caused them.
 
@@ -336,14 +376,14 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     friends); it is measurable on CPU-only traces too, where nothing actually waits.
     """
     ev = trace.events
-    syncs = ev[(ev["kind"] == "runtime") & ev["name"].isin(SYNC_CALLS)]
+    syncs = ev[is_sync_call(trace)]
     win = windows(trace)
     n_steps = max(int((win["step"] >= 0).sum()), 1)
     in_steps = syncs[syncs["step"] >= 0] if (win["step"] >= 0).any() else syncs
     causes = _sync_causes(ev, in_steps)
     blocked = float(in_steps["dur_us"].sum())  # CUDA API calls on one thread never nest
     total_window = float(win["dur_us"].sum()) or 1.0
-    ops = ev[(ev["kind"] == "cpu_op") & ev["name"].isin(SYNCING_OPS)]
+    ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", set(SYNCING_OPS).__contains__)]
     ops = ops[ops["step"] >= 0] if (win["step"] >= 0).any() else ops
     ops = ops[~_inside_ranges(ops, ev, OPTIMIZER_RANGE)]
     # aten::item calls aten::_local_scalar_dense: count the outermost of each nest once.
@@ -363,7 +403,8 @@ def _inside_ranges(sel: pd.DataFrame, ev: pd.DataFrame, pattern: re.Pattern) -> 
     out = np.zeros(len(sel), dtype=bool)
     if sel.empty:
         return out
-    ranges = ev[(ev["kind"] == "annotation") & ev["name"].str.contains(pattern)]
+    annotations = ev[ev["kind"] == "annotation"]  # few rows: plain string matching is fine here
+    ranges = annotations[annotations["name"].str.contains(pattern)]
     for (rank, tid), grp in ranges.groupby(["rank", "tid"]):
         rs, re_ = merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy())
         on = ((sel["rank"] == rank) & (sel["tid"] == tid)).to_numpy()
@@ -415,6 +456,7 @@ def _sync_causes(ev: pd.DataFrame, syncs: pd.DataFrame) -> dict[str, int]:
 
 
 # --- data loading ------------------------------------------------------------------------------
+@_cached
 def data_wait(trace: Trace) -> dict[str, float]:
     """Host time in DataLoader / data ranges per step, and the share of step time it takes."""
     win = windows(trace)
@@ -428,6 +470,7 @@ def data_wait(trace: Trace) -> dict[str, float]:
 
 
 # --- communication -----------------------------------------------------------------------------
+@_cached
 def comm_stats(trace: Trace) -> pd.DataFrame:
     """Per rank and window: collective time, compute time, and exposed collective time.
 

@@ -69,7 +69,7 @@ def read_file(p: Path) -> tuple[pd.DataFrame, dict, str]:
                 "make it with: nsys export --type sqlite -o OUT.sqlite REPORT.nsys-rep"
             )
         raw = p.read_bytes()
-    if not raw.lstrip()[:1] == b"{":
+    if not raw[:256].lstrip()[:1] == b"{":
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
@@ -80,8 +80,7 @@ def read_file(p: Path) -> tuple[pd.DataFrame, dict, str]:
 
 def _gunzip(p: Path) -> bytes:
     try:
-        with gzip.open(p, "rb") as fh:
-            return fh.read()
+        return gzip.decompress(p.read_bytes())
     except (EOFError, OSError, zlib.error) as exc:
         raise TraceError(
             f"{p}: the gzip data is broken ({exc}); the file was probably cut short: copy or record it again"

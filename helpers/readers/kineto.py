@@ -64,81 +64,63 @@ def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
             f"{path}: JSON without a 'traceEvents' list, so not a PyTorch-profiler trace; "
             "write one with prof.export_chrome_trace(...) or tensorboard_trace_handler"
         )
-    cols: dict[str, list] = {k: [] for k in (
-        "kind", "lane", "name", "start_us", "dur_us", "device", "stream", "pid", "tid",
-        "correlation", "bytes", "copy_kind", "host_memory")}
-    kind_of = _CATEGORY_KIND.get
-    for i, ev in enumerate(doc["traceEvents"]):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        cat = ev.get("cat", "")
-        kind = kind_of(cat) if isinstance(cat, str) else None
-        if kind is None:
-            continue
-        ts, dur, name = ev.get("ts"), ev.get("dur"), ev.get("name")
-        if not _is_number(ts) or not _is_number(dur) or not isinstance(name, str):
-            raise TraceError(
-                f"{path}: event #{i} ({ev.get('cat')}) lacks a numeric 'ts'/'dur' or a 'name'; "
-                "the trace is damaged: record it again"
-            )
-        if dur < 0 or not math.isfinite(ts) or not math.isfinite(dur):
-            raise TraceError(
-                f"{path}: event #{i} ({name[:40]!r}) has a negative or infinite time; "
-                "the trace is damaged: record it again"
-            )
-        args = ev.get("args")
-        if not isinstance(args, dict):
-            args = {}
-        corr = args.get("correlation", -1)
-        device = stream = -1
-        pid = tid = -1
-        copy_kind = host_memory = ""
-        nbytes = math.nan
-        if kind in ("kernel", "memcpy", "memset", "sync", "gpu_annotation"):
-            device = _as_int(args.get("device", ev.get("pid")))
-            stream = _as_int(args.get("stream", ev.get("tid")))
-            if kind == "kernel" and is_collective_kernel(name):
-                kind = "collective"
-            if kind == "memcpy":
-                m = _MEMCPY.match(name)
-                if m:
-                    copy_kind = _DIRECTION.get(m.group(1), m.group(1))
-                    host_memory = _memory_side(copy_kind, m.group(2), m.group(3))
-                nbytes = _as_float(args.get("bytes"))
-                lane = f"GPU {device} memcpy"
-            elif kind == "memset":
-                nbytes = _as_float(args.get("bytes"))
-                lane = f"GPU {device} stream {stream}"
-            else:
-                lane = f"GPU {device} stream {stream}"
-        else:
-            pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
+    raw_events = doc["traceEvents"]
+    kind_of = _CATEGORY_KIND
+    evs = [e for e in raw_events
+           if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
+    names = [e.get("name") for e in evs]
+    ts = _times(evs, "ts", path)
+    dur = _times(evs, "dur", path)
+    bad_name = [i for i, n in enumerate(names) if type(n) is not str]
+    if bad_name:
+        _damaged(path, raw_events, evs[bad_name[0]], "lacks a 'name'")
+    if (dur < 0).any() or not np.isfinite(ts).all() or not np.isfinite(dur).all():
+        i = int(np.flatnonzero((dur < 0) | ~np.isfinite(ts) | ~np.isfinite(dur))[0])
+        _damaged(path, raw_events, evs[i], "has a negative or infinite time")
+    kinds = np.array([kind_of[e["cat"]] for e in evs], dtype=object)
+    args = [a if type(a := e.get("args")) is dict else {} for e in evs]
+    on_device = np.isin(kinds, ("kernel", "memcpy", "memset", "sync", "gpu_annotation"))
+    n = len(evs)
+    device = np.full(n, -1, dtype=np.int64)
+    stream = np.full(n, -1, dtype=np.int64)
+    pid = np.full(n, -1, dtype=np.int64)
+    tid = np.full(n, -1, dtype=np.int64)
+    dev_idx = np.flatnonzero(on_device)
+    host_idx = np.flatnonzero(~on_device)
+    device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx])
+    stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx])
+    pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx])
+    tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx])
+    correlation = _ints([a.get("correlation", -1) for a in args])
+    nbytes = np.full(n, math.nan)
+    copy_kind = np.full(n, "", dtype=object)
+    host_memory = np.full(n, "", dtype=object)
+    names_arr = np.array(names, dtype=object)
+    # Work per distinct name, not per event: traces repeat a few hundred names many times.
+    for kind, fix in (("kernel", _kernel_kind), ("runtime", _runtime_name), ("annotation", _annotation_kind)):
+        idx = np.flatnonzero(kinds == kind)
+        if idx.size:
+            uniq, inv = np.unique(names_arr[idx], return_inverse=True)
+            mapped = [fix(u) for u in uniq]
             if kind == "runtime":
-                name = _VERSION_SUFFIX.sub("", name)
-                lane = f"CUDA API {tid}"
-            elif kind == "annotation":
-                if name.startswith("gloo:"):
-                    kind = "collective"
-                    lane = f"CPU {tid}"
-                else:
-                    lane = f"ranges {tid}"
+                names_arr[idx] = np.array(mapped, dtype=object)[inv]
             else:
-                lane = f"CPU {tid}"
-        cols["kind"].append(kind)
-        cols["lane"].append(lane)
-        cols["name"].append(name)
-        cols["start_us"].append(ts)
-        cols["dur_us"].append(dur)
-        cols["device"].append(device)
-        cols["stream"].append(stream)
-        cols["pid"].append(pid)
-        cols["tid"].append(tid)
-        cols["correlation"].append(_as_int(corr))
-        cols["bytes"].append(nbytes)
-        cols["copy_kind"].append(copy_kind)
-        cols["host_memory"].append(host_memory)
-    origin = float(np.min(cols["start_us"])) if cols["start_us"] else 0.0
-    events = build_events(cols)
+                kinds[idx] = np.array(mapped, dtype=object)[inv]
+    for i in np.flatnonzero((kinds == "memcpy") | (kinds == "memset")):
+        nbytes[i] = _as_float(args[i].get("bytes"))
+    mc = np.flatnonzero(kinds == "memcpy")
+    if mc.size:
+        uniq, inv = np.unique(names_arr[mc], return_inverse=True)
+        parsed = [_memcpy_kind(u) for u in uniq]
+        copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[inv]
+        host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[inv]
+    lanes = _lanes(kinds, device, stream, tid)
+    origin = float(ts.min()) if n else 0.0
+    events = build_events({
+        "kind": kinds, "lane": lanes, "name": names_arr, "start_us": ts, "dur_us": dur, "device": device,
+        "stream": stream, "pid": pid, "tid": tid, "correlation": correlation, "bytes": nbytes,
+        "copy_kind": copy_kind, "host_memory": host_memory,
+    })
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
@@ -154,6 +136,84 @@ def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
         "torch_version": str(doc.get("torch_version", "")),
     }
     return events, metadata
+
+
+def _damaged(path: Path, raw_events: list, ev: dict, problem: str) -> None:
+    index = next(i for i, e in enumerate(raw_events) if e is ev)
+    raise TraceError(f"{path}: event #{index} ({str(ev.get('name'))[:40]!r}) {problem}; the trace is damaged: record it again")
+
+
+def _numeric_column(values: list) -> np.ndarray | None:
+    """``values`` as a 1-D numpy array when numpy can infer one, else None."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        arr = np.array(values)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return arr if arr.ndim == 1 else None
+
+
+def _times(evs: list[dict], key: str, path: Path) -> np.ndarray:
+    values = [e.get(key) for e in evs]
+    arr = _numeric_column(values)
+    if arr is not None and arr.dtype.kind in "fiu":  # numpy inferred a numeric column: the common, fast case
+        return arr.astype(np.float64)
+    bad = next((e for e, v in zip(evs, values) if type(v) not in (int, float)), evs[0])
+    raise TraceError(
+        f"{path}: an event ({str(bad.get('name'))[:40]!r}, {bad.get('cat')}) lacks a numeric {key!r}; "
+        "the trace is damaged: record it again"
+    )
+
+
+def _ints(values: list) -> np.ndarray:
+    arr = _numeric_column(values)
+    if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8 and (arr.dtype.kind == "i" or arr.max(initial=0) < 2**63):
+        return arr.astype(np.int64)
+    return np.array([_as_int(v) for v in values], dtype=np.int64)
+
+
+def _kernel_kind(name: str) -> str:
+    return "collective" if is_collective_kernel(name) else "kernel"
+
+
+def _runtime_name(name: str) -> str:
+    return _VERSION_SUFFIX.sub("", name)
+
+
+def _annotation_kind(name: str) -> str:
+    return "collective" if name.startswith("gloo:") else "annotation"
+
+
+def _memcpy_kind(name: str) -> tuple[str, str]:
+    m = _MEMCPY.match(name)
+    if not m:
+        return "", ""
+    direction = _DIRECTION.get(m.group(1), m.group(1))
+    return direction, _memory_side(direction, m.group(2), m.group(3))
+
+
+def _lanes(kinds: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Lane names, built once per distinct (kind, device, stream, thread)."""
+    cache: dict[tuple, str] = {}
+    out = np.empty(len(kinds), dtype=object)
+    for i, key in enumerate(zip(kinds.tolist(), device.tolist(), stream.tolist(), tid.tolist())):
+        lane = cache.get(key)
+        if lane is None:
+            k, d, s, t = key
+            if k == "memcpy":
+                lane = f"GPU {d} memcpy"
+            elif d >= 0:
+                lane = f"GPU {d} stream {s}"
+            elif k == "runtime":
+                lane = f"CUDA API {t}"
+            elif k == "annotation":
+                lane = f"ranges {t}"
+            else:
+                lane = f"CPU {t}"
+            cache[key] = lane
+        out[i] = lane
+    return out
 
 
 def _is_number(value: object) -> bool:
