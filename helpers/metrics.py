@@ -220,6 +220,21 @@ def gpu_busy(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "device", "step", "window_us", "busy_us", "kernel_us", "idle_us", "busy_share"])
 
 
+@_cached
+def stream_busy(trace: Trace) -> pd.DataFrame:
+    """Per rank, device and stream: GPU work on that stream over the analysis windows (``busy_us, window_us, busy_share``)."""
+    rows = []
+    ev = trace.events
+    work = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["device"] >= 0)]
+    for (rank, device, stream), grp in work.groupby(["rank", "device", "stream"]):
+        win = windows(trace, int(rank))
+        us, ue = merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy())
+        busy = float(overlap(us, ue, win["start_us"].to_numpy(), win["end_us"].to_numpy()).sum())
+        total = float(win["dur_us"].sum())
+        rows.append((int(rank), int(device), int(stream), busy, total, busy / total if total else 0.0))
+    return pd.DataFrame(rows, columns=["rank", "device", "stream", "busy_us", "window_us", "busy_share"])
+
+
 def gpu_utilization(trace: Trace) -> float:
     """Share of step time (all steps, devices and ranks together) in which a GPU had work. NaN without GPU events."""
     busy = gpu_busy(trace)
@@ -594,6 +609,7 @@ def summary(trace: Trace) -> dict[str, Any]:
     }
     if trace.has_gpu:
         out["gpu_utilization"] = gpu_utilization(trace)
+        out["streams"] = stream_busy(trace).to_dict("records")
         out["idle_by_cause_us"] = idle_by_cause(trace)
         out["launch"] = launch_stats(trace)
         out["copies"] = copy_stats(trace).to_dict("records")

@@ -141,7 +141,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     ax.grid(axis="x", alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
-    fig.tight_layout()
+    _tidy(fig)
     return fig
 
 
@@ -186,8 +186,17 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)
-    fig.tight_layout()
+    _tidy(fig)
     return fig
+
+
+def _tidy(fig) -> None:
+    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
 
 
 def _fmt(v: float) -> str:

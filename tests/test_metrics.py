@@ -32,6 +32,13 @@ def test_gpu_busy(trace):
     assert m.gpu_utilization(trace) == pytest.approx(1250 / 2000)
 
 
+def test_stream_busy(trace):
+    sb = m.stream_busy(trace).set_index("stream")
+    # stream 7: kernels 200 + 100 + 800 us and the 50 us copy; stream 8: one 150 us kernel; 2000 us of steps
+    assert sb.loc[7, "busy_us"] == pytest.approx(1150) and sb.loc[8, "busy_us"] == pytest.approx(150)
+    assert sb.loc[7, "busy_share"] == pytest.approx(0.575)
+
+
 def test_idle_gaps_and_causes(trace):
     gaps = m.idle_gaps(trace)
     got = [(g.start_us, g.end_us, g.cause) for g in gaps.itertuples()]
