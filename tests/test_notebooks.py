@@ -50,6 +50,9 @@ def test_strip_solutions():
     assert strip_solutions(src) == 'def f(x: int) -> int:\n    """Goal."""\n    raise NotImplementedError("Exercise: replace this line with your code")\n'
     with pytest.raises(ValueError):
         strip_solutions("# BEGIN SOLUTION\nx = 1\n")
+    answer = "# BEGIN SOLUTION\ngaps = f(t)\nlongest_ms = gaps.max()\n# END SOLUTION\nlongest_ms"
+    assert strip_solutions(answer).splitlines()[0] == (
+        'raise NotImplementedError("Exercise: replace this line with longest_ms = <your answer>")')
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "labs").glob("*.ipynb")))

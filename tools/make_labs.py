@@ -21,20 +21,33 @@ ROOT = Path(__file__).resolve().parents[1]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
+ASSIGNMENT = re.compile(r"^(\w+)\s*(?::[^=]+)?=(?!=)")
+
+
+def stub_for(body: list[str], indent: str) -> str:
+    """The line that replaces a solution: it names the variable to set when the solution ends by setting one."""
+    targets = [m.group(1) for line in body if line.startswith(indent) and (m := ASSIGNMENT.match(line[len(indent):]))]
+    if targets and not body[-1][len(indent):].startswith((" ", "return")):
+        return f'{indent}raise NotImplementedError("Exercise: replace this line with {targets[-1]} = <your answer>")'
+    return f"{indent}{STUB}"
 
 
 def strip_solutions(source: str) -> str:
     out: list[str] = []
+    body: list[str] = []
+    indent = ""
     inside = False
     for line in source.split("\n"):
         m = BEGIN.match(line)
         if m and not inside:
-            inside = True
-            out.append(f"{m.group(1)}{STUB}")
+            inside, indent, body = True, m.group(1), []
             continue
         if inside:
             if END.match(line):
                 inside = False
+                out.append(stub_for(body or [""], indent))
+            else:
+                body.append(line)
             continue
         out.append(line)
     if inside:
