@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from . import metrics as m
 from . import thresholds as th
 from .model import Trace
@@ -224,4 +222,4 @@ def _comm_findings(trace: Trace) -> list[Finding]:
     return out
 
 
-__all__ = ["FIXES", "Finding", "PATTERNS", "diagnose", "np"]
+__all__ = ["FIXES", "Finding", "PATTERNS", "diagnose"]

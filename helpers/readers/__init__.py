@@ -11,7 +11,6 @@ import re
 import zlib
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
@@ -127,4 +126,4 @@ def _load_directory(d: Path, step_pattern: str | None) -> Trace:
     return Trace(events, str(d), "directory", metadata)
 
 
-__all__ = ["load", "read_file", "np"]
+__all__ = ["load", "read_file"]
