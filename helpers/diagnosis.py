@@ -86,7 +86,7 @@ def _gpu_findings(trace: Trace, total_us: float, n_steps: int) -> list[Finding]:
     out: list[Finding] = []
     gaps = m.idle_gaps(trace)
     denom = _devices_total(trace)
-    idle = {c: float(gaps.loc[gaps["cause"] == c, "dur_us"].sum()) for c in m.CAUSES}
+    idle = m.idle_by_cause(trace)
     util = m.gpu_utilization(trace)
     dw = m.data_wait(trace)
     if idle["data_wait"] / denom >= th.DATA_STALL_SHARE:
@@ -128,24 +128,21 @@ def _gpu_findings(trace: Trace, total_us: float, n_steps: int) -> list[Finding]:
              "individually_launched_share": launch["individually_launched_share"],
              "gpu_idle_while_dispatching_ms_per_step": idle["launch"] / n_steps / 1e3, "gpu_utilization": util},
             FIXES["launch_overhead"], _largest_gap(gaps, "launch")))
-    copies = m.copy_stats(trace)
-    h2d = copies[copies["copy_kind"] == "H2D"]
-    if not h2d.empty:
-        exposed_us = float((h2d["time_us"] * (1 - h2d["overlap_share"])).sum())
-        t = float(h2d["time_us"].sum())
-        pageable = float(h2d.loc[h2d["host_memory"] == "pageable", "bytes"].sum() / max(h2d["bytes"].sum(), 1))
+    h2d = m.h2d_stats(trace)
+    if h2d:
+        t, exposed_us, pageable = h2d["time_us"], h2d["exposed_us"], h2d["pageable_byte_share"]
         # Pinned copies that already overlap compute run at link speed: nothing left to fix here.
-        fixable = pageable >= th.H2D_PAGEABLE_SHARE or (1 - exposed_us / t) < th.H2D_MIN_OVERLAP
+        fixable = pageable >= th.H2D_PAGEABLE_SHARE or h2d["overlap_with_compute"] < th.H2D_MIN_OVERLAP
         if exposed_us / denom >= th.H2D_EXPOSED_SHARE and fixable:
             ev = trace.events
             big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
             row = big.loc[big["dur_us"].idxmax()]
             out.append(Finding(
                 "h2d_copy", exposed_us / denom,
-                f"Host-to-device copies take {t / n_steps / 1e3:.2f} ms per step at {float(h2d['bytes'].sum()) / t / 1e3:.1f} GB/s "
+                f"Host-to-device copies take {t / n_steps / 1e3:.2f} ms per step at {h2d['gb_per_s']:.1f} GB/s "
                 f"({pageable:.0%} of bytes from pageable memory) and nothing computes meanwhile.",
-                {"h2d_ms_per_step": t / n_steps / 1e3, "h2d_gb_per_s": float(h2d["bytes"].sum()) / t / 1e3,
-                 "pageable_byte_share": pageable, "overlap_with_compute": float(1 - exposed_us / t),
+                {"h2d_ms_per_step": t / n_steps / 1e3, "h2d_gb_per_s": h2d["gb_per_s"],
+                 "pageable_byte_share": pageable, "overlap_with_compute": h2d["overlap_with_compute"],
                  "gpu_utilization": util},
                 FIXES["h2d_copy"], (float(row["start_us"]), float(row["end_us"]))))
     if util >= th.GPU_BOUND_BUSY:
@@ -155,7 +152,7 @@ def _gpu_findings(trace: Trace, total_us: float, n_steps: int) -> list[Finding]:
 
 def _longest_sync(trace: Trace) -> tuple[float, float] | None:
     ev = trace.events
-    s = ev[(ev["kind"] == "runtime") & ev["name"].isin(m.SYNC_CALLS)]
+    s = ev[m.is_sync_call(trace)]
     if s.empty:
         return None
     row = s.loc[s["dur_us"].idxmax()]

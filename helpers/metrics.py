@@ -382,6 +382,22 @@ def copy_stats(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values("time_us", ascending=False).reset_index(drop=True)
 
 
+def h2d_stats(trace: Trace) -> dict[str, float] | None:
+    """All host-to-device copies together: ``time_us, bytes, gb_per_s, exposed_us`` (copy time no
+    compute kernel overlaps), ``overlap_with_compute`` and ``pageable_byte_share``. None without H2D copies."""
+    c = copy_stats(trace)
+    h = c[c["copy_kind"] == "H2D"]
+    if h.empty:
+        return None
+    time_us, nbytes = float(h["time_us"].sum()), float(h["bytes"].sum())
+    exposed = float((h["time_us"] * (1 - h["overlap_share"])).sum())
+    return {
+        "time_us": time_us, "bytes": nbytes, "gb_per_s": nbytes / (time_us * 1e3) if time_us > 0 else float("nan"),
+        "exposed_us": exposed, "overlap_with_compute": 1 - exposed / time_us if time_us > 0 else 0.0,
+        "pageable_byte_share": float(h.loc[h["host_memory"] == "pageable", "bytes"].sum() / max(nbytes, 1)),
+    }
+
+
 # --- syncs -------------------------------------------------------------------------------------
 @_cached
 def sync_stats(trace: Trace) -> dict[str, Any]:

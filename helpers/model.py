@@ -77,6 +77,29 @@ DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d
 
 _NCCL_KERNEL = re.compile(r"^nccl(Dev)?Kernel", re.IGNORECASE)
 
+#: CUPTI / Nsight copy directions as the events table spells them.
+COPY_DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
+
+
+def host_memory_of(direction: str, src: str, dst: str) -> str:
+    """``pageable`` / ``pinned`` for the host side of a copy (src and dst as the tools spell them), else ``""``."""
+    host = src if direction in ("H2D", "H2H") else dst if direction == "D2H" else ""
+    host = host.lower()
+    return host if host in ("pageable", "pinned") else ""
+
+
+def lane_name(kind: str, device: int, stream: int, tid: int) -> str:
+    """The timeline lane of an event; every reader names lanes through this one function."""
+    if kind == "memcpy":
+        return f"GPU {device} memcpy"
+    if device >= 0:
+        return f"GPU {device} stream {stream}"
+    if kind == "runtime":
+        return f"CUDA API {tid}"
+    if kind == "annotation":
+        return f"ranges {tid}"
+    return f"CPU {tid}"
+
 
 def is_collective_kernel(name: str) -> bool:
     """NCCL kernels are named ``ncclDevKernel_*`` (newer) or ``ncclKernel_*`` (older)."""

@@ -22,15 +22,13 @@ from helpers import thresholds as th  # noqa: E402
 
 def figures(path: Path) -> dict:
     t = load(path)
-    win = metrics.windows(t)
     out = {"findings": ", ".join(f.pattern for f in diagnose(t)) or "-"}
     if t.has_gpu:
         busy = metrics.gpu_busy(t)
         denom = float(busy["window_us"].sum())
         idle = metrics.idle_by_cause(t)
         sync = metrics.sync_stats(t)
-        copies = metrics.copy_stats(t)
-        h2d = copies[copies["copy_kind"] == "H2D"]
+        h2d = metrics.h2d_stats(t)
         out.update({
             "gpu busy": f"{metrics.gpu_utilization(t):.2f}",
             "idle: data": f"{idle['data_wait'] / denom:.2f}",
@@ -39,7 +37,7 @@ def figures(path: Path) -> dict:
             "launched one by one": f"{metrics.launch_stats(t)['individually_launched_share']:.2f}",
             "syncs/step": f"{sync['sync_points_per_step']:.1f}",
             "host blocked": f"{sync['blocked_share']:.2f}",
-            "H2D exposed": f"{float((h2d['time_us'] * (1 - h2d['overlap_share'])).sum()) / denom:.2f}" if len(h2d) else "-",
+            "H2D exposed": f"{h2d['exposed_us'] / denom:.2f}" if h2d else "-",
         })
     else:
         out["host data wait"] = f"{metrics.data_wait(t)['data_wait_share']:.2f}"
@@ -47,7 +45,6 @@ def figures(path: Path) -> dict:
     if not comm.empty and comm["collective_us"].sum() > 0:
         out["comm exposed"] = f"{comm['exposed_us'].sum() / comm['window_us'].sum():.2f}"
         out["rank spread"] = f"{metrics.rank_imbalance(t)['compute_spread']:.2f}"
-    del win
     return out
 
 

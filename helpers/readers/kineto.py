@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import build_events, is_collective_kernel
+from ..model import COPY_DIRECTION, build_events, host_memory_of, is_collective_kernel, lane_name
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -40,15 +40,8 @@ _CATEGORY_KIND = {
     "python_function": "python",
     "cuda_sync": "sync",
 }
-_DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
-
-
-def _memory_side(direction: str, src: str, dst: str) -> str:
-    host = src if direction in ("H2D", "H2H") else dst if direction == "D2H" else ""
-    host = host.lower()
-    return host if host in ("pageable", "pinned") else ""
 
 
 def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
@@ -189,8 +182,8 @@ def _memcpy_kind(name: str) -> tuple[str, str]:
     m = _MEMCPY.match(name)
     if not m:
         return "", ""
-    direction = _DIRECTION.get(m.group(1), m.group(1))
-    return direction, _memory_side(direction, m.group(2), m.group(3))
+    direction = COPY_DIRECTION.get(m.group(1), m.group(1))
+    return direction, host_memory_of(direction, m.group(2), m.group(3))
 
 
 def _lanes(kinds: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -200,18 +193,7 @@ def _lanes(kinds: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.nd
     for i, key in enumerate(zip(kinds.tolist(), device.tolist(), stream.tolist(), tid.tolist())):
         lane = cache.get(key)
         if lane is None:
-            k, d, s, t = key
-            if k == "memcpy":
-                lane = f"GPU {d} memcpy"
-            elif d >= 0:
-                lane = f"GPU {d} stream {s}"
-            elif k == "runtime":
-                lane = f"CUDA API {t}"
-            elif k == "annotation":
-                lane = f"ranges {t}"
-            else:
-                lane = f"CPU {t}"
-            cache[key] = lane
+            lane = cache[key] = lane_name(*key)
         out[i] = lane
     return out
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import build_events, is_collective_kernel
+from ..model import COPY_DIRECTION, build_events, host_memory_of, is_collective_kernel, lane_name
 
 ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -28,7 +28,6 @@ ACTIVITY_TABLES = (
     "NVTX_EVENTS",
 )
 COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
-DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
 MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
 SYNC_TYPE = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 NVTX_RANGE_TYPES = (59, 60)
@@ -66,7 +65,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
                   "FROM CUPTI_ACTIVITY_KIND_KERNEL")
         names = [strings.get(d) or strings.get(s, "?") for d, s in zip(k["demangledName"], k["shortName"])]
         kinds = ["collective" if is_collective_kernel(n) else "kernel" for n in names]
-        parts.append(_device_part(k, names, kinds, [f"GPU {d} stream {s}" for d, s in zip(k.deviceId, k.streamId)]))
+        parts.append(_device_part(k, names, kinds))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         m = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
                   "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
@@ -74,35 +73,36 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
         src = [MEM_KIND.get(_int(s), "Unknown") for s in m["srcKind"]]
         dst = [MEM_KIND.get(_int(s), "Unknown") for s in m["dstKind"]]
         names = [f"Memcpy {o} ({s} -> {d})" for o, s, d in zip(op, src, dst)]
-        part = _device_part(m, names, ["memcpy"] * len(m), [f"GPU {d} memcpy" for d in m.deviceId])
+        part = _device_part(m, names, ["memcpy"] * len(m))
         part["bytes"] = m["bytes"].astype("float64")
-        part["copy_kind"] = [DIRECTION.get(o, "") for o in op]
-        part["host_memory"] = [_host_memory(DIRECTION.get(o, ""), s, d) for o, s, d in zip(op, src, dst)]
+        part["copy_kind"] = [COPY_DIRECTION.get(o, "") for o in op]
+        part["host_memory"] = [host_memory_of(COPY_DIRECTION.get(o, ""), s, d) for o, s, d in zip(op, src, dst)]
         parts.append(part)
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
         s = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, memKind FROM CUPTI_ACTIVITY_KIND_MEMSET")
         names = [f"Memset ({MEM_KIND.get(_int(k), 'Unknown')})" for k in s["memKind"]]
-        part = _device_part(s, names, ["memset"] * len(s), [f"GPU {d} stream {st}" for d, st in zip(s.deviceId, s.streamId)])
+        part = _device_part(s, names, ["memset"] * len(s))
         part["bytes"] = s["bytes"].astype("float64")
         parts.append(part)
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         y = frame("SELECT start, end, deviceId, streamId, correlationId, syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
         names = [SYNC_TYPE.get(int(t), "Sync") for t in y["syncType"]]
-        parts.append(_device_part(y, names, ["sync"] * len(y), [f"GPU {d} stream {st}" for d, st in zip(y.deviceId, y.streamId)]))
+        parts.append(_device_part(y, names, ["sync"] * len(y)))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         r = frame("SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
         names = [_VERSION_SUFFIX.sub("", strings.get(n, "?")) for n in r["nameId"]]
-        parts.append(_host_part(r, names, "runtime", "CUDA API"))
+        parts.append(_host_part(r, names, "runtime"))
     if "NVTX_EVENTS" in tables:
         n = frame("SELECT start, end, eventType, text, textId, globalTid FROM NVTX_EVENTS "
                   f"WHERE eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL")
         names = [t if isinstance(t, str) else strings.get(_int(i), "") for t, i in zip(n["text"], n["textId"])]
         n["correlationId"] = -1
-        parts.append(_host_part(n, names, "annotation", "ranges"))
+        parts.append(_host_part(n, names, "annotation"))
     parts = [p for p in parts if not p.empty]
     if not parts:
         raise TraceError(f"{path}: the Nsight Systems export holds no events; was the capture range empty?")
     table = pd.concat(parts, ignore_index=True)
+    table["lane"] = [lane_name(*key) for key in zip(table["kind"], table["device"], table["stream"], table["tid"])]
     if (table["end"] < table["start"]).any():
         raise TraceError(f"{path}: an event ends before it starts; the export is damaged: export it again")
     origin_us = float(table["start"].min()) / 1000.0
@@ -128,33 +128,28 @@ def _int(value: object, default: int = -1) -> int:
         return default
 
 
-def _host_memory(direction: str, src: str, dst: str) -> str:
-    host = src if direction in ("H2D", "H2H") else dst if direction == "D2H" else ""
-    return host.lower() if host in ("Pageable", "Pinned") else ""
-
-
-def _base(df: pd.DataFrame, names: list[str], kinds: list[str] | str, lanes: list[str]) -> pd.DataFrame:
+def _base(df: pd.DataFrame, names: list[str], kinds: list[str] | str) -> pd.DataFrame:
     n = len(df)
     return pd.DataFrame({
         "start": df["start"].to_numpy(dtype="int64"), "end": df["end"].to_numpy(dtype="int64"),
-        "kind": kinds if isinstance(kinds, list) else [kinds] * n, "lane": lanes, "name": names,
+        "kind": kinds if isinstance(kinds, list) else [kinds] * n, "name": names,
         "device": -1, "stream": -1, "pid": -1, "tid": -1,
         "correlation": df["correlationId"].fillna(-1).to_numpy(dtype="int64") if n else np.empty(0, "int64"),
         "bytes": np.nan, "copy_kind": "", "host_memory": "",
     })
 
 
-def _device_part(df: pd.DataFrame, names: list[str], kinds: list[str], lanes: list[str]) -> pd.DataFrame:
-    part = _base(df, names, kinds, lanes)
+def _device_part(df: pd.DataFrame, names: list[str], kinds: list[str]) -> pd.DataFrame:
+    part = _base(df, names, kinds)
     part["device"] = df["deviceId"].to_numpy(dtype="int64")
     part["stream"] = df["streamId"].to_numpy(dtype="int64")
     return part
 
 
-def _host_part(df: pd.DataFrame, names: list[str], kind: str, lane_prefix: str) -> pd.DataFrame:
+def _host_part(df: pd.DataFrame, names: list[str], kind: str) -> pd.DataFrame:
     gtid = df["globalTid"].fillna(0).to_numpy(dtype="int64")
     tids = gtid & 0xFFFFFF
-    part = _base(df, names, kind, [f"{lane_prefix} {t}" for t in tids])
+    part = _base(df, names, kind)
     part["pid"] = (gtid >> 24) & 0xFFFFFF
     part["tid"] = tids
     return part
