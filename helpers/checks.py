@@ -128,10 +128,9 @@ def check_longest_gap(answer_ms: float, trace: Trace) -> str:
 # --- lab 01 ----------------------------------------------------------------------------------
 def check_read_data_wait(answer_ms: float, trace: Trace) -> str:
     """Milliseconds per step the GPU sits idle while the host waits for data (15% tolerance)."""
-    gaps = m.idle_gaps(trace)
     n = max(int((m.windows(trace)["step"] >= 0).sum()), 1)
     if trace.has_gpu:
-        want = float(gaps.loc[gaps["cause"] == "data_wait", "dur_us"].sum() / n / 1e3)
+        want = m.idle_by_cause(trace)["data_wait"] / n / 1e3
     else:
         want = m.data_wait(trace)["data_wait_us_per_step"] / 1e3
     return _check("data", "check_read_data_wait", _close(float(answer_ms), want, 0.15, 0.5),
