@@ -54,7 +54,7 @@ class FeatureRows(Dataset):
 
 def sizes(device: torch.device) -> tuple[int, int, int]:
     """(width, batch, passes per sample): GPU-sized on a GPU, small enough for two CPU cores otherwise."""
-    return (sync_stall.WIDTH, sync_stall.BATCH, 4) if device.type == "cuda" else (256, 64, 40)
+    return (sync_stall.WIDTH, sync_stall.BATCH, 4) if device.type == "cuda" else (320, 64, 60)
 
 
 def make_loader(variant: str, device: torch.device) -> DataLoader:
