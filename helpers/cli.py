@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +19,10 @@ from typing import Any
 from . import metrics
 from .diagnosis import diagnose
 from .errors import TraceError
-from .readers import load
+from .outputs import check_output, write_output
+from .readers import load as _load
+
+FIGURE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 
 JSON_SCHEMA_DOC = """\
 diagnose --json prints one object:
@@ -54,10 +59,33 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def _no_clobber(path: Path) -> Path:
-    if path.exists():
-        raise TraceError(f"{path}: already exists; choose another output name (existing files are never overwritten)")
-    return path
+def load(path: str, steps: str | None):
+    return _load(path, _step_pattern(steps))
+
+
+def _step_pattern(text: str | None) -> str | None:
+    if text is not None:
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise TraceError(f"--steps {text!r}: not a regular expression ({exc}); e.g. --steps 'train_step'") from None
+    return text
+
+
+def _figure_path(text: str, force: bool) -> Path:
+    """The exact file a figure will be written to: ``.png`` is added when the name has no suffix."""
+    p = Path(text)
+    fmt = p.suffix[1:].lower()
+    if not fmt:
+        p, fmt = p.with_name(p.name + ".png"), "png"
+    if fmt not in FIGURE_FORMATS:
+        raise TraceError(f"{text}: cannot draw a figure as .{fmt}; use one of " + ", ".join("." + f for f in FIGURE_FORMATS))
+    return check_output(p, force)
+
+
+def _save_figure(fig: Any, out: Path, force: bool) -> Path:
+    fmt = out.suffix[1:].lower()
+    return write_output(out, lambda fh: fig.savefig(fh, format=fmt), force)
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -119,32 +147,35 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from . import plots
 
-    out = _no_clobber(Path(args.output))
+    out = _figure_path(args.output, args.force)
+    window = _window(args.window)
     trace = load(args.trace, args.steps)
-    fig = plots.timeline(trace, window=_window(args.window), step=args.step,
-                         findings=diagnose(trace) if args.findings else (), title=str(args.trace))
-    fig.savefig(out)
-    print(out)
+    try:
+        fig = plots.timeline(trace, window=window, step=args.step,
+                             findings=diagnose(trace) if args.findings else (), title=str(args.trace))
+    except ValueError as exc:  # plots' way of saying a --step or --window is not in the trace
+        raise TraceError(f"{args.trace}: {exc}; pick a step or window the trace has") from None
+    print(_save_figure(fig, out, args.force))
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    out = _figure_path(args.output, args.force) if args.output else None
     before, after = load(args.before, args.steps), load(args.after, args.steps)
     table = metrics.comparison(before, after)
     print(table.to_string(index=False))
-    if args.output:
+    if out is not None:
         from . import plots
 
-        out = _no_clobber(Path(args.output))
-        plots.compare(before, after).savefig(out)
-        print(out)
+        print(_save_figure(plots.compare(before, after), out, args.force))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
-    print(export(load(args.trace, args.steps), args.output))
+    check_output(args.output, args.force)
+    print(export(load(args.trace, args.steps), args.output, force=args.force))
     return 0
 
 
@@ -176,15 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--window", metavar="START:END", help="milliseconds from the trace start")
     sp.add_argument("--step", type=int, help="draw one step (0 = first profiled step)")
     sp.add_argument("--findings", action="store_true", help="shade where each finding shows")
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_plot)
     sp = sub.add_parser("compare", help="before/after table (and figure with -o)")
     sp.add_argument("before")
     sp.add_argument("after")
     sp.add_argument("-o", "--output")
     sp.add_argument("--steps", metavar="REGEX")
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_compare)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
     sp.add_argument("-o", "--output", required=True)
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_export)
     sp = sub.add_parser("selfcheck", help="the syllabus's self-check list, from your lab notebooks")
     sp.add_argument("labs", nargs="?", default="labs")
@@ -197,8 +231,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # e.g. piped into head
+    except TraceError as exc:
+        return _fail(str(exc))
+    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        _silence_stdout()
         return 0
+    except OSError as exc:  # e.g. stdout on a full disk; files the commands write report their own errors
+        _silence_stdout()
+        return _fail(f"cannot write the output ({exc.strerror or exc}); check the free space, or redirect elsewhere")
+
+
+def _fail(message: str) -> int:
+    text = " ".join(message.split()) or "failed"  # one line, whatever the message held
+    try:
+        print(f"error: {text}", file=sys.stderr)
+    except OSError:
+        pass
+    return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit-time flush of a broken stream raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

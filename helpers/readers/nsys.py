@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -34,16 +35,37 @@ NVTX_RANGE_TYPES = (59, 60)
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
+_INT64_MAX = 2**63 - 1
+
+# Columns the reader needs, per table: NOT NULL integers in the nsys schema (``end`` of NVTX marks may be NULL).
+_REQUIRED_INT = ("start", "end", "deviceId", "streamId")
+
+
+def readonly_uri(path: Path) -> str:
+    """A ``file:`` URI that opens ``path`` strictly read-only.
+
+    The path is percent-quoted so ``#``, ``?`` and ``%`` in a file name are not URI syntax, and
+    ``immutable=1`` stops SQLite from creating ``-wal``/``-shm`` files or taking locks beside it.
+    """
+    return "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro&immutable=1"
+
+
 def read(path: Path) -> tuple[pd.DataFrame, dict]:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             return _read(con, tables, path)
         finally:
             con.close()
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise TraceError(f"{path}: the database is locked by a program writing it ({exc}); "
+                             "wait for nsys export to finish, or read a copy of the file") from None
         raise TraceError(f"{path}: the SQLite database cannot be read ({exc}); export it again with nsys export") from None
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+        msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise TraceError(f"{path}: the SQLite database cannot be read ({msg}); export it again with nsys export") from None
 
 
 def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.DataFrame, dict]:
@@ -54,11 +76,20 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
             "CUDA API calls or NVTX ranges); capture with nsys profile --trace=cuda,nvtx and export "
             "with nsys export --type sqlite"
         )
-    strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
+    strings = _strings(con, path) if "StringIds" in tables else {}
     parts: list[pd.DataFrame] = []
 
     def frame(sql: str) -> pd.DataFrame:
-        return pd.read_sql_query(sql, con)
+        table = sql.split(" FROM ")[1].split()[0]
+        wanted = [c.strip() for c in sql[len("SELECT "):sql.index(" FROM ")].split(",")]
+        have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        missing = [c for c in wanted if c not in have]
+        if missing:
+            raise TraceError(f"{path}: table {table} lacks the column {missing[0]!r}; "
+                             "the export is damaged or not from nsys: export it again with nsys export --type sqlite")
+        df = pd.read_sql_query(sql, con)
+        _check_columns(df, table, path)
+        return df
 
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
         k = frame("SELECT start, end, deviceId, streamId, correlationId, demangledName, shortName "
@@ -69,7 +100,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         m = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
                   "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
-        op = [COPY_KIND.get(int(c), f"Kind{int(c)}") for c in m["copyKind"]]
+        op = [COPY_KIND.get(_int(c), f"Kind{_int(c)}") for c in m["copyKind"]]
         src = [MEM_KIND.get(_int(s), "Unknown") for s in m["srcKind"]]
         dst = [MEM_KIND.get(_int(s), "Unknown") for s in m["dstKind"]]
         names = [f"Memcpy {o} ({s} -> {d})" for o, s, d in zip(op, src, dst)]
@@ -86,7 +117,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
         parts.append(part)
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         y = frame("SELECT start, end, deviceId, streamId, correlationId, syncType FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-        names = [SYNC_TYPE.get(int(t), "Sync") for t in y["syncType"]]
+        names = [SYNC_TYPE.get(_int(t), "Sync") for t in y["syncType"]]
         parts.append(_device_part(y, names, ["sync"] * len(y)))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         r = frame("SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
@@ -117,8 +148,49 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
     })
     device_names: list[str] = []
     if "TARGET_INFO_GPU" in tables:
-        device_names = [r[0] or "" for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+        try:
+            device_names = [r[0] if isinstance(r[0], str) else "" for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
+        except sqlite3.OperationalError:  # an odd TARGET_INFO_GPU only costs the device name
+            device_names = []
     return events, {"origin_us": origin_us, "device_names": device_names, "distributed": {}, "torch_version": ""}
+
+
+def _strings(con: sqlite3.Connection, path: Path) -> dict[int, str]:
+    strings: dict[int, str] = {}
+    for key, value in con.execute("SELECT id, value FROM StringIds"):
+        if type(key) is not int or not isinstance(value, str):
+            raise TraceError(f"{path}: StringIds holds a row with id {str(key)[:20]!r} and value {str(value)[:20]!r}, "
+                             "not an integer id and a text; the export is damaged: export it again")
+        strings[key] = value
+    return strings
+
+
+def _check_columns(df: pd.DataFrame, table: str, path: Path) -> None:
+    """Refuse wrong types, values beyond int64 and NULLs (where the schema says NOT NULL) at the boundary."""
+    for col in df.columns:
+        if col == "text":  # NVTX text: a string or NULL (then textId names it)
+            continue
+        values = df[col]
+        kind = values.dtype.kind
+        if kind in "iu":
+            if kind == "u" and len(values) and int(values.max()) > _INT64_MAX:
+                _bad_value(path, table, col, int(values.idxmax()), values.max())
+            continue
+        nullable = col not in _REQUIRED_INT and col not in ("globalTid", "copyKind", "syncType", "bytes")
+        if kind == "f":
+            arr = values.to_numpy()
+            bad = (np.isnan(arr) & (not nullable)) | (~np.isnan(arr) & ((arr != np.round(arr)) | (np.abs(arr) > _INT64_MAX)))
+        else:
+            bad = np.array([not (type(v) is int or (v is None and nullable)) for v in values], dtype=bool)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            _bad_value(path, table, col, i, values.iloc[i])
+
+
+def _bad_value(path: Path, table: str, col: str, row: int, value: object) -> None:
+    shown = "NULL" if value is None or (isinstance(value, float) and value != value) else repr(value)[:24]
+    raise TraceError(f"{path}: {table}.{col} holds {shown} in row {row + 1} where the schema requires a "
+                     "64-bit integer; the export is damaged: export it again with nsys export --type sqlite")
 
 
 def _int(value: object, default: int = -1) -> int:
