@@ -20,6 +20,7 @@ from . import metrics
 from .diagnosis import diagnose
 from .errors import TraceError
 from .outputs import check_output, write_output
+from .readers import MAX_BYTES, MAX_EVENTS
 from .readers import load as _load
 
 FIGURE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
@@ -59,8 +60,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def load(path: str, steps: str | None):
-    return _load(path, _step_pattern(steps))
+def load(path: str, args: argparse.Namespace):
+    """Load with the command line's --steps and size limits."""
+    return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
 
 
 def _step_pattern(text: str | None) -> str | None:
@@ -89,7 +91,7 @@ def _save_figure(fig: Any, out: Path, force: bool) -> Path:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    trace = load(args.trace, args.steps)
+    trace = load(args.trace, args)
     s = metrics.summary(trace)
     if args.json:
         print(json.dumps(_clean(s), indent=1))
@@ -120,7 +122,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    trace = load(args.trace, args.steps)
+    trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
         doc = {"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}
@@ -149,7 +151,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = _figure_path(args.output, args.force)
     window = _window(args.window)
-    trace = load(args.trace, args.steps)
+    trace = load(args.trace, args)
     try:
         fig = plots.timeline(trace, window=window, step=args.step,
                              findings=diagnose(trace) if args.findings else (), title=str(args.trace))
@@ -161,7 +163,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _figure_path(args.output, args.force) if args.output else None
-    before, after = load(args.before, args.steps), load(args.after, args.steps)
+    before, after = load(args.before, args), load(args.after, args)
     table = metrics.comparison(before, after)
     print(table.to_string(index=False))
     if out is not None:
@@ -175,7 +177,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
     check_output(args.output, args.force)
-    print(export(load(args.trace, args.steps), args.output, force=args.force))
+    print(export(load(args.trace, args), args.output, force=args.force))
     return 0
 
 
@@ -183,6 +185,22 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
     from .selfcheck import run_selfcheck
 
     return run_selfcheck(Path(args.labs), run=args.run)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive whole number")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,7 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_text)
         sp.add_argument("trace", help="trace file, folder of per-rank traces, or nsys SQLite export")
         sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
+        _limits(sp)
         return sp
+
+    def _limits(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--max-mb", type=_positive, default=MAX_BYTES / 2**20, metavar="MB",
+                        help=f"refuse inputs larger than this after decompression (default {MAX_BYTES >> 20})")
+        sp.add_argument("--max-events", type=_positive_int, default=MAX_EVENTS, metavar="N",
+                        help=f"refuse traces with more events (default {MAX_EVENTS:,})")
 
     sp = with_trace("summary", "headline figures")
     sp.add_argument("--json", action="store_true")
@@ -215,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output")
     sp.add_argument("--steps", metavar="REGEX")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
+    _limits(sp)
     sp.set_defaults(func=cmd_compare)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
     sp.add_argument("-o", "--output", required=True)

@@ -236,6 +236,8 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
         return
     launch_step = dict(zip(zip(api["rank"], api["correlation"]), api["step"]))
     dev = (events["device"] >= 0) & (events["correlation"] >= 0)
+    if not dev.any():  # CUDA API calls but no GPU events: nothing to inherit
+        return
     keys = zip(events.loc[dev, "rank"], events.loc[dev, "correlation"])
     current = events.loc[dev, "step"].to_numpy()
     events.loc[dev, "step"] = [launch_step.get(k, c) for k, c in zip(keys, current)]

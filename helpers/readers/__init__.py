@@ -5,10 +5,14 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
+import shutil
+import stat
+import subprocess
+import tempfile
 import zlib
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -20,87 +24,215 @@ from . import kineto, nsys
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db", ".sqlite.gz", ".nsys-rep")
+# Limits that keep a hostile or mistaken input from exhausting memory; both can be raised
+# (CLI --max-mb / --max-events, API max_bytes= / max_events=). The course's largest benchmark trace,
+# 2M events, is 371 MB of JSON: the defaults admit it with room to spare. Parsed JSON costs about
+# 1.7 KB an event (issue 12's measurement), so 4M events is about 7 GB at the peak.
+MAX_BYTES = 1 << 30
+MAX_EVENTS = 4_000_000
+# A folder whose trace files add up to more than this is read by several processes at once.
+_PARALLEL_FROM_BYTES = 16 << 20
+_CHUNK = 1 << 20
 
 
-def load(path: str | os.PathLike, step_pattern: str | None = None) -> Trace:
-    """Read a PyTorch-profiler trace, a folder of per-rank traces, or an Nsight Systems SQLite export.
+def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes: int = MAX_BYTES,
+         max_events: int = MAX_EVENTS) -> Trace:
+    """Read a PyTorch-profiler trace, a folder of per-rank traces, or an Nsight Systems export.
 
+    Accepted: ``.json`` / ``.json.gz`` from torch.profiler, ``.sqlite`` (also gzipped) from
+    ``nsys export --type sqlite``, and ``.nsys-rep`` when ``nsys`` is on PATH.
     ``step_pattern`` is a regular expression for the annotation ranges that mark training steps
-    (default: ``ProfilerStep#N``, else ranges named like ``step 3``).
+    (default: ``ProfilerStep#N``, else ranges named like ``step 3``). Inputs over ``max_bytes``
+    (after decompression) or ``max_events`` are refused. Inputs are only ever read.
     Raises :class:`TraceError` with a one-line explanation for anything it cannot read.
     """
     p = Path(path)
-    if not p.exists():
+    if step_pattern is not None:
+        try:
+            re.compile(step_pattern)
+        except re.error as exc:
+            raise TraceError(f"step pattern {step_pattern!r}: not a regular expression ({exc})") from None
+    try:
+        is_dir = p.is_dir()
+        exists = is_dir or p.exists()
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path") from None
+    if not exists:
         raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {Path.cwd()})")
-    if p.is_dir():
-        return _load_directory(p, step_pattern)
-    events, metadata, fmt = read_file(p)
+    if is_dir:
+        return _load_directory(p, step_pattern, max_bytes, max_events)
+    events, metadata, fmt = read_file(p, max_bytes, max_events)
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps
     return Trace(events, str(p), fmt, metadata)
 
 
-def read_file(p: Path) -> tuple[pd.DataFrame, dict, str]:
+def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
     """Read one file into (events, metadata, format name) without step labelling."""
+    try:
+        info = os.stat(p)
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path and its permissions") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceError(f"{p}: not a regular file (a pipe, device or socket); save the trace to a file and pass that")
+    if p.suffix in (".nsys-rep", ".qdrep"):
+        return _read_nsys_report(p, max_bytes, max_events)
     try:
         with open(p, "rb") as fh:
             head = fh.read(16)
     except OSError as exc:
         raise TraceError(f"{p}: cannot be opened ({exc.strerror}); check its permissions") from None
-    if p.suffix in (".nsys-rep", ".qdrep"):
-        raise TraceError(
-            f"{p}: this is an Nsight Systems report, which cannot be read directly; "
-            f"export it first: nsys export --type sqlite -o {p.with_suffix('.sqlite')} {p}"
-        )
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
         events, metadata = nsys.read(p)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
-        raw = _gunzip(p)
+        raw = _gunzip(p, max_bytes)
+        if raw.startswith(SQLITE_MAGIC):
+            return _read_sqlite_bytes(p, raw)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
                 f"{p}: named like an SQLite database but is not one; "
                 "make it with: nsys export --type sqlite -o OUT.sqlite REPORT.nsys-rep"
             )
-        raw = p.read_bytes()
-    if not raw[:256].lstrip()[:1] == b"{":
+        if info.st_size > max_bytes:
+            raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+                             "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+    raw = _as_utf8(raw, p)
+    if not raw.lstrip()[:1] == b"{":
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse(raw, p)
+    events, metadata = kineto.parse(raw, p, max_events)
     return events, metadata, "kineto"
 
 
-def _gunzip(p: Path) -> bytes:
+def _as_utf8(raw: bytes, p: Path) -> bytes:
+    """JSON text as UTF-8 without a byte-order mark (editors on Windows write BOMs and UTF-16)."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        return raw[3:]
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and (raw[0] == 0) != (raw[1] == 0)):
+        try:
+            codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if raw[0] == 0 else "utf-16-le")
+            return raw.decode(codec).encode("utf-8")
+        except UnicodeError:
+            raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
+    return raw
+
+
+def _gunzip(p: Path, max_bytes: int) -> bytes:
+    """Decompress in bounded chunks: a gzip bomb stops at ``max_bytes`` instead of filling memory."""
+    out = bytearray()
+    d = zlib.decompressobj(wbits=31)
     try:
-        return gzip.decompress(p.read_bytes())
-    except (EOFError, OSError, zlib.error) as exc:
+        with open(p, "rb") as fh:
+            data = fh.read(_CHUNK)
+            while data:
+                out += d.decompress(data, max_bytes + 1 - len(out))  # never 0, which would mean unbounded
+                if len(out) > max_bytes:
+                    raise TraceError(
+                        f"{p}: expands to over {max_bytes / 2**20:,.0f} MB; if the trace is really this big "
+                        "raise the limit with --max-mb (API: max_bytes=)")
+                data = d.unconsumed_tail
+                if d.eof:  # another gzip member may follow; anything else after the end is ignored
+                    data = d.unused_data + fh.read(_CHUNK)
+                    if not data.startswith(GZIP_MAGIC):
+                        break
+                    d = zlib.decompressobj(wbits=31)
+                elif not data:
+                    data = fh.read(_CHUNK)
+        if not d.eof:
+            raise EOFError("the compressed data ends early")
+    except (EOFError, zlib.error) as exc:
         raise TraceError(
             f"{p}: the gzip data is broken ({exc}); the file was probably cut short: copy or record it again"
         ) from None
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+    return bytes(out)
+
+
+def _read_sqlite_bytes(p: Path, raw: bytes) -> tuple[pd.DataFrame, dict, str]:
+    """A gzipped SQLite export: read from a private temporary copy, never beside the input."""
+    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
+        copy = Path(tmp) / "trace.sqlite"
+        copy.write_bytes(raw)
+        events, metadata = _renamed(lambda: nsys.read(copy), copy, p)
+    return events, metadata, "nsys-sqlite"
+
+
+def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame, dict, str]:
+    exe = shutil.which("nsys")
+    if exe is None:
+        raise TraceError(
+            f"{p}: an Nsight Systems report, and nsys is not on PATH to convert it; "
+            f"export it where nsys is installed: nsys export --type sqlite -o {p.with_suffix('.sqlite')} {p}"
+        )
+    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:
+        out = Path(tmp) / "trace.sqlite"
+        try:
+            r = subprocess.run([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
+                               capture_output=True, text=True, timeout=600, cwd=tmp)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TraceError(f"{p}: nsys export failed ({exc}); export it by hand: nsys export --type sqlite {p}") from None
+        if r.returncode != 0 or not out.is_file():
+            why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
+            raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
+        events, metadata = _renamed(lambda: nsys.read(out), out, p)
+    return events, metadata, "nsys-sqlite"
+
+
+def _renamed(read, tmp: Path, original: Path):
+    """Run ``read``; errors name the user's file, not the temporary copy."""
+    try:
+        return read()
+    except TraceError as exc:
+        raise TraceError(str(exc).replace(str(tmp), str(original))) from None
 
 
 def _is_trace_file(f: Path) -> bool:
-    return f.is_file() and f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".")
+    return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
 
 
-def _load_directory(d: Path, step_pattern: str | None) -> Trace:
-    files = sorted(f for f in d.iterdir() if _is_trace_file(f))
+def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame, dict, str]:
+    return read_file(f, max_bytes, max_events)
+
+
+def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
+    try:
+        files = sorted(f for f in d.iterdir() if _is_trace_file(f))
+    except OSError as exc:
+        raise TraceError(f"{d}: the folder cannot be listed ({exc.strerror}); check its permissions") from None
     if not files:
         raise TraceError(
             f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
             "point at the folder your profiler wrote into"
         )
+    if (d / "manifest.json").is_file() and len(files) > 1:
+        # The course's data/ folder: separate recordings, not the ranks of one run.
+        names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
+        raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json ({names}), "
+                         f"not the ranks of one run; pass one of them, e.g. {files[0]}")
+    total = sum(f.stat().st_size for f in files)
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers > 1 and total >= _PARALLEL_FROM_BYTES:
+        # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_read_for_folder, files, [max_bytes] * len(files), [max_events] * len(files)))
+    else:
+        results = [read_file(f, max_bytes, max_events) for f in files]
     tables, metadata = [], {"files": [str(f) for f in files], "ranks": {}}
     used_ranks: set[int] = set()
-    for i, f in enumerate(files):
-        events, meta, _ = read_file(f)
+    for i, (f, (events, meta, _)) in enumerate(zip(files, results)):
         rank = meta.get("distributed", {}).get("rank")
         if rank is None:
             m = _RANK_IN_NAME.search(f.name)

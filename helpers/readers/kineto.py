@@ -44,7 +44,8 @@ _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
-def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
+def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Parse Chrome-trace JSON bytes; more than ``max_events`` trace events is refused with TraceError."""
     try:
         doc = _loads(raw)
     except _DecodeError as exc:
@@ -58,6 +59,9 @@ def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
             "write one with prof.export_chrome_trace(...) or tensorboard_trace_handler"
         )
     raw_events = doc["traceEvents"]
+    if max_events is not None and len(raw_events) > max_events:
+        raise TraceError(f"{path}: {len(raw_events):,} events, over the limit of {max_events:,}; "
+                         "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
     kind_of = _CATEGORY_KIND
     evs = [e for e in raw_events
            if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
@@ -80,11 +84,11 @@ def parse(raw: bytes, path: Path) -> tuple[pd.DataFrame, dict]:
     tid = np.full(n, -1, dtype=np.int64)
     dev_idx = np.flatnonzero(on_device)
     host_idx = np.flatnonzero(~on_device)
-    device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx])
-    stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx])
-    pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx])
-    tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx])
-    correlation = _ints([a.get("correlation", -1) for a in args])
+    device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx], path, "args.device")
+    stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx], path, "args.stream")
+    pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx], path, "pid")
+    tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx], path, "tid")
+    correlation = _ints([a.get("correlation", -1) for a in args], path, "args.correlation")
     nbytes = np.full(n, math.nan)
     copy_kind = np.full(n, "", dtype=object)
     host_memory = np.full(n, "", dtype=object)
@@ -159,11 +163,16 @@ def _times(evs: list[dict], key: str, path: Path) -> np.ndarray:
     )
 
 
-def _ints(values: list) -> np.ndarray:
+def _ints(values: list, path: Path, field: str) -> np.ndarray:
     arr = _numeric_column(values)
     if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8 and (arr.dtype.kind == "i" or arr.max(initial=0) < 2**63):
         return arr.astype(np.int64)
-    return np.array([_as_int(v) for v in values], dtype=np.int64)
+    ints = [_as_int(v) for v in values]
+    for v in ints:
+        if not -(2**63) <= v < 2**63:
+            raise TraceError(f"{path}: an event's {field} is {str(v)[:24]}, beyond 64-bit integers; "
+                             "the trace is damaged: record it again")
+    return np.array(ints, dtype=np.int64)
 
 
 def _kernel_kind(name: str) -> str:
