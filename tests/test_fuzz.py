@@ -1,14 +1,16 @@
 """Fuzzing the readers: whatever the bytes, the only exception is TraceError."""
 
 import json
+import sqlite3
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import helpers
 from helpers import TraceError
+from helpers.readers.nsys import ACTIVITY_TABLES
 
-values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True) | st.text(max_size=8),
+values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.integers(-(2**80), 2**80) | st.floats(allow_nan=True) | st.text(max_size=8),
                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                       max_leaves=6)
 event = st.fixed_dictionaries({}, optional={
@@ -53,4 +55,36 @@ def test_random_bytes(tmp_path_factory, data, name):
 def test_sqlite_header_then_garbage(tmp_path_factory, tail):
     p = tmp_path_factory.mktemp("fz") / "t.sqlite"
     p.write_bytes(b"SQLite format 3\x00" + tail)
+    _load_ok_or_trace_error(p)
+
+
+# SQLite cells of any type, including the ones the nsys DDL forbids (NULL where NOT NULL, text, reals).
+cell = st.none() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=True) | st.text(max_size=6) | st.binary(max_size=4)
+_COLUMNS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ["start", "end", "deviceId", "streamId", "correlationId", "demangledName", "shortName"],
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ["start", "end", "deviceId", "streamId", "correlationId", "bytes", "copyKind",
+                                   "srcKind", "dstKind"],
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ["start", "end", "globalTid", "correlationId", "nameId"],
+    "NVTX_EVENTS": ["start", "end", "eventType", "text", "textId", "globalTid"],
+    "StringIds": ["id", "value"],
+    "TARGET_INFO_GPU": ["id", "name"],
+}
+table_rows = st.fixed_dictionaries({}, optional={
+    t: st.tuples(st.sets(st.sampled_from(cols)), st.lists(st.lists(cell, min_size=len(cols), max_size=len(cols)), max_size=4))
+    for t, cols in _COLUMNS.items()})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table_rows)
+def test_sqlite_tables(tmp_path_factory, tables):
+    """Tables without types or constraints, some columns dropped, cells of any type."""
+    p = tmp_path_factory.mktemp("fz") / "t.sqlite"
+    con = sqlite3.connect(p)
+    for table, (dropped, rows) in tables.items():
+        cols = [c for c in _COLUMNS[table] if c not in dropped or table not in ACTIVITY_TABLES] or _COLUMNS[table][:1]
+        con.execute(f"CREATE TABLE {table} ({', '.join(cols)})")
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})",
+                        [[r[_COLUMNS[table].index(c)] for c in cols] for r in rows])
+    con.commit()
+    con.close()
     _load_ok_or_trace_error(p)
