@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -100,12 +101,62 @@ def scaling() -> None:
             print(f"  {n:>9,} events: {secs:6.2f} s, peak RSS {rss_kb / 1024:7.0f} MB")
 
 
+def rank_folder(folder: Path, ranks: int = 8) -> None:
+    """``ranks`` copies of the recorded trace, each saying which rank it is, as a profiler's folder."""
+    doc = json.loads(gzip.decompress(BENCH_TRACE.read_bytes()))
+    for r in range(ranks):
+        doc["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": ranks}
+        with gzip.open(folder / f"rank{r}.pt.trace.json.gz", "wb", compresslevel=1) as fh:
+            fh.write(json.dumps(doc).encode())
+
+
+def folder_of_ranks(repeat: int) -> None:
+    """An 8-rank folder: helpers.load reading the ranks in parallel processes, one after another, and HTA."""
+    import helpers
+    import helpers.readers as readers
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rank_folder(Path(tmp))
+        workers = readers._workers
+        try:
+            readers._workers = lambda n: min(n, os.cpu_count() or 1)  # parallel even on two cores ...
+            parallel = median_of(lambda: helpers.diagnose(helpers.load(tmp)), repeat)
+            readers._workers = lambda n: 1  # ... and one after another, for comparison
+            serial = median_of(lambda: helpers.diagnose(helpers.load(tmp)), repeat)
+        finally:
+            readers._workers = workers
+        print(f"8-rank folder ({BENCH_TRACE.name} x 8), load + diagnose, median of {repeat}:")
+        print(f"  ranks read in parallel processes: {parallel:.2f} s; one after another: {serial:.2f} s")
+        try:
+            from hta.trace_analysis import TraceAnalysis
+        except ImportError:
+            print("  Holistic Trace Analysis: not installed (pip install -r tools/bench-requirements.txt)")
+            return
+        hta = median_of(lambda: TraceAnalysis(trace_dir=tmp), repeat)
+        print(f"  HTA 0.5.0 TraceAnalysis(trace_dir) load: {hta:.2f} s (ours is {hta / parallel:.2f}x faster)")
+
+
+def median_of(fn, repeat: int = 3) -> float:
+    """Median wall time: the machine is shared, so one run can be slowed by others' load."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only-folder", action="store_true", help="only the 8-rank folder benchmark")
     args = parser.parse_args()
+    if args.only_folder:
+        folder_of_ranks(args.repeat)
+        return 0
     real_trace(args.repeat)
+    folder_of_ranks(args.repeat)
     if not args.skip_scaling:
         scaling()
     return 0

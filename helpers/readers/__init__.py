@@ -31,8 +31,9 @@ _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db", ".sqlite.g
 # 1.7 KB an event (issue 12's measurement), so 4M events is about 7 GB at the peak.
 MAX_BYTES = 1 << 30
 MAX_EVENTS = 4_000_000
-# A folder whose trace files add up to more than this is read by several processes at once.
-_PARALLEL_FROM_BYTES = 16 << 20
+# A folder whose trace files add up to more than this (on disk) is read by several processes at once;
+# below it, starting the processes costs more than it saves.
+_PARALLEL_FROM_BYTES = 8 << 20
 _CHUNK = 1 << 20
 
 
@@ -207,6 +208,13 @@ def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataF
     return read_file(f, max_bytes, max_events)
 
 
+def _workers(n_files: int) -> int:
+    """Processes to read a folder with: one per file, up to the usable cores; 1 on two cores or fewer,
+    where parallel processes measured no faster than one after another (tools/benchmark.py)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(n_files, cores) if cores > 2 else 1
+
+
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
     try:
         files = sorted(f for f in d.iterdir() if _is_trace_file(f))
@@ -223,7 +231,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json ({names}), "
                          f"not the ranks of one run; pass one of them, e.g. {files[0]}")
     total = sum(f.stat().st_size for f in files)
-    workers = min(len(files), os.cpu_count() or 1)
+    workers = _workers(len(files))
     if workers > 1 and total >= _PARALLEL_FROM_BYTES:
         # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
         with ProcessPoolExecutor(max_workers=workers) as pool:
