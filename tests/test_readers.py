@@ -115,3 +115,19 @@ def test_schema_fixture_matches_reference():
     con.executescript(SCHEMA.read_text())
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds"} <= tables
+
+
+def test_folder_read_in_parallel_processes_gives_the_same_trace(tmp_path, monkeypatch):
+    import helpers.readers as readers
+
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in (0, 1):
+        write_json(two_step_loop(), d / f"worker{r}.json", rank=r, world=2)
+    serial = helpers.load(d)
+    monkeypatch.setattr(readers, "_workers", lambda n: n)
+    monkeypatch.setattr(readers, "_PARALLEL_FROM_BYTES", 0)
+    pd.testing.assert_frame_equal(helpers.load(d).events, serial.events)
+    (d / "worker1.json").write_text("{")  # a bad rank still gives one TraceError from the worker process
+    with pytest.raises(TraceError, match="worker1.json"):
+        helpers.load(d)
