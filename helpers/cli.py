@@ -22,7 +22,7 @@ from .readers import load
 JSON_SCHEMA_DOC = """\
 diagnose --json prints one object:
   {"trace": str, "summary": {...metrics.summary...},
-   "findings": [{"pattern": str, "share": float, "summary": str, "evidence": {...}, "fix": str,
+   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,
                  "window": [start_us, end_us] | null}]}
 pattern is one of data_stall, launch_overhead, sync_stall, h2d_copy, communication, load_imbalance, gpu_bound.
 """
