@@ -339,7 +339,8 @@ def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
     """GPU idle time (microseconds) by the cause a fix would remove: the one cost model that
     ``summary`` shows and ``diagnose`` ranks by.
 
-    Starts from each gap's blame (:func:`idle_by_cause`). A host blocked in syncs cannot run
+    Starts from each gap's blame (:func:`idle_by_cause`). A sync's cost is capped at the time the
+    host was blocked in it; the rest of the gaps after it go to what the host did next. A host blocked in syncs cannot run
     ahead, so the GPU then idles while the host loads or launches the next step's work: removing
     the syncs restores at most the overlap they prevent, ``min(host blocked, GPU idle)``. That much
     idle time moves to ``sync``, taken in proportion from the other causes. The parts add up to
@@ -352,8 +353,20 @@ def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
     blocked = sync_stats(trace)["blocked_us_per_step"] * max(int((windows(trace)["step"] >= 0).sum()), 1)
     blocked *= max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
     moved = min(blocked, total) - idle["sync"]
+    if moved < 0:
+        # More idle after syncs than the host ever waited in them: the rest of those gaps is what
+        # the host did next (host work, loading, launching), which removing the sync does not buy.
+        gaps = idle_gaps(trace)
+        after = gaps[gaps["cause"] == "sync"]
+        frame = {c: after[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+        alt = pd.Series(after["dur_us"].to_numpy()).groupby(_blame(np.zeros(len(after), bool), frame)).sum()
+        out = dict(idle)
+        out["sync"] = idle["sync"] + moved
+        for cause, us in alt.items():
+            out[str(cause)] += -moved * float(us) / float(alt.sum())
+        return out
     others = total - idle["sync"]
-    if moved <= 0 or others <= 0:
+    if moved == 0 or others <= 0:
         return idle
     keep = 1.0 - min(moved, others) / others
     out = {c: (v if c == "sync" else v * keep) for c, v in idle.items()}
