@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -681,6 +682,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         "ranks": trace.ranks,
         "devices": trace.devices,
         "device_names": trace.metadata.get("device_names") or [],
+        "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
         "has_gpu": trace.has_gpu,
         "steps": int(len(steps)),
         "step_time_ms": step_time_ms(trace),
@@ -711,14 +713,15 @@ def summary(trace: Trace) -> dict[str, Any]:
 
 
 def comparison(before: Trace, after: Trace) -> pd.DataFrame:
-    """What changed between two traces: ``metric, before, after, change`` (change as text)."""
+    """What changed between two traces: ``metric, before, after, better`` (numbers; ``better`` is
+    ``lower`` or ``higher``). :func:`helpers.render.change_text` words the change."""
     rows = []
     for label, fn, better in _COMPARED:
         b, a = fn(before), fn(after)
         if b is None and a is None:
             continue
-        rows.append((label, b, a, _change(b, a, better)))
-    return pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
+        rows.append((label, b, a, better))
+    return pd.DataFrame(rows, columns=["metric", "before", "after", "better"])
 
 
 def step_time_ms(t: Trace) -> float | None:
@@ -746,15 +749,3 @@ _COMPARED = [
     ("host blocked in syncs (ms/step)", lambda t: sync_stats(t)["blocked_us_per_step"] / 1e3 if t.has_gpu else None, "lower"),
     ("exposed communication (ms/step)", lambda t: _comm(t, "exposed_us"), "lower"),
 ]
-
-
-def _change(b: float | None, a: float | None, better: str) -> str:
-    if b is None or a is None or np.isnan(b) or np.isnan(a):
-        return ""
-    if b == 0:
-        return "same" if a == 0 else f"+{a:.3g}"
-    ratio = a / b
-    word = "better" if (ratio < 1) == (better == "lower") and ratio != 1 else ("same" if ratio == 1 else "worse")
-    if better == "lower" and ratio > 0 and ratio < 1:
-        return f"{1 / ratio:.2f}x less ({word})"
-    return f"{ratio:.2f}x ({word})"
