@@ -226,7 +226,7 @@ def diagnose(trace: Trace) -> list[Finding]:
     if _capture_is_idle(sg):
         return [_capture_window(trace, sg)]
     if "top_kernels" not in sg and trace.has_gpu:
-        top = m.kernel_stats(trace, top=3)["top"]
+        top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
     sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else {}
     findings: list[Finding] = []
@@ -266,7 +266,8 @@ def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
     if gaps.empty:
         return {}
     ev = trace.events
-    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0) & ~ev["name"].str.startswith("ProfilerStep#")]
+    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]  # few rows: filter before string matching
+    ann = ann[~ann["name"].str.startswith("ProfilerStep#")]
     if ann.empty:
         return {}
     gs, ge = m.merge_intervals(gaps["start_us"].to_numpy(), gaps["end_us"].to_numpy())
