@@ -154,3 +154,17 @@ def test_name_mask_is_keyed_by_predicate(tmp_path):
     a = m.name_mask(trace, "k", lambda n: n == "gemm_a")
     b = m.name_mask(trace, "k", lambda n: n == "long_k")
     assert a.sum() == 1 and b.sum() == 1 and not (a & b).any()
+
+
+def test_recorded_host_bound_traces_when_present():
+    """host_bound broken/synced -> host_bound first; fixed -> not host_bound; any format in the manifest."""
+    man = json.loads((DATA / "manifest.json").read_text())["traces"]
+    entries = [e for e in man if e["workload"] == "host_bound"]
+    for e in entries:
+        patterns = [f.pattern for f in helpers.diagnose(helpers.load(DATA / e["file"]))]
+        if e["variant"] == "fixed":
+            assert "host_bound" not in patterns, (e["file"], patterns)
+        else:
+            assert patterns[:1] == ["host_bound"], (e["file"], patterns)
+        assert "gpu_bound" not in patterns
+    print(f"{len(entries)} recorded host_bound traces checked")
