@@ -188,7 +188,12 @@ def host_union(trace: Trace, rank: int, cause: str):
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
         raise ValueError(f"unknown host activity {cause!r}")
 
-    return _union(trace, ("host", rank, cause), mask)
+    us, ue = _union(trace, ("host", rank, cause), mask)
+    if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
+        # Nsight-only traces record no framework ops, so the dispatch work between two launch
+        # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching.
+        return merge_intervals(us, ue + _th.LAUNCH_DISPATCH_BRIDGE_US)
+    return us, ue
 
 
 @_cached
