@@ -7,7 +7,6 @@ an Nsight Systems SQLite export. Bad input prints one line on stderr and exits w
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import metrics
+from . import metrics, render
 from .diagnosis import diagnose
 from .errors import TraceError
 from .outputs import check_output, write_output
@@ -25,13 +24,7 @@ from .readers import load as _load
 
 FIGURE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 
-JSON_SCHEMA_DOC = """\
-diagnose --json prints one object:
-  {"trace": str, "summary": {...metrics.summary...},
-   "findings": [{"pattern": str, "share": float, "summary": str, "evidence": {...}, "fix": str,
-                 "window": [start_us, end_us] | null}]}
-pattern is one of data_stall, launch_overhead, sync_stall, h2d_copy, communication, load_imbalance, gpu_bound.
-"""
+JSON_SCHEMA_DOC = render.json_schema_doc()  # generated from diagnosis.PATTERNS
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
@@ -47,17 +40,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return a * 1e3, b * 1e3
 
 
-def _clean(obj: Any) -> Any:
-    """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+_clean = render.clean  # kept for callers of the old name
 
 
 def load(path: str, args: argparse.Namespace):
@@ -93,31 +76,7 @@ def _save_figure(fig: Any, out: Path, force: bool) -> Path:
 def cmd_summary(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     s = metrics.summary(trace)
-    if args.json:
-        print(json.dumps(_clean(s), indent=1))
-        return 0
-    print(f"{trace.source}  ({trace.format}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)")
-    if s["device_names"]:
-        print(f"  device: {', '.join(n for n in s['device_names'] if n)}")
-    print(f"  step time (mean): {s['step_time_ms']:.3f} ms")
-    if trace.has_gpu:
-        print(f"  GPU utilization:    {s['gpu_utilization']:.1%}")
-        idle = s["idle_by_cause_us"]
-        total = sum(idle.values()) or 1.0
-        print("  GPU idle, by what the host was doing: " + ", ".join(f"{k} {v / total:.0%}" for k, v in idle.items() if v))
-        k = s["kernels"]
-        print(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
-        for c in s["copies"]:
-            print(f"  {c['copy_kind']} {c['host_memory'] or ''} copies: {c['time_per_step_us'] / 1e3:.2f} ms/step at "
-                  f"{c['gb_per_s']:.1f} GB/s, {c['overlap_share']:.0%} overlapped with compute")
-        print(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
-    else:
-        print(f"  {s['note']}")
-    print(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
-    if "communication" in s:
-        c = s["communication"]
-        print(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} ms/step "
-              f"({c['exposed_share']:.0%}), compute spread across ranks {c['compute_spread']:.0%}")
+    print(render.to_json(s) if args.json else render.summary_text(s))
     return 0
 
 
@@ -125,24 +84,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
-        doc = {"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}
-        print(json.dumps(_clean(doc), indent=1))
+        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}))
         return 0
-    if not findings:
-        print(f"{trace.source}: nothing stands out" + ("" if trace.has_gpu else " (CPU-only trace: host-side checks only)"))
-    for i, f in enumerate(findings, 1):
-        print(f"{i}. {f.pattern} ({f.share:.0%} of step time)")
-        print(f"   {f.summary}")
-        for k, v in f.evidence.items():
-            if isinstance(v, float):
-                v = f"{v:.3g}"
-            elif isinstance(v, (list, dict)):
-                v = json.dumps(_clean(v))[:120]
-            print(f"     - {k}: {v}")
-        if f.window:
-            print(f"   where: {f.window[0] / 1e3:.2f}-{f.window[1] / 1e3:.2f} ms (python -m helpers plot TRACE --window "
-                  f"{f.window[0] / 1e3:.1f}:{f.window[1] / 1e3:.1f})")
-        print(f"   fix: {f.fix}")
+    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
     return 0
 
 
@@ -164,8 +108,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _figure_path(args.output, args.force) if args.output else None
     before, after = load(args.before, args), load(args.after, args)
-    table = metrics.comparison(before, after)
-    print(table.to_string(index=False))
+    print(render.compare_text(metrics.comparison(before, after)))
     if out is not None:
         from . import plots
 
@@ -204,7 +147,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m helpers", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m helpers", description=__doc__.splitlines()[0].replace("``", ""),
                                 epilog=JSON_SCHEMA_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 

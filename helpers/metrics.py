@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from . import thresholds as _th
 from .model import GPU_WORK_KINDS, Trace
 
 # --- what the host is doing -----------------------------------------------------------------
@@ -39,10 +41,23 @@ OPTIMIZER_RANGE = re.compile(r"^Optimizer\.step#")
 #: Idle gaps are blamed on one of these causes.
 CAUSES = ("sync", "data_wait", "collective", "launch", "other")
 
-SMALL_KERNEL_US = 10.0
-GAP_AFTER_SYNC_TOLERANCE_US = 50.0
-#: A sync that returns within this long after the GPU went idle caused the gap.
-SYNC_RETURN_US = 500.0
+# Constants live in thresholds.py (one home); these names stay importable from here.
+SMALL_KERNEL_US = _th.SMALL_KERNEL_US
+GAP_AFTER_SYNC_TOLERANCE_US = _th.GAP_AFTER_SYNC_TOLERANCE_US
+SYNC_RETURN_US = _th.SYNC_RETURN_US
+
+
+def _memo(trace: Trace) -> dict[Any, Any]:
+    """The trace's metric cache, emptied when ``trace.events`` was reassigned since it was filled.
+
+    The cache holds the very events frame it was computed from and compares by identity, so a
+    reassigned table can never be served old results (an id() could be reused, the object cannot).
+    """
+    memo = trace._memo
+    if memo.get("__events__") is not trace.events:
+        memo.clear()
+        memo["__events__"] = trace.events
+    return memo
 
 
 def _cached(fn):
@@ -51,9 +66,10 @@ def _cached(fn):
     @functools.wraps(fn)
     def wrapper(trace: Trace, *args, **kwargs):
         key = (fn.__name__, *args, *sorted(kwargs.items()))
-        if key not in trace._memo:
-            trace._memo[key] = fn(trace, *args, **kwargs)
-        value = trace._memo[key]
+        memo = _memo(trace)
+        if key not in memo:
+            memo[key] = fn(trace, *args, **kwargs)
+        value = memo[key]
         if isinstance(value, pd.DataFrame):
             return value.copy()
         if isinstance(value, dict):
@@ -111,8 +127,8 @@ def gaps_in(us: np.ndarray, ue: np.ndarray, ws: float, we: float) -> tuple[np.nd
 
 
 # --- shared building blocks -----------------------------------------------------------------
-def _union(trace: Trace, key: str, mask_fn) -> tuple[np.ndarray, np.ndarray]:
-    memo = trace._memo
+def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
+    memo = _memo(trace)
     if key not in memo:
         ev = trace.events
         sel = ev[mask_fn(ev)]
@@ -126,15 +142,27 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
 
 
 def name_mask(trace: Trace, key: str, predicate) -> np.ndarray:
-    """``predicate(name)`` for every event, evaluated once per distinct name (traces repeat names a lot)."""
-    memo = trace._memo
+    """``predicate(name)`` for every event, evaluated once per distinct name (traces repeat names a lot).
+
+    Cached under ``key`` *and* the predicate itself, so two callers that reuse a key with
+    different predicates get their own answers (``key`` only names the entry for readers).
+    """
+    memo = _memo(trace)
     if "name_codes" not in memo:
         memo["name_codes"] = pd.factorize(trace.events["name"])
-    if ("name", key) not in memo:
+    slot = ("name", key, predicate)
+    if slot not in memo:
         codes, uniques = memo["name_codes"]
         hits = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
-        memo[("name", key)] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
-    return memo[("name", key)]
+        memo[slot] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return memo[slot]
+
+
+def _is_launch_call(name: str) -> bool:
+    return name.startswith(LAUNCH_PREFIXES)
+
+
+_SYNCING_OP_SET = frozenset(SYNCING_OPS)
 
 
 def is_sync_call(trace: Trace) -> np.ndarray:
@@ -153,14 +181,19 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
-            launches = name_mask(trace, "launch", lambda n: n.startswith(LAUNCH_PREFIXES))
+            launches = name_mask(trace, "launch", _is_launch_call)
             return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
         raise ValueError(f"unknown host activity {cause!r}")
 
-    return _union(trace, ("host", rank, cause), mask)
+    us, ue = _union(trace, ("host", rank, cause), mask)
+    if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
+        # Nsight-only traces record no framework ops, so the dispatch work between two launch
+        # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching.
+        return merge_intervals(us, ue + _th.LAUNCH_DISPATCH_BRIDGE_US)
+    return us, ue
 
 
 @_cached
@@ -308,6 +341,45 @@ def idle_by_cause(trace: Trace) -> dict[str, float]:
     return totals
 
 
+def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
+    """GPU idle time (microseconds) by the cause a fix would remove: the one cost model that
+    ``summary`` shows and ``diagnose`` ranks by.
+
+    Starts from each gap's blame (:func:`idle_by_cause`). A sync's cost is capped at the time the
+    host was blocked in it; the rest of the gaps after it go to what the host did next. A host blocked in syncs cannot run
+    ahead, so the GPU then idles while the host loads or launches the next step's work: removing
+    the syncs restores at most the overlap they prevent, ``min(host blocked, GPU idle)``. That much
+    idle time moves to ``sync``, taken in proportion from the other causes. The parts add up to
+    the total idle time, so costs built on them never exceed the step.
+    """
+    idle = idle_by_cause(trace)
+    total = sum(idle.values())
+    if total <= 0:
+        return idle
+    blocked = sync_stats(trace)["blocked_us_per_step"] * max(int((windows(trace)["step"] >= 0).sum()), 1)
+    blocked *= max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
+    moved = min(blocked, total) - idle["sync"]
+    if moved < 0:
+        # More idle after syncs than the host ever waited in them: the rest of those gaps is what
+        # the host did next (host work, loading, launching), which removing the sync does not buy.
+        gaps = idle_gaps(trace)
+        after = gaps[gaps["cause"] == "sync"]
+        frame = {c: after[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+        alt = pd.Series(after["dur_us"].to_numpy()).groupby(_blame(np.zeros(len(after), bool), frame)).sum()
+        out = dict(idle)
+        out["sync"] = idle["sync"] + moved
+        for cause, us in alt.items():
+            out[str(cause)] += -moved * float(us) / float(alt.sum())
+        return out
+    others = total - idle["sync"]
+    if moved == 0 or others <= 0:
+        return idle
+    keep = 1.0 - min(moved, others) / others
+    out = {c: (v if c == "sync" else v * keep) for c, v in idle.items()}
+    out["sync"] = idle["sync"] + min(moved, others)
+    return out
+
+
 # --- kernels and launches ----------------------------------------------------------------------
 @_cached
 def kernel_stats(trace: Trace, top: int = 10) -> dict[str, Any]:
@@ -414,7 +486,7 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     causes = _sync_causes(ev, in_steps)
     blocked = float(in_steps["dur_us"].sum())  # CUDA API calls on one thread never nest
     total_window = float(win["dur_us"].sum()) or 1.0
-    ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", set(SYNCING_OPS).__contains__)]
+    ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", _SYNCING_OP_SET.__contains__)]
     ops = ops[ops["step"] >= 0] if (win["step"] >= 0).any() else ops
     ops = ops[~_inside_ranges(ops, ev, OPTIMIZER_RANGE)]
     # aten::item calls aten::_local_scalar_dense: count the outermost of each nest once.
@@ -615,6 +687,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         "ranks": trace.ranks,
         "devices": trace.devices,
         "device_names": trace.metadata.get("device_names") or [],
+        "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
         "has_gpu": trace.has_gpu,
         "steps": int(len(steps)),
         "step_time_ms": step_time_ms(trace),
@@ -626,7 +699,7 @@ def summary(trace: Trace) -> dict[str, Any]:
     if trace.has_gpu:
         out["gpu_utilization"] = gpu_utilization(trace)
         out["streams"] = stream_busy(trace).to_dict("records")
-        out["idle_by_cause_us"] = idle_by_cause(trace)
+        out["idle_by_cause_us"] = idle_cost_by_cause(trace)  # the causes and numbers diagnose ranks by
         out["launch"] = launch_stats(trace)
         out["copies"] = copy_stats(trace).to_dict("records")
     else:
@@ -645,14 +718,15 @@ def summary(trace: Trace) -> dict[str, Any]:
 
 
 def comparison(before: Trace, after: Trace) -> pd.DataFrame:
-    """What changed between two traces: ``metric, before, after, change`` (change as text)."""
+    """What changed between two traces: ``metric, before, after, better`` (numbers; ``better`` is
+    ``lower`` or ``higher``). :func:`helpers.render.change_text` words the change."""
     rows = []
     for label, fn, better in _COMPARED:
         b, a = fn(before), fn(after)
         if b is None and a is None:
             continue
-        rows.append((label, b, a, _change(b, a, better)))
-    return pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
+        rows.append((label, b, a, better))
+    return pd.DataFrame(rows, columns=["metric", "before", "after", "better"])
 
 
 def step_time_ms(t: Trace) -> float | None:
@@ -680,15 +754,3 @@ _COMPARED = [
     ("host blocked in syncs (ms/step)", lambda t: sync_stats(t)["blocked_us_per_step"] / 1e3 if t.has_gpu else None, "lower"),
     ("exposed communication (ms/step)", lambda t: _comm(t, "exposed_us"), "lower"),
 ]
-
-
-def _change(b: float | None, a: float | None, better: str) -> str:
-    if b is None or a is None or np.isnan(b) or np.isnan(a):
-        return ""
-    if b == 0:
-        return "same" if a == 0 else f"+{a:.3g}"
-    ratio = a / b
-    word = "better" if (ratio < 1) == (better == "lower") and ratio != 1 else ("same" if ratio == 1 else "worse")
-    if better == "lower" and ratio > 0 and ratio < 1:
-        return f"{1 / ratio:.2f}x less ({word})"
-    return f"{ratio:.2f}x ({word})"

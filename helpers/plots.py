@@ -14,6 +14,7 @@ import pandas as pd
 from . import metrics as m
 from .diagnosis import Finding
 from .model import Trace
+from .render import change_text
 
 KIND_COLORS = {
     "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",
@@ -182,7 +183,7 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {tr.source.split('/')[-1]}")
     ax = fig.add_subplot(grid[2])
     ax.axis("off")
-    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), row["change"]] for _, row in table.iterrows()]
+    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"])] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)

@@ -146,3 +146,36 @@ def two_step_loop() -> list[Ev]:
         Ev("memcpy", "", 1050 * us, 1100 * us, correlation=5, bytes=5_000_000, copy="H2D", host_mem="pageable"),
         Ev("kernel", "long_k", 1100 * us, 1900 * us, correlation=6),
     ]
+
+
+def host_bound_loop(steps: int = 4, gpu_us: int = 200, host_us: int = 800, sync: bool = False) -> list[Ev]:
+    """Steps of one ``gpu_us`` kernel, then ``host_us`` of host work in an NVTX range
+    ("metrics") that is neither data loading, launching nor a sync: the GPU idles meanwhile.
+    With ``sync`` the step first waits for its kernel (a ``.item()``), as learners' loops often do."""
+    us = 1000
+    out: list[Ev] = []
+    t = 0
+    for i in range(steps):
+        step_end = t + (10 + gpu_us + host_us + 10) * us
+        out.append(Ev("annotation", f"ProfilerStep#{i}", t, step_end))
+        out.append(Ev("runtime", "cudaLaunchKernel", t + 2 * us, t + 8 * us, correlation=100 + i))
+        out.append(Ev("kernel", "gemm", t + 10 * us, t + (10 + gpu_us) * us, correlation=100 + i))
+        h0 = t + (10 + gpu_us) * us
+        if sync:
+            out.append(Ev("runtime", "cudaStreamSynchronize", t + 9 * us, h0 + 2 * us, correlation=200 + i))
+        out.append(Ev("annotation", "metrics", h0 + 5 * us, h0 + (host_us - 5) * us))
+        t = step_end
+    return out
+
+
+def idle_capture(seconds: int = 40, kernels: int = 20) -> list[Ev]:
+    """A capture without step markers that spans ``seconds`` with a few 100 us kernels in it
+    (the public AlexNet benchmark trace looks like this: 0.1 s of GPU work in 43 s)."""
+    us = 1000
+    gap = seconds * 1_000_000 // kernels
+    out: list[Ev] = []
+    for i in range(kernels):
+        t = i * gap * us
+        out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * us, correlation=i + 1))
+        out.append(Ev("kernel", "conv", t + 10 * us, t + 110 * us, correlation=i + 1))
+    return out

@@ -32,7 +32,7 @@ def test_diagnose_json_schema(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"trace", "summary", "findings"}
     f = doc["findings"][0]
-    assert set(f) == {"pattern", "share", "summary", "evidence", "fix", "window"}
+    assert set(f) == {"pattern", "cost", "summary", "evidence", "fix", "window"}
     assert f["pattern"] == "data_stall" and len(f["window"]) == 2
 
 

@@ -115,4 +115,14 @@ def test_cpu_only_trace_says_so(tmp_path):
 
 def test_comparison_table(trace):
     table = m.comparison(trace, trace)
-    assert set(table["change"]) <= {"1.00x (same)", "same", ""}
+    assert set(table["better"]) <= {"lower", "higher"}
+    assert all(isinstance(v, (int, float)) or v is None for v in table["before"])
+
+
+def test_change_words():
+    from helpers.render import change_text
+
+    assert change_text(2.0, 0.0, "lower") == "2 -> 0 (better)"
+    assert change_text(2.0, 1.0, "lower") == "2.00x less (better)"
+    assert change_text(0.2, 0.4, "higher") == "2.00x more (better)"
+    assert change_text(1.0, 1.0, "lower") == "same"

@@ -2,8 +2,8 @@
 
     python tools/calibrate_thresholds.py
 
-For each trace in data/manifest.json it prints the quantities the diagnosis compares with a
-threshold, so the values in helpers/thresholds.py can be checked to sit between the broken and
+For each trace in data/manifest.json it prints ``helpers.diagnosis.signals()``: the quantities
+the rules compare with a threshold, under the same names, so the values in helpers/thresholds.py can be checked to sit between the broken and
 the fixed loops.
 """
 
@@ -16,35 +16,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers import diagnose, load, metrics  # noqa: E402
+from helpers import diagnose, load  # noqa: E402
 from helpers import thresholds as th  # noqa: E402
+from helpers.diagnosis import signals  # noqa: E402
+
+#: The signals() a rule compares with a threshold, in table order (column title: signal name).
+COLUMNS = ("gpu_utilization", "data_stall_share", "sync_stall_share", "sync_points_per_step", "sync_blocked_share",
+           "launch_idle_share", "launch_median_kernel_us", "launch_individual_share", "h2d_exposed_share",
+           "host_bound_idle_share", "cpu_data_wait_share", "comm_exposed_share", "imbalance_spread",
+           "capture_host_share")
 
 
 def figures(path: Path) -> dict:
+    """The diagnosis's own signals() for one trace: the very figures its rules compare."""
     t = load(path)
+    sg = signals(t)
     out = {"findings": ", ".join(f.pattern for f in diagnose(t)) or "-"}
-    if t.has_gpu:
-        busy = metrics.gpu_busy(t)
-        denom = float(busy["window_us"].sum())
-        idle = metrics.idle_by_cause(t)
-        sync = metrics.sync_stats(t)
-        h2d = metrics.h2d_stats(t)
-        out.update({
-            "gpu busy": f"{metrics.gpu_utilization(t):.2f}",
-            "idle: data": f"{idle['data_wait'] / denom:.2f}",
-            "idle: launch": f"{idle['launch'] / denom:.2f}",
-            "median kernel us": f"{metrics.kernel_stats(t)['median_us']:.1f}",
-            "launched one by one": f"{metrics.launch_stats(t)['individually_launched_share']:.2f}",
-            "syncs/step": f"{sync['sync_points_per_step']:.1f}",
-            "host blocked": f"{sync['blocked_share']:.2f}",
-            "H2D exposed": f"{h2d['exposed_us'] / denom:.2f}" if h2d else "-",
-        })
-    else:
-        out["host data wait"] = f"{metrics.data_wait(t)['data_wait_share']:.2f}"
-    comm = metrics.comm_stats(t)
-    if not comm.empty and comm["collective_us"].sum() > 0:
-        out["comm exposed"] = f"{comm['exposed_us'].sum() / comm['window_us'].sum():.2f}"
-        out["rank spread"] = f"{metrics.rank_imbalance(t)['compute_spread']:.2f}"
+    for k in COLUMNS:
+        v = sg.get(k)
+        out[k] = f"{v:.2f}" if isinstance(v, float) and v == v else ("" if v is None else str(v))
     return out
 
 

@@ -1,0 +1,136 @@
+"""Renderers: text and JSON for ``summary``, ``diagnose`` and ``compare``.
+
+Metrics and the diagnosis return numbers; this module only formats them (nothing here measures).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from .diagnosis import PATTERNS, Finding
+
+
+def clean(obj: Any) -> Any:
+    """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def to_json(doc: Any) -> str:
+    return json.dumps(clean(doc), indent=1)
+
+
+def json_schema_doc() -> str:
+    """The ``diagnose --json`` shape, with the pattern list read from :data:`PATTERNS`."""
+    return (
+        "diagnose --json prints one object:\n"
+        '  {"trace": str, "summary": {...metrics.summary...},\n'
+        '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
+        '                 "window": [start_us, end_us] | null}]}\n'
+        "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
+        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces).\n"
+        f"pattern is one of {', '.join(PATTERNS)}.\n"
+    )
+
+
+def device_line(names: list[str]) -> str:
+    """Each distinct device once, with its count: ``2x NVIDIA H200, 1x NVIDIA A100``."""
+    counts = Counter(n for n in names if n)
+    return ", ".join(f"{c}x {n}" if c > 1 else n for n, c in counts.items())
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    if s["device_names"]:
+        lines.append(f"  device: {device_line(s['device_names'])}")
+    if s["step_time_ms"] is not None:
+        lines.append(f"  {'step time (mean)' if s['steps'] else 'capture (no step markers)'}: {s['step_time_ms']:.3f} ms")
+    if s["has_gpu"]:
+        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%}")
+        idle = s["idle_by_cause_us"]
+        total = sum(idle.values()) or 1.0
+        lines.append("  GPU idle, by the cause a fix would remove: "
+                     + ", ".join(f"{k} {v / total:.0%}" for k, v in idle.items() if v))
+        k = s["kernels"]
+        lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
+        for c in s["copies"]:
+            lines.append(f"  {c['copy_kind']} {c['host_memory'] or ''} copies: {c['time_per_step_us'] / 1e3:.2f} ms/step at "
+                         f"{c['gb_per_s']:.1f} GB/s, {c['overlap_share']:.0%} overlapped with compute")
+        lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
+    else:
+        lines.append(f"  {s['note']}")
+    lines.append(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
+    if "communication" in s:
+        c = s["communication"]
+        lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} "
+                     f"ms/step ({c['exposed_share']:.0%}), compute spread across ranks {c['compute_spread']:.0%}")
+    return "\n".join(lines)
+
+
+def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
+    """Findings as numbered text; the plot hint names the trace the user gave."""
+    if not findings:
+        return f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
+    lines = []
+    for i, f in enumerate(findings, 1):
+        head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
+        lines += [head, f"   {f.summary}"]
+        for k, v in f.evidence.items():
+            if isinstance(v, float):
+                v = f"{v:.3g}"
+            elif isinstance(v, (list, dict)):
+                v = json.dumps(clean(v))[:120]
+            lines.append(f"     - {k}: {v}")
+        if f.window:
+            a, b = f.window[0] / 1e3, f.window[1] / 1e3
+            lines.append(f"   where: {a:.2f}-{b:.2f} ms (python -m helpers plot {path} --window {a:.1f}:{b:.1f})")
+        lines.append(f"   fix: {f.fix}")
+    return "\n".join(lines)
+
+
+def number(v: Any) -> str:
+    """A figure to three significant digits; blank for missing."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    if isinstance(v, float) and 0 < abs(v) < 1 and not v.is_integer():
+        return f"{v:.3g}"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def change_text(before: float | None, after: float | None, better: str) -> str:
+    """How a figure moved, in words: ``2.00x less (better)``, ``2 -> 0 (better)``, ``same``."""
+    if before is None or after is None or math.isnan(before) or math.isnan(after):
+        return ""
+    if before == after:
+        return "same"
+    improved = (after < before) == (better == "lower")
+    word = "better" if improved else "worse"
+    if before == 0 or after == 0:  # a ratio to or from zero says nothing: show the move
+        return f"{number(before)} -> {number(after)} ({word})"
+    ratio = after / before
+    if ratio < 1:
+        return f"{1 / ratio:.2f}x less ({word})"
+    return f"{ratio:.2f}x more ({word})"
+
+
+def compare_text(table: pd.DataFrame) -> str:
+    rows = [(r["metric"], number(r["before"]), number(r["after"]), change_text(r["before"], r["after"], r["better"]))
+            for _, r in table.iterrows()]
+    out = pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
+    return out.to_string(index=False)
+
+
+__all__ = ["change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
+           "summary_text", "to_json"]
