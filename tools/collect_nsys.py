@@ -69,10 +69,11 @@ def main(argv: list[str]) -> int:
                 steps = trace.steps
                 entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "date",
                                               "command", "run", "profiled_steps", "warmup_steps")}
+                # step_ms (a timed run without a profiler) was not measured in this session: None, not a guess.
                 entry.update(file=rel, format="torch-json", events=int(len(trace.events)), pair_note=PAIR_NOTE,
-                             step_ms=round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
+                             step_ms=None, timed_steps=0,
+                             profiled_step_ms=round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
                              gpu_utilization=round(metrics.gpu_utilization(trace), 4) if trace.has_gpu else None)
-                entry["profiled_step_ms"] = entry["step_ms"]
                 if meta["workload"] == "triage":
                     from helpers.workloads.triage import TRUTH
 
