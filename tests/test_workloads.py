@@ -89,3 +89,76 @@ def test_free_port_is_free():
     port = communication.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+# --- the H200 Nsight recordings in data/ (tools/nsys_session.sh, tools/collect_nsys.py) ---------
+def _manifest() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[1] / "data" / "manifest.json").read_text())
+
+
+def test_every_gpu_variant_has_a_real_nsys_export_and_a_torch_twin():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from record_traces import GPU_PLAN, TRIAGE_PLAN
+
+    recs = _manifest()["recordings"]
+    by_format = {(e["workload"], e["variant"], e["format"]): e for e in recs}
+    for workload, variant, _ in GPU_PLAN + TRIAGE_PLAN:
+        nsys = by_format[(workload, variant, "nsys-sqlite")]
+        # A CUDA-Graph replay shows as whole-graph rows unless nsys runs with --cuda-graph-trace=node.
+        rows = nsys["table_rows"]
+        assert rows.get("CUPTI_ACTIVITY_KIND_KERNEL", 0) + rows.get("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", 0) > 0
+        assert "nsys profile" in nsys["command"]
+        assert "--nsys-range" in nsys["command"] and nsys["device"] == "NVIDIA H200"
+        twin = by_format.get((workload, variant, "torch-json"))
+        if twin is not None:  # same command and seed, own process (see pair_note)
+            assert twin["run"] == nsys["run"]
+    for lab in ("data_stall", "h2d_copy", "sync_stall"):
+        for variant in ("broken", "fixed"):
+            assert by_format[(lab, variant, "nsys-sqlite")]["report"].endswith(".nsys-rep")
+
+
+def test_nsys_exports_load_with_their_recorded_kernel_counts(tmp_path):
+    import gzip
+    import shutil
+    from pathlib import Path
+
+    import helpers
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    for e in _manifest()["recordings"]:
+        if e["format"] != "nsys-sqlite":
+            continue
+        plain = tmp_path / Path(e["file"]).name.removesuffix(".gz")
+        with gzip.open(data / e["file"]) as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        trace = helpers.load(plain)
+        kernels = int((trace.events["kind"] == "kernel").sum())
+        assert kernels == e["table_rows"].get("CUPTI_ACTIVITY_KIND_KERNEL", 0), e["file"]
+        plain.unlink()
+
+
+def test_triage_cases_are_recorded_unlabelled_with_their_truth():
+    from helpers.workloads import triage
+
+    traces = [e for e in _manifest()["traces"] if e["workload"] == "triage"]
+    assert len(traces) >= 8 and set(triage.TRUTH) == {e["variant"] for e in traces}
+    for e in traces:
+        assert e["file"] == f"triage__{e['variant']}__h200.json.gz"
+        assert e["truth"]["patterns"] == list(triage.TRUTH[e["variant"]][1])
+
+
+def test_host_bound_variants_differ_only_in_when_the_bookkeeping_runs():
+    from helpers.workloads import host_bound
+
+    books = host_bound.Bookkeeping()
+    books.update(0)
+    assert len(books.report) == 1 and len(books.counts) == host_bound.CLASSES
+    step = host_bound.make_step("fixed", torch.device("cpu"))
+    for i in range(2):
+        step(i)

@@ -7,6 +7,13 @@
 Each entry: time the loop without a profiler (mean step time over --steps steps, one GPU sync
 at each end), then profile a few steps with torch.profiler and keep the gzipped trace.
 Existing traces are replaced only for the entries recorded in this run.
+
+    python tools/record_traces.py --tag h200 --nsys --out OUT    # on the H200 with nsys on PATH
+
+--nsys runs every GPU workload under the course's own ``nsys profile`` command line
+(helpers.profiling.nsys_command, --nsys-range) with torch.profiler attached to the same steps of
+the same process, exports the report to SQLite and writes ``nsys stats`` / ``nsys analyze`` text;
+each run's facts go to OUT/NAME.meta.json (tools/collect_nsys.py turns them into manifest entries).
 """
 
 from __future__ import annotations
@@ -40,17 +47,22 @@ GPU_PLAN = [
     ("launch_overhead", "graphs", 3), ("launch_overhead", "bigbatch", 3),
     ("sync_stall", "broken", 5), ("sync_stall", "fixed", 5),
     ("mystery", "broken", 5), ("mystery", "data_fixed", 5), ("mystery", "fixed", 5),
+    ("host_bound", "broken", 5), ("host_bound", "synced", 5), ("host_bound", "fixed", 10),
 ]
+# The blind-triage lab's unlabelled loops (helpers.workloads.triage.TRUTH says what each is).
+TRIAGE_PLAN = [("triage", f"t{k}", 5) for k in range(1, 11)]
 CPU_PLAN = [
     ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
     ("launch_overhead", "broken", 3), ("launch_overhead", "foreach", 3),
     ("communication", "manual", 5), ("communication", "ddp", 5), ("communication", "tiny_buckets", 5),
     ("communication", "bf16_hook", 5), ("communication", "no_sync", 5), ("communication", "imbalance", 5),
     ("mystery", "broken", 5), ("mystery", "fixed", 5),
+    ("host_bound", "broken", 5), ("host_bound", "fixed", 10),
 ]
 TIMED_STEPS = {"data_stall": 30, "mystery": 30, "communication": 10}
-# DataLoader workers need a few batches to fill their prefetch queues before the steady state.
-WARMUP = {"data_stall": 10, "mystery": 10}
+# DataLoader workers need a few batches to fill their prefetch queues before the steady state
+# (triage: some of its cases are those loaders).
+WARMUP = {"data_stall": 10, "mystery": 10, "triage": 10}
 
 
 def record_one(workload: str, variant: str, active: int, tag: str, out: Path, timed_steps: int) -> dict:
@@ -96,6 +108,104 @@ def record_one(workload: str, variant: str, active: int, tag: str, out: Path, ti
     return entry
 
 
+NSYS_STATS = "cuda_api_sum,cuda_gpu_kern_sum,nvtx_sum"
+
+
+def _postprocess_nsys(report: Path) -> str:
+    """Export one report to SQLite (gzipped beside it) and write its stats/analyze text."""
+    sqlite = report.with_suffix(".sqlite")
+    log = []
+    for cmd, out_txt in (
+        (["nsys", "export", "--type", "sqlite", "-o", str(sqlite), "-f", "true", str(report)], None),
+        (["nsys", "stats", "--report", NSYS_STATS, str(sqlite)], report.with_suffix(".stats.txt")),
+        (["nsys", "analyze", str(sqlite)], report.with_suffix(".analyze.txt")),
+    ):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        log.append(f"{' '.join(cmd[:2])}: rc {res.returncode}")
+        if out_txt is not None:
+            out_txt.write_text(f"$ {' '.join(cmd[:-1])} {report.stem}.sqlite\n" + res.stdout
+                               + (f"\n[stderr]\n{res.stderr}" if res.stderr.strip() else ""))
+        elif res.returncode:
+            log.append(res.stderr[-2000:])
+    if sqlite.exists():
+        subprocess.run(["gzip", "-f", "-6", str(sqlite)], check=False)
+    return f"{report.name}: " + "; ".join(log)
+
+
+def record_nsys(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
+    """Every plan entry under nsys profile + torch.profiler in one process; post-processing in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from helpers.profiling import nsys_command, shell
+
+    out.mkdir(parents=True, exist_ok=True)
+    nsys_version = subprocess.run(["nsys", "--version"], capture_output=True, text=True).stdout.strip()
+    pool = ThreadPoolExecutor(max_workers=6)
+    jobs = []
+    # torch.compile's start-up is slow under nsys: record it last so the rest is safe.
+    for workload, variant, active in sorted(plan, key=lambda p: p[1] == "compile"):
+        name = f"{workload}__{variant}__{tag}"
+        warmup = WARMUP.get(workload, 3)
+        program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
+                   "--warmup", str(warmup), "--nsys-range"]
+        with tempfile.TemporaryDirectory() as tmp:
+            # No torch.profiler inside: under nsys its CUPTI start fails (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_
+            # NOT_SUPPORTED, seen on the H200 2026-12-02) and its trace has no GPU events; --torch-pairs
+            # records the PyTorch-profiler twin from the same command and seed in its own process.
+            cmd = nsys_command([sys.executable, *program], output=str(out / name), stats=False)
+            shown = nsys_command(["python", *program], output=name, stats=False)
+            t0 = dt.datetime.now()
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=400)
+            wall_s = (dt.datetime.now() - t0).total_seconds()
+            del tmp
+        meta = {
+            "name": name, "workload": workload, "variant": variant, "tag": tag, "run": f"{name}@{dt.date.today().isoformat()}",
+            "device": device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "nsys": nsys_version, "date": dt.date.today().isoformat(), "command": shell(shown),
+            "profiled_steps": active, "warmup_steps": warmup,
+            "rc": res.returncode, "wall_s": round(wall_s, 1),
+            "report": f"{name}.nsys-rep" if (out / f"{name}.nsys-rep").exists() else None,
+        }
+        (out / f"{name}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (out / f"{name}.log").write_text(res.stdout[-20000:] + "\n[stderr]\n" + res.stderr[-20000:])
+        print(json.dumps({k: meta[k] for k in ("name", "rc", "wall_s", "report")}), flush=True)
+        if meta["report"]:
+            jobs.append(pool.submit(_postprocess_nsys, out / meta["report"]))
+    for job in jobs:
+        print(job.result(), flush=True)
+    pool.shutdown()
+    return 0
+
+
+def record_torch_pairs(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
+    """The PyTorch-profiler twin of each --nsys recording: the same workload command and seed, its own process."""
+    out.mkdir(parents=True, exist_ok=True)
+    for workload, variant, active in sorted(plan, key=lambda p: p[1] == "compile"):
+        name = f"{workload}__{variant}__{tag}"
+        warmup = WARMUP.get(workload, 3)
+        program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
+                   "--warmup", str(warmup), "--profile"]
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = dt.datetime.now()
+            res = subprocess.run([sys.executable, *program, tmp], capture_output=True, text=True, cwd=ROOT, timeout=300)
+            wall_s = (dt.datetime.now() - t0).total_seconds()
+            info = next((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{") and '"trace"' in x), {})
+            if info.get("trace") and Path(info["trace"]).exists():
+                shutil.copyfile(info["trace"], out / f"{name}.json.gz")
+        meta = {
+            "name": name, "workload": workload, "variant": variant, "tag": tag, "run": f"{name}@{dt.date.today().isoformat()}",
+            "device": device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "date": dt.date.today().isoformat(), "command": " ".join(["python", *program, "runs"]),
+            "profiled_steps": active, "warmup_steps": warmup, "rc": res.returncode, "wall_s": round(wall_s, 1),
+            "file": f"{name}.json.gz" if (out / f"{name}.json.gz").exists() else None,
+        }
+        (out / f"{name}.torch.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        if res.returncode:
+            (out / f"{name}.torch.log").write_text(res.stdout[-5000:] + "\n[stderr]\n" + res.stderr[-10000:])
+        print(json.dumps({k: meta[k] for k in ("name", "rc", "wall_s", "file")}), flush=True)
+    return 0
+
+
 def record_bench(tag: str, out: Path) -> int:
     """A large launch-bound trace (about 70k events, 20 MB of JSON) to time the readers against."""
     from helpers.workloads import launch_overhead
@@ -118,18 +228,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "data"))
     parser.add_argument("--bench", action="store_true",
                         help="instead, record data/bench/launch_overhead_long__TAG.json.gz (10 profiled steps) for tools/benchmark.py")
+    parser.add_argument("--nsys", action="store_true",
+                        help="record the plan under nsys profile (+ torch.profiler on the same steps) into --out")
+    parser.add_argument("--torch-pairs", action="store_true",
+                        help="record the PyTorch-profiler twin of each --nsys recording into --out")
+    parser.add_argument("--triage", action="store_true", help="the triage lab's cases (with --only: those too)")
     args = parser.parse_args(argv)
     if args.bench:
         return record_bench(args.tag, Path(args.out) / "bench")
-    plan = CPU_PLAN if args.tag == "cpu" else GPU_PLAN
+    plan = CPU_PLAN if args.tag == "cpu" else GPU_PLAN + TRIAGE_PLAN
     if args.tag != "cpu" and not torch.cuda.is_available():
         print("record_traces: the GPU plan needs a CUDA GPU; use --tag cpu on this machine", file=sys.stderr)
         return 2
-    if args.only:
+    if args.only or args.triage:  # --triage adds the triage cases to what --only names
         wanted = {tuple(o.split(":", 1)) for o in args.only}
-        plan = [p for p in plan if (p[0], p[1]) in wanted]
+        plan = [p for p in plan if (p[0], p[1]) in wanted or (args.triage and p[0] == "triage")]
+    else:
+        plan = [p for p in plan if p[0] != "triage"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.nsys:
+        return record_nsys(plan, args.tag, out)
+    if args.torch_pairs:
+        return record_torch_pairs(plan, args.tag, out)
     if len(plan) > 1:  # one fresh process per entry: workloads set process-wide state (threads, CUDA caches)
         for workload, variant, _ in plan:
             rc = subprocess.run([sys.executable, __file__, "--tag", args.tag, "--out", str(out), "--only",

@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
-from ..profiling import annotate, capture, default_device, time_steps
+from ..profiling import annotate, capture, default_device, new_run_dir, save_trace, time_steps
 
 StepFn = Callable[[int], object]
 
@@ -46,14 +47,21 @@ def run_cli(description: str, variants: Sequence[str], make_step: Callable[[str,
     args = parser.parse_args(argv)
     device = torch.device(args.device) if args.device else default_device()
     step = make_step(args.variant, device)
+    if args.nsys_range and device.type != "cuda":
+        print("--nsys-range needs a CUDA device", file=sys.stderr)
+        return 2
+    if args.nsys_range and args.profile:
+        # Both profilers on the same steps of one process: nsys records between profiler.start/stop,
+        # torch.profiler's active window covers the same steps (both read CUPTI).
+        trace_path, step_ms = profile_in_nsys_range(step, args.steps, args.warmup, args.profile, args.variant)
+        print(json.dumps({"variant": args.variant, "device": str(device), "trace": str(trace_path),
+                          "profiled_step_ms": round(step_ms, 3)}))
+        return 0
     if args.profile:
         trace = capture(step, steps=args.steps, warmup=args.warmup, out_dir=args.profile, name=args.variant)
         print(json.dumps({"variant": args.variant, "device": str(device), "trace": trace.source}))
         return 0
     if args.nsys_range:
-        if device.type != "cuda":
-            print("--nsys-range needs a CUDA device", file=sys.stderr)
-            return 2
         for i in range(args.warmup):
             step(i)
         torch.cuda.synchronize()
@@ -66,3 +74,31 @@ def run_cli(description: str, variants: Sequence[str], make_step: Callable[[str,
     ms = time_steps(step, steps=args.steps, warmup=args.warmup)
     print(json.dumps({"variant": args.variant, "device": str(device), "step_ms": round(ms, 3)}))
     return 0
+
+
+def profile_in_nsys_range(step: StepFn, steps: int, warmup: int, out_dir: str, name: str) -> tuple[Path, float]:
+    """Run ``warmup`` plain steps, then ``steps`` steps seen by both nsys (cudaProfilerApi range) and
+    torch.profiler; return the gzipped PyTorch-profiler trace's path and the mean wall ms per step
+    inside the range (both profilers attached)."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    for i in range(warmup - 1):
+        step(i)
+    torch.cuda.synchronize()
+    run_dir = new_run_dir(out_dir, name)
+    # One profiler warm-up step (outside the nsys range), then the shared active steps.
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        for k, i in enumerate(range(max(warmup - 1, 0), max(warmup - 1, 0) + 1 + steps)):
+            if k == 1:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                t0 = time.perf_counter()
+            step(i)
+            prof.step()
+        torch.cuda.synchronize()
+        range_ms = (time.perf_counter() - t0) * 1e3
+        torch.cuda.profiler.stop()
+    return save_trace(prof, run_dir / "trace.json.gz"), range_ms / steps

@@ -1,0 +1,112 @@
+"""Unlabelled loops for the blind triage lab: each case is a real loop; the names say nothing.
+
+What each case really is lives in ``TRUTH`` (and in data/manifest.json), for the checks and the
+instructor only. Several are decoys an eager reader gets wrong: a GPU-bound loop with harmless
+syncs, pinned copies that already overlap compute, two streams whose white space is not idle
+time, a CUDA-Graph replay of many small kernels.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from ..profiling import annotate, require_gpu
+from . import data_stall, h2d_copy, host_bound, launch_overhead, mystery, sync_stall
+from .common import StepFn, run_cli
+
+VARIANTS = ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9", "t10")
+
+# case -> (what it is, the patterns a correct diagnosis names, first the costliest)
+TRUTH: dict[str, tuple[str, tuple[str, ...]]] = {
+    "t1": ("GPU-bound MLP with a harmless loss.item() every 4 steps (the GPU is busy throughout)", ("gpu_bound",)),
+    "t2": ("host-bound: NumPy/Python bookkeeping every step (host_bound:broken)", ("host_bound",)),
+    "t3": ("CUDA-Graph replay of many small kernels: one launch a step, not launch-bound (launch_overhead:graphs)", ("gpu_bound",)),
+    "t4": ("starved DataLoader, num_workers=0 (data_stall:broken)", ("data_stall",)),
+    "t5": ("two streams taking turns: each stream's white space is the other's busy time; GPU-bound", ("gpu_bound",)),
+    "t6": ("pinned copies on a side stream that already overlap compute (h2d_copy:fixed)", ("gpu_bound",)),
+    "t7": ("two problems: starved loader and per-step syncing logs (mystery:broken)", ("data_stall", "sync_stall")),
+    "t8": ("launch overhead: thousands of tiny eager kernels (launch_overhead:broken)", ("launch_overhead",)),
+    "t9": ("pageable, blocking host-to-device copies (h2d_copy:broken)", ("h2d_copy",)),
+    "t10": ("two problems: host bookkeeping after a loss.item() sync; the host work is the cost (host_bound:synced)",
+            ("host_bound", "sync_stall")),
+}
+HARMLESS_SYNC_EVERY = 4
+
+
+def harmless_sync_step(device: torch.device) -> StepFn:
+    model, opt, xs, ys = sync_stall.setup(device)
+    log: list[float] = []
+
+    def step(i: int) -> None:
+        with annotate("forward"):
+            loss = F.cross_entropy(model(xs[i % 8]), ys[i % 8])
+        with annotate("backward"):
+            loss.backward()
+        with annotate("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if i % HARMLESS_SYNC_EVERY == 0:
+            with annotate("log"):
+                log.append(loss.item())  # waits for a GPU that is busy anyway: costs almost nothing
+
+    return step
+
+
+def two_stream_step(device: torch.device, n: int = 4096, chain: int = 6) -> StepFn:
+    """Stream A and stream B take turns on dependent halves of the work; together they keep the GPU busy."""
+    require_gpu("The two-stream triage case")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    wa = (torch.randn(n, n, generator=g) / n**0.5).to(device)
+    wb = (torch.randn(n, n, generator=g) / n**0.5).to(device)
+    a, b = torch.cuda.Stream(device), torch.cuda.Stream(device)
+    state = {"x": torch.randn(n, n, generator=g).to(device), "b_done": None}
+
+    def step(i: int) -> None:
+        a_done = torch.cuda.Event()
+        with annotate("stream_a"), torch.cuda.stream(a):
+            if state["b_done"] is not None:
+                a.wait_event(state["b_done"])
+            x = state["x"]
+            for _ in range(chain):
+                x = torch.tanh(x @ wa)
+            a_done.record(a)
+        b_done = torch.cuda.Event()
+        with annotate("stream_b"), torch.cuda.stream(b):
+            b.wait_event(a_done)
+            for _ in range(chain):
+                x = torch.tanh(x @ wb)
+            b_done.record(b)
+        state["x"], state["b_done"] = x, b_done
+
+    return step
+
+
+def make_step(variant: str, device: torch.device) -> StepFn:
+    if variant == "t1":
+        return harmless_sync_step(device)
+    if variant == "t2":
+        return host_bound.make_step("broken", device)
+    if variant == "t3":
+        return launch_overhead.make_step("graphs", device)
+    if variant == "t4":
+        return data_stall.make_step("broken", device)
+    if variant == "t5":
+        return two_stream_step(device)
+    if variant == "t6":
+        return h2d_copy.make_step("fixed", device)
+    if variant == "t7":
+        return mystery.make_step("broken", device)
+    if variant == "t8":
+        return launch_overhead.make_step("broken", device)
+    if variant == "t9":
+        return h2d_copy.make_step("broken", device)
+    if variant == "t10":
+        return host_bound.make_step("synced", device)
+    raise ValueError(f"unknown triage case {variant!r}; choose from {VARIANTS}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(__doc__.splitlines()[0], VARIANTS, make_step, default_steps=5))

@@ -1,0 +1,116 @@
+"""Copy an H200 Nsight session's outputs into data/ and add their manifest entries.
+
+    python tools/collect_nsys.py DIR [DIR ...]
+
+DIR holds what ``tools/record_traces.py --nsys`` / ``--torch-pairs`` wrote there (NAME.meta.json,
+NAME.sqlite.gz, NAME.nsys-rep, NAME.stats.txt, NAME.analyze.txt, NAME.torch.meta.json, NAME.json.gz,
+*.ncu.csv). Nsight files go to data/nsys/; the PyTorch-profiler twins of the course's existing
+workloads to data/pairs/; those of new workloads (host_bound, triage) to data/ beside the other
+traces. Manifest: nsys entries and twins go under "recordings" (one "run" key per pair), new
+workloads' twins also under "traces" (the key helpers.course reads).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "data"
+NEW_WORKLOADS = ("host_bound", "triage")
+PAIR_NOTE = ("nsys and torch.profiler cannot share one process (Kineto: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "
+             "its trace then has no GPU events): both are recorded from the same command and seed, one process each, "
+             "in the same device session")
+
+
+def sqlite_counts(path: Path) -> dict:
+    """Row counts of the tables the readers use (what a test can check a loaded export against)."""
+    with tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
+        with gzip.open(path) as src:
+            shutil.copyfileobj(src, tmp)
+        tmp.flush()
+        db = sqlite3.connect(tmp.name)
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        counts = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "OSRT_API") if t in names}
+        db.close()
+    return counts
+
+
+def main(argv: list[str]) -> int:
+    from helpers import load, metrics
+
+    manifest_path = DATA / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    recordings = {e["file"]: e for e in manifest.get("recordings", [])}
+    traces = {e["file"]: e for e in manifest["traces"]}
+    (DATA / "nsys").mkdir(exist_ok=True)
+    (DATA / "pairs").mkdir(exist_ok=True)
+    for d in map(Path, argv):
+        for f in d.glob("*.ncu.csv"):
+            shutil.copyfile(f, DATA / "nsys" / f.name)
+        for meta_path in sorted(d.glob("*.meta.json")):
+            meta = json.loads(meta_path.read_text())
+            name = meta["name"]
+            if meta_path.name.endswith(".torch.meta.json"):
+                if not meta.get("file"):
+                    continue
+                new = meta["workload"] in NEW_WORKLOADS
+                rel = f"{name}.json.gz" if new else f"pairs/{name}.json.gz"
+                shutil.copyfile(d / meta["file"], DATA / rel)
+                trace = load(DATA / rel)
+                steps = trace.steps
+                entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "date",
+                                              "command", "run", "profiled_steps", "warmup_steps")}
+                # step_ms (a timed run without a profiler) was not measured in this session: None, not a guess.
+                entry.update(file=rel, format="torch-json", events=int(len(trace.events)), pair_note=PAIR_NOTE,
+                             step_ms=None, timed_steps=0,
+                             profiled_step_ms=round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
+                             gpu_utilization=round(metrics.gpu_utilization(trace), 4) if trace.has_gpu else None)
+                if meta["workload"] == "triage":
+                    from helpers.workloads.triage import TRUTH
+
+                    entry["truth"] = {"what": TRUTH[meta["variant"]][0], "patterns": list(TRUTH[meta["variant"]][1])}
+                recordings[rel] = entry
+                if new:
+                    traces[rel] = entry
+            else:
+                rel = f"nsys/{name}.sqlite.gz"
+                shutil.copyfile(d / f"{name}.sqlite.gz", DATA / rel)
+                extra = {}
+                for suffix, key in ((".nsys-rep", "report"), (".stats.txt", "stats"), (".analyze.txt", "analyze")):
+                    if (d / f"{name}{suffix}").exists():
+                        shutil.copyfile(d / f"{name}{suffix}", DATA / "nsys" / f"{name}{suffix}")
+                        extra[key] = f"nsys/{name}{suffix}"
+                entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "nsys", "date",
+                                              "command", "run", "profiled_steps", "warmup_steps")}
+                entry.update(file=rel, format="nsys-sqlite", table_rows=sqlite_counts(DATA / rel), **extra)
+                if meta["workload"] == "triage":
+                    from helpers.workloads.triage import TRUTH
+
+                    entry["truth"] = {"what": TRUTH[meta["variant"]][0], "patterns": list(TRUTH[meta["variant"]][1])}
+                recordings[rel] = entry
+    if (DATA / "nsys" / "sync_stall__fixed__h200.ncu.csv").exists():
+        manifest["ncu"] = [{
+            "file": "nsys/sync_stall__fixed__h200.ncu.csv", "workload": "sync_stall", "variant": "fixed", "tag": "h200",
+            "device": "NVIDIA H200", "date": "2026-12-02",
+            "command": "ncu --csv --page details --set basic -k regex:<top kernel of its nsys export> -c 3 "
+                       "--clock-control none --log-file FILE python -m helpers.workloads.sync_stall --variant fixed "
+                       "--steps 3 --warmup 2  (tools/nsys_session.sh)",
+        }]
+    manifest["traces"] = sorted(traces.values(), key=lambda e: (e["tag"], e["workload"], e["variant"]))
+    manifest["recordings"] = sorted(recordings.values(), key=lambda e: (e["workload"], e["variant"], e["format"]))
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{len(recordings)} recordings, {len(traces)} traces in {manifest_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
