@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -281,3 +282,94 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float) -> str:
     return _check("workflow", "check_capstone", ok,
                   f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x), {key.replace('_', ' ')} "
                   f"{sa[key]:.1f}, findings {found}. Fix the biggest gap first, re-profile, then the next one.")
+
+
+# --- Nsight ------------------------------------------------------------------------------------
+#: The three nsys command lines lab 00 asks for, and what each must do.
+NSYS_TASKS = {
+    "capture range": "record only between torch.cuda.profiler.start() and stop() (the workload's --nsys-range)",
+    "time window": "skip start-up with a delay, then record for a fixed duration",
+    "gpu metrics": "sample the GPU's hardware counters on device 0 as well",
+}
+
+
+def parse_nsys_profile(command: list[str] | str) -> tuple[dict[str, str], list[str]]:
+    """Split an ``nsys profile`` command into ({option: value}, program); raises ValueError if it is not one.
+
+    Every ``nsys profile`` option takes a value (``--stats=true``, ``-o name``), so an option token
+    without ``=`` consumes the next token; the first other token starts the program.
+    """
+    tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    if tokens[:2] != ["nsys", "profile"]:
+        raise ValueError(f"it starts with {' '.join(tokens[:2])!r}, not 'nsys profile'")
+    options: dict[str, str] = {}
+    i = 2
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name, eq, value = tokens[i].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                raise ValueError(f"{name} has no value")
+            value, i = tokens[i + 1], i + 1
+        options[_NSYS_ALIASES.get(name, name)] = value
+        i += 1
+    return options, tokens[i:]
+
+
+_NSYS_ALIASES = {"-t": "--trace", "-o": "--output", "-y": "--delay", "-d": "--duration", "-c": "--capture-range",
+                 "-s": "--sample", "-f": "--force-overwrite", "--gpu-metrics-device": "--gpu-metrics-devices"}
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+def nsys_command_problems(task: str, command: list[str] | str) -> list[str]:
+    """What is wrong with ``command`` as the lab-00 answer to ``task`` (one of :data:`NSYS_TASKS`); [] if nothing."""
+    try:
+        opts, program = parse_nsys_profile(command)
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    traced = set(opts.get("--trace", "").split(","))
+    if not {"cuda", "nvtx"} <= traced:
+        problems.append(f"--trace={opts.get('--trace', '')} misses {sorted({'cuda', 'nvtx'} - traced)} "
+                        "(kernels and CUDA calls need cuda, your phase ranges nvtx)")
+    if "--output" not in opts:
+        problems.append("no -o NAME: the report would get a default name you then have to hunt for")
+    if not program or not program[0].startswith("python"):
+        problems.append("the profiled program (python -m helpers.workloads...) is missing after the options")
+    ranged = "--capture-range" in opts
+    if task == "capture range":
+        if opts.get("--capture-range") != "cudaProfilerApi":
+            problems.append("no --capture-range=cudaProfilerApi: nsys would record start-up too")
+        elif opts.get("--capture-range-end", "stop-shutdown") not in ("stop", "stop-shutdown"):
+            problems.append("--capture-range-end should be stop (one range, ended at torch.cuda.profiler.stop())")
+        if "--nsys-range" not in program:
+            problems.append("the workload needs --nsys-range, or it never calls torch.cuda.profiler.start()/stop()")
+    elif task == "time window":
+        delay, duration = _seconds(opts.get("--delay")), _seconds(opts.get("--duration"))
+        if not delay > 0:
+            problems.append("no --delay=SECONDS (> 0): start-up (imports, cuDNN autotuning, warm-up) would be recorded")
+        if not duration > 0:
+            problems.append("no --duration=SECONDS (> 0): nsys would record until the program ends")
+        if ranged:
+            problems.append("a time window needs no --capture-range (with one, the delay counts from the range)")
+    elif task == "gpu metrics":
+        if opts.get("--gpu-metrics-devices") not in ("0", "all"):
+            problems.append("no --gpu-metrics-devices=0: GPU metrics are sampled only on the devices named")
+    else:
+        problems.append(f"unknown task {task!r}; tasks are {list(NSYS_TASKS)}")
+    return problems
+
+
+def check_nsys_commands(commands: dict[str, list[str] | str]) -> str:
+    """Each of lab 00's nsys tasks (:data:`NSYS_TASKS`) answered with a command line that does it."""
+    problems = [f"{task}: {p}" for task in NSYS_TASKS
+                for p in (nsys_command_problems(task, commands[task]) if task in commands else ["missing"])]
+    return _check("capture", "check_nsys_commands", not problems,
+                  f"{len(problems)} problem(s): " + "; ".join(problems[:3]) +
+                  ". helpers.profiling.nsys_command(program, output=..., capture_range=..., delay_s=..., "
+                  "duration_s=..., gpu_metrics_device=...) builds them.")
