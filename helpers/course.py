@@ -79,3 +79,12 @@ def show(obj: object) -> object:
         return Code(source, language="python")
     except ImportError:
         return source
+
+
+def shipped_nsys_export(workload: str, variant: str) -> Trace:
+    """The Nsight Systems SQLite export of ``workload:variant`` recorded on the H200 (``"format": "nsys-sqlite"``)."""
+    for e in manifest():
+        if e.get("format") == "nsys-sqlite" and e["workload"] == workload and e["variant"] == variant:
+            return load(DATA / e["file"])
+    raise TraceError(f"no shipped Nsight Systems export of {workload}:{variant} in data/manifest.json; "
+                     "the PyTorch-profiler trace of the same workload stands in")

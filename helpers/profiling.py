@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -196,16 +197,28 @@ def _option_value(command: Sequence[str], *names: str) -> str | None:
     return None
 
 
-def _run_tool(command: Sequence[str], what: str, timeout_s: float, stdout: int | None = None) -> subprocess.CompletedProcess:
+def _run_tool(command: Sequence[str], what: str, timeout_s: float, stdout: int | None = None,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
     try:
-        done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
     except subprocess.TimeoutExpired:
         raise TraceError(f"{what} ran past {timeout_s:g} s and was stopped; profile fewer steps or raise timeout_s") from None
     if done.returncode != 0:
         last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
         raise TraceError(f"{what} failed (exit {done.returncode}): {last.strip()[:200]}")
     return done
+
+
+def with_output(command: Sequence[str], output: str | os.PathLike) -> list[str]:
+    """``command`` with its ``-o``/``--output`` value replaced by ``output`` (added if it had none)."""
+    command = [str(c) for c in command]
+    for i, token in enumerate(command):
+        if token in ("-o", "--output") and i + 1 < len(command):
+            return command[:i + 1] + [str(output)] + command[i + 2:]
+        if token.startswith("--output="):
+            return command[:i] + [f"--output={output}"] + command[i + 1:]
+    return command[:2] + ["-o", str(output)] + command[2:]
 
 
 def run_nsys(command: Sequence[str], timeout_s: float = 600) -> Trace:
@@ -229,7 +242,11 @@ def run_nsys(command: Sequence[str], timeout_s: float = 600) -> Trace:
     for existing in (report, sqlite):
         if existing.exists():
             raise TraceError(f"{existing}: already exists; pick another -o name (recorded reports are never overwritten)")
-    _run_tool(command, "nsys profile", timeout_s)
+    # "python" in the program means this interpreter, and the course's workloads must import.
+    command = [sys.executable if c == "python" else c for c in command]
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    _run_tool(command, "nsys profile", timeout_s, env=env)
     if not report.exists():
         raise TraceError(f"{report}: nsys wrote no report; with --capture-range=cudaProfilerApi the program must "
                          "call torch.cuda.profiler.start()/stop() (the course's workloads do with --nsys-range)")
