@@ -37,3 +37,7 @@ IMBALANCE_SPREAD = 0.50
 GPU_BOUND_BUSY = 0.85
 #: On CPU-only traces: host time in data loading, as a share of step time.
 CPU_DATA_WAIT_SHARE = 0.30
+#: Nsight Compute: a kernel whose compute and memory throughput are both below this share of peak
+#: (percent) is latency-bound, not limited by either unit. The figure is ncu's own SpeedOfLight
+#: rule ("below 60.0% of peak typically indicate latency issues").
+NCU_LATENCY_BOUND_PCT = 60.0

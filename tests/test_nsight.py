@@ -195,3 +195,53 @@ def test_plausible_wrong_nsys_answers_fail_saying_what_is_wrong(task, command):
 def test_missing_nsys_answer_is_named():
     with pytest.raises(checks.CheckFailed, match="gpu metrics: missing"):
         checks.check_nsys_commands({k: v for k, v in REFERENCE.items() if k != "gpu metrics"})
+
+
+# --- lab 06's checks -----------------------------------------------------------------------------
+ANALYZE_SAMPLE = """\
+Processing [r.sqlite] with [/opt/nvidia/nsight-systems/2025.3.1/host-linux-x64/rules/cuda_memcpy_async.py]...
+
+ ** CUDA Async Memcpy with Pageable Memory (cuda_memcpy_async):
+
+The following APIs use PAGEABLE memory which causes asynchronous CUDA memcpy
+operations to block and be executed synchronously.
+
+Processing [r.sqlite] with [/opt/nvidia/nsight-systems/2025.3.1/host-linux-x64/rules/cuda_memset_sync.py]...
+
+ ** CUDA Synchronous Memset (cuda_memset_sync):
+
+There were no problems detected related to synchronous memset operations.
+
+ ** CUDA Synchronization APIs (cuda_api_sync):
+
+The following are synchronization APIs that block the host until all issued
+CUDA calls are complete.
+"""
+
+
+def test_analyze_findings_lists_only_the_rules_that_reported():
+    found = checks.analyze_findings(ANALYZE_SAMPLE)
+    assert sorted(found) == ["cuda_api_sync", "cuda_memcpy_async"]
+    assert "PAGEABLE" in found["cuda_memcpy_async"]
+
+
+def test_analyze_verdicts_follow_the_diagnosis():
+    trace = helpers.load(write_sqlite(two_step_loop(), Path("t.sqlite")))
+    found = {f.pattern for f in helpers.diagnose(trace)}
+    truth = {r: bool(found & set(p)) for r, p in checks.ANALYZE_RULE_PATTERNS.items()}
+    fired = ["cuda_api_sync", "gpu_gaps"]
+    assert checks.check_analyze_verdicts({r: truth[r] for r in fired}, fired, trace, "synth").startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="cuda_api_sync"):
+        checks.check_analyze_verdicts({"cuda_api_sync": not truth["cuda_api_sync"], "gpu_gaps": truth["gpu_gaps"]},
+                                      fired, trace, "synth")
+
+
+def test_kernel_limiter_reads_speed_of_light():
+    import pandas as pd
+
+    rows = pd.DataFrame({"compute_throughput_pct": [79.0, 30.0, 20.0], "memory_throughput_pct": [41.0, 88.0, 35.0]})
+    assert [checks.kernel_limiter(r) for _, r in rows.iterrows()] == ["compute", "memory", "latency"]
+    table = read_ncu(CONSTRUCTED_CSV)
+    assert checks.check_kernel_limiter("compute", table).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="compute 79% and memory 41%"):
+        checks.check_kernel_limiter("memory", table)
