@@ -197,8 +197,15 @@ def _option_value(command: Sequence[str], *names: str) -> str | None:
     return None
 
 
-def _run_tool(command: Sequence[str], what: str, timeout_s: float, stdout: int | None = None,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _this_python(command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """"python" in a profiled program means this interpreter, and the course's workloads must import."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return [sys.executable if c == "python" else str(c) for c in command], env
+
+
+def _run_tool(command: Sequence[str], env: dict[str, str] | None = None, *, what: str, timeout_s: float,
+              stdout: int | None = None) -> subprocess.CompletedProcess:
     """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
     try:
         done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
@@ -242,16 +249,12 @@ def run_nsys(command: Sequence[str], timeout_s: float = 600) -> Trace:
     for existing in (report, sqlite):
         if existing.exists():
             raise TraceError(f"{existing}: already exists; pick another -o name (recorded reports are never overwritten)")
-    # "python" in the program means this interpreter, and the course's workloads must import.
-    command = [sys.executable if c == "python" else c for c in command]
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    _run_tool(command, "nsys profile", timeout_s, env=env)
+    _run_tool(*_this_python(command), what="nsys profile", timeout_s=timeout_s)
     if not report.exists():
         raise TraceError(f"{report}: nsys wrote no report; with --capture-range=cudaProfilerApi the program must "
                          "call torch.cuda.profiler.start()/stop() (the course's workloads do with --nsys-range)")
     if not sqlite.exists():  # --stats=true exports on its own
-        _run_tool(["nsys", "export", "--type", "sqlite", "-o", str(sqlite), str(report)], "nsys export", timeout_s)
+        _run_tool(["nsys", "export", "--type", "sqlite", "-o", str(sqlite), str(report)], what="nsys export", timeout_s=timeout_s)
     return load(sqlite)
 
 
@@ -288,7 +291,7 @@ def run_ncu(command: Sequence[str], csv_path: str | os.PathLike, timeout_s: floa
     csv_path = Path(csv_path)
     if csv_path.exists():
         raise TraceError(f"{csv_path}: already exists; pick another name (recorded results are never overwritten)")
-    done = _run_tool(command, "ncu", timeout_s, stdout=subprocess.PIPE)
+    done = _run_tool(*_this_python(command), what="ncu", timeout_s=timeout_s, stdout=subprocess.PIPE)
     csv_path.write_text(done.stdout)
     return read_ncu(csv_path)
 
