@@ -83,8 +83,26 @@ def show(obj: object) -> object:
 
 def shipped_nsys_export(workload: str, variant: str) -> Trace:
     """The Nsight Systems SQLite export of ``workload:variant`` recorded on the H200 (``"format": "nsys-sqlite"``)."""
+    return load(DATA / nsight_entry(workload, variant)["file"])
+
+
+def shipped_ncu_entries() -> list[dict]:
+    """Manifest entries of the shipped Nsight Compute CSVs (``"format": "ncu-csv"``)."""
+    return [e for e in manifest() if e.get("format") == "ncu-csv"]
+
+
+def nsight_entry(workload: str, variant: str, fmt: str = "nsys-sqlite") -> dict:
+    """The manifest entry of a shipped Nsight recording (``fmt``: ``"nsys-sqlite"`` or ``"ncu-csv"``)."""
     for e in manifest():
-        if e.get("format") == "nsys-sqlite" and e["workload"] == workload and e["variant"] == variant:
-            return load(DATA / e["file"])
-    raise TraceError(f"no shipped Nsight Systems export of {workload}:{variant} in data/manifest.json; "
-                     "the PyTorch-profiler trace of the same workload stands in")
+        if e.get("format") == fmt and e["workload"] == workload and e["variant"] == variant:
+            return e
+    known = sorted((e["workload"], e["variant"]) for e in manifest() if e.get("format") == fmt)
+    raise TraceError(f"no shipped {fmt} recording of {workload}:{variant}; shipped: {known}")
+
+
+def nsight_text(workload: str, variant: str, key: str) -> str:
+    """A text output shipped with an nsys export (``key``: ``"nsys_stats"`` or ``"nsys_analyze"``)."""
+    e = nsight_entry(workload, variant)
+    if key not in e:
+        raise TraceError(f"the manifest entry of {workload}:{variant}'s nsys export has no {key!r} file")
+    return (DATA / e[key]).read_text()

@@ -245,3 +245,13 @@ def test_kernel_limiter_reads_speed_of_light():
     assert checks.check_kernel_limiter("compute", table).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="compute 79% and memory 41%"):
         checks.check_kernel_limiter("memory", table)
+
+
+def test_gzipped_sqlite_export_loads_like_the_plain_one(tmp_path):
+    import gzip
+
+    plain = write_sqlite(two_step_loop(), tmp_path / "t.sqlite")
+    packed = tmp_path / "t.sqlite.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = helpers.load(plain), helpers.load(packed)
+    assert b.format == "nsys-sqlite" and a.events.equals(b.events)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from . import kineto, nsys
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db", ".sqlite.gz")
 
 
 def load(path: str | os.PathLike, step_pattern: str | None = None) -> Trace:
@@ -61,6 +62,12 @@ def read_file(p: Path) -> tuple[pd.DataFrame, dict, str]:
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
         raw = _gunzip(p)
+        if raw.startswith(SQLITE_MAGIC):  # a gzipped nsys export (.sqlite.gz); sqlite3 needs a file
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / p.name.removesuffix(".gz")
+                copy.write_bytes(raw)
+                events, metadata = nsys.read(copy)
+            return events, metadata, "nsys-sqlite"
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
