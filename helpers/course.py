@@ -87,21 +87,21 @@ def shipped_nsys_export(workload: str, variant: str) -> Trace:
 
 
 def shipped_ncu_entries() -> list[dict]:
-    """Manifest entries of the shipped Nsight Compute CSVs (``"format": "ncu-csv"``)."""
-    return [e for e in manifest() if e.get("format") == "ncu-csv"]
+    """Manifest entries of nsys exports that carry an Nsight Compute CSV of their top kernel (``"ncu_csv"``)."""
+    return [e for e in manifest() if e.get("format") == "nsys-sqlite" and e.get("ncu_csv")]
 
 
-def nsight_entry(workload: str, variant: str, fmt: str = "nsys-sqlite") -> dict:
-    """The manifest entry of a shipped Nsight recording (``fmt``: ``"nsys-sqlite"`` or ``"ncu-csv"``)."""
+def nsight_entry(workload: str, variant: str) -> dict:
+    """The manifest entry of a shipped Nsight Systems export (``"format": "nsys-sqlite"``)."""
     for e in manifest():
-        if e.get("format") == fmt and e["workload"] == workload and e["variant"] == variant:
+        if e.get("format") == "nsys-sqlite" and e["workload"] == workload and e["variant"] == variant:
             return e
-    known = sorted((e["workload"], e["variant"]) for e in manifest() if e.get("format") == fmt)
-    raise TraceError(f"no shipped {fmt} recording of {workload}:{variant}; shipped: {known}")
+    known = sorted((e["workload"], e["variant"]) for e in manifest() if e.get("format") == "nsys-sqlite")
+    raise TraceError(f"no shipped Nsight Systems export of {workload}:{variant}; shipped: {known}")
 
 
 def nsight_text(workload: str, variant: str, key: str) -> str:
-    """A text output shipped with an nsys export (``key``: ``"nsys_stats"`` or ``"nsys_analyze"``)."""
+    """A file shipped with an nsys export, as text (``key``: ``"nsys_stats"``, ``"nsys_analyze"``, ``"ncu_csv"``)."""
     e = nsight_entry(workload, variant)
     if key not in e:
         raise TraceError(f"the manifest entry of {workload}:{variant}'s nsys export has no {key!r} file")

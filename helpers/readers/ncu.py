@@ -69,7 +69,7 @@ def parse_ncu_csv(text: str, source: str = "ncu output") -> pd.DataFrame:
     table: dict[str, dict[str, object]] = {}
     wanted = {v: k for k, v in METRICS.items()}
     for rec in body:
-        if len(rec) < len(header):
+        if len(rec) <= max(col.values()):  # trailing empty Rule columns may be left off; metric columns may not
             raise TraceError(f"{source}: a line has {len(rec)} fields, the header {len(header)}; the CSV was cut short")
         launch = rec[col["ID"]]
         row = table.setdefault(launch, {"id": _int(launch), "kernel": rec[col["Kernel Name"]]})
