@@ -31,6 +31,8 @@ SELF_CHECK = {
     "sync": ("(course) Find and remove hidden synchronizations", "labs/03_sync_stall.ipynb"),
     "imbalance": ("(course) Recognise uneven load across ranks", "labs/04_communication.ipynb"),
     "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/05_workflow_capstone.ipynb"),
+    "nsight": ("(course) Read nsys stats/analyze next to the diagnosis; Nsight Compute for a GPU-bound loop",
+               "labs/06_nsight_reports.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
 
@@ -421,9 +423,10 @@ def check_analyze_verdicts(verdicts: dict[str, bool], fired: list[str], trace: T
                   "the GPU waits for (long gaps next to it) or a short, harmless one.")
 
 
-def _loose_same(a: str, b: str) -> bool:
-    a, b = a.strip().lower(), b.strip().lower()
-    return bool(a) and bool(b) and (a in b or b in a)
+def _loose_same(answer: str, truth: str) -> bool:
+    """``answer`` names ``truth``: a part of it at least 6 characters long (nsys stats cuts long names with '…')."""
+    a = answer.replace("…", "").replace("...", "").strip().lower()
+    return len(a) >= 6 and a in truth.strip().lower()
 
 
 def check_stats_reading(answers: dict[str, str], trace: Trace) -> str:
@@ -459,3 +462,18 @@ def check_kernel_limiter(answer: str, ncu_table) -> str:
                   f"{answer!r} is not what the figures say: compute {row['compute_throughput_pct']:.0f}% and memory "
                   f"{row['memory_throughput_pct']:.0f}% of peak. The higher one limits the kernel if it is near peak; "
                   "if both are well below (under ~60%), the kernel is latency-bound (occupancy, dependencies).")
+
+
+def data_wait_share(trace: Trace) -> float:
+    """Share of the analysed time the GPU idles while the host waits for data (whole capture if it has no steps)."""
+    total = float(m.windows(trace)["dur_us"].sum())
+    return m.idle_by_cause(trace)["data_wait"] / total if total > 0 else float("nan")
+
+
+def check_data_wait_share(answer: float, trace: Trace, label: str) -> str:
+    """The GPU's data-wait share of the time, read from one trace (3 percentage points)."""
+    want = data_wait_share(trace)
+    return _check("nsight", f"check_data_wait_share[{label}]", _close(float(answer), want, 0.0, 0.03),
+                  f"{answer:.3f} is off for the {label} trace. Take metrics.idle_by_cause(trace)['data_wait'] "
+                  "(microseconds the GPU idles while the host is in the DataLoader) over the analysed time, "
+                  "metrics.windows(trace)['dur_us'].sum().")
