@@ -268,3 +268,22 @@ def test_gzipped_sqlite_export_loads_like_the_plain_one(tmp_path):
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     a, b = helpers.load(plain), helpers.load(packed)
     assert b.format == "nsys-sqlite" and a.events.equals(b.events)
+
+
+def test_graph_replays_recorded_whole_count_as_gpu_work(tmp_path):
+    """nsys's default --cuda-graph-trace=graph writes CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows, no kernel rows."""
+    import sqlite3
+
+    from synth import Ev
+
+    path = write_sqlite([Ev("runtime", "cudaGraphLaunch_v10000", 1_000, 5_000, correlation=77),
+                         Ev("annotation", "step 0", 0, 50_000)], tmp_path / "g.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE(start, end, deviceId, contextId, streamId, correlationId, "
+                "graphId, graphExecId) VALUES (6000, 46000, 0, 1, 7, 77, 3, 4)")
+    con.commit()
+    con.close()
+    trace = helpers.load(path)
+    kernels = trace.events[trace.events["kind"] == "kernel"]
+    assert list(kernels["name"]) == ["CUDA Graph 3 (whole graph)"] and kernels["dur_us"].iloc[0] == pytest.approx(40.0)
+    assert kernels["correlation"].iloc[0] == 77 and trace.has_gpu
