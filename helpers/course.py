@@ -61,7 +61,8 @@ def measured(workload: str) -> pd.DataFrame:
     """Step times we measured for every variant of a workload (from data/manifest.json), slowest first."""
     import pandas as pd
 
-    rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest() if e["workload"] == workload]
+    rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest()
+            if e["workload"] == workload and e.get("format") != "nsys-sqlite"]  # nsys step times run with nsys attached
     return pd.DataFrame(rows).sort_values(["tag", "step_ms"], ascending=[False, False]).reset_index(drop=True)
 
 

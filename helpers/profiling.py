@@ -17,13 +17,16 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
 from .errors import NoGPUError, TraceError
 from .model import Trace
 from .readers import load
+
+if TYPE_CHECKING:  # only run_ncu returns a DataFrame; readers.ncu imports pandas when it runs
+    import pandas as pd
 
 try:
     import nvtx as _nvtx
