@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,8 @@ SELF_CHECK = {
     "sync": ("(course) Find and remove hidden synchronizations", "labs/03_sync_stall.ipynb"),
     "imbalance": ("(course) Recognise uneven load across ranks", "labs/04_communication.ipynb"),
     "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/05_workflow_capstone.ipynb"),
+    "nsight": ("(course) Read nsys stats/analyze next to the diagnosis; Nsight Compute for a GPU-bound loop",
+               "labs/06_nsight_reports.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
 
@@ -281,3 +285,195 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float) -> str:
     return _check("workflow", "check_capstone", ok,
                   f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x), {key.replace('_', ' ')} "
                   f"{sa[key]:.1f}, findings {found}. Fix the biggest gap first, re-profile, then the next one.")
+
+
+# --- Nsight ------------------------------------------------------------------------------------
+#: The three nsys command lines lab 00 asks for, and what each must do.
+NSYS_TASKS = {
+    "capture range": "record only between torch.cuda.profiler.start() and stop() (the workload's --nsys-range)",
+    "time window": "skip start-up with a delay, then record for a fixed duration",
+    "gpu metrics": "sample the GPU's hardware counters on device 0 as well",
+}
+
+
+def parse_nsys_profile(command: list[str] | str) -> tuple[dict[str, str], list[str]]:
+    """Split an ``nsys profile`` command into ({option: value}, program); raises ValueError if it is not one.
+
+    Every ``nsys profile`` option takes a value (``--stats=true``, ``-o name``), so an option token
+    without ``=`` consumes the next token; the first other token starts the program.
+    """
+    tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    if tokens[:2] != ["nsys", "profile"]:
+        raise ValueError(f"it starts with {' '.join(tokens[:2])!r}, not 'nsys profile'")
+    options: dict[str, str] = {}
+    i = 2
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name, eq, value = tokens[i].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                raise ValueError(f"{name} has no value")
+            value, i = tokens[i + 1], i + 1
+        options[_NSYS_ALIASES.get(name, name)] = value
+        i += 1
+    return options, tokens[i:]
+
+
+_NSYS_ALIASES = {"-t": "--trace", "-o": "--output", "-y": "--delay", "-d": "--duration", "-c": "--capture-range",
+                 "-s": "--sample", "-f": "--force-overwrite", "--gpu-metrics-device": "--gpu-metrics-devices"}
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+def nsys_command_problems(task: str, command: list[str] | str) -> list[str]:
+    """What is wrong with ``command`` as the lab-00 answer to ``task`` (one of :data:`NSYS_TASKS`); [] if nothing."""
+    try:
+        opts, program = parse_nsys_profile(command)
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    traced = set(opts.get("--trace", "").split(","))
+    if not {"cuda", "nvtx"} <= traced:
+        problems.append(f"--trace={opts.get('--trace', '')} misses {sorted({'cuda', 'nvtx'} - traced)} "
+                        "(kernels and CUDA calls need cuda, your phase ranges nvtx)")
+    if "--output" not in opts:
+        problems.append("no -o NAME: the report would get a default name you then have to hunt for")
+    if not program or not program[0].startswith("python"):
+        problems.append("the profiled program (python -m helpers.workloads...) is missing after the options")
+    ranged = "--capture-range" in opts
+    if task == "capture range":
+        if opts.get("--capture-range") != "cudaProfilerApi":
+            problems.append("no --capture-range=cudaProfilerApi: nsys would record start-up too")
+        elif opts.get("--capture-range-end", "stop-shutdown") not in ("stop", "stop-shutdown"):
+            problems.append("--capture-range-end should be stop (one range, ended at torch.cuda.profiler.stop())")
+        if "--nsys-range" not in program:
+            problems.append("the workload needs --nsys-range, or it never calls torch.cuda.profiler.start()/stop()")
+    elif task == "time window":
+        delay, duration = _seconds(opts.get("--delay")), _seconds(opts.get("--duration"))
+        if not delay > 0:
+            problems.append("no --delay=SECONDS (> 0): start-up (imports, cuDNN autotuning, warm-up) would be recorded")
+        if not duration > 0:
+            problems.append("no --duration=SECONDS (> 0): nsys would record until the program ends")
+        if ranged:
+            problems.append("a time window needs no --capture-range (with one, the delay counts from the range)")
+    elif task == "gpu metrics":
+        if opts.get("--gpu-metrics-devices") not in ("0", "all"):
+            problems.append("no --gpu-metrics-devices=0: GPU metrics are sampled only on the devices named")
+    else:
+        problems.append(f"unknown task {task!r}; tasks are {list(NSYS_TASKS)}")
+    return problems
+
+
+def check_nsys_commands(commands: dict[str, list[str] | str]) -> str:
+    """Each of lab 00's nsys tasks (:data:`NSYS_TASKS`) answered with a command line that does it."""
+    problems = [f"{task}: {p}" for task in NSYS_TASKS
+                for p in (nsys_command_problems(task, commands[task]) if task in commands else ["missing"])]
+    return _check("capture", "check_nsys_commands", not problems,
+                  f"{len(problems)} problem(s): " + "; ".join(problems[:3]) +
+                  ". helpers.profiling.nsys_command(program, output=..., capture_range=..., delay_s=..., "
+                  "duration_s=..., gpu_metrics_device=...) builds them.")
+
+
+# --- lab 06: nsys stats / analyze next to helpers.diagnose, and Nsight Compute ---------------------
+#: The ``nsys analyze`` rules, and the helpers.diagnose patterns that would make each one matter.
+ANALYZE_RULE_PATTERNS = {
+    "cuda_memcpy_async": ("h2d_copy",),  # pageable async copies: costly only when the copies are big and exposed
+    "cuda_memcpy_sync": ("h2d_copy", "sync_stall"),
+    "cuda_memset_sync": ("sync_stall",),
+    "cuda_api_sync": ("sync_stall",),  # fires on any cudaDeviceSynchronize / cudaStreamSynchronize
+    "gpu_gaps": ("data_stall", "sync_stall", "launch_overhead", "h2d_copy", "communication"),
+    "gpu_time_util": ("data_stall", "sync_stall", "launch_overhead", "h2d_copy", "communication"),
+}
+_ANALYZE_RULE = re.compile(r"^\s*\*\*\s*(?P<title>.+?)\s*\((?P<rule>\w+)\):\s*$")
+_NO_PROBLEM = re.compile(r"no problems were (?:detected|found)|there were no problems|skipped|does not contain", re.IGNORECASE)
+
+
+def analyze_findings(text: str) -> dict[str, str]:
+    """The rules that reported something in ``nsys analyze`` output: {rule id: its first lines}."""
+    found: dict[str, str] = {}
+    rule, body = None, []
+    for line in [*text.splitlines(), "** end (end):"]:
+        m = _ANALYZE_RULE.match(line)
+        if m:
+            if rule and body and not _NO_PROBLEM.search(" ".join(body[:3])):
+                found[rule] = " ".join(body[:3])[:300]
+            rule, body = m.group("rule"), []
+        elif rule and line.strip() and not line.startswith("Processing "):
+            body.append(line.strip())
+    return found
+
+
+def analyze_rule_matters(rule: str, trace: Trace) -> bool:
+    """An analyze warning matters when helpers.diagnose finds the pattern behind it in the same run."""
+    found = {f.pattern for f in diagnose(trace)}
+    return bool(found & set(ANALYZE_RULE_PATTERNS.get(rule, ())))
+
+
+def check_analyze_verdicts(verdicts: dict[str, bool], fired: list[str], trace: Trace, label: str) -> str:
+    """For each analyze rule that ``fired`` on ``trace``'s report: does it point at this loop's bottleneck?"""
+    wrong = [r for r in fired if r not in verdicts or bool(verdicts[r]) != analyze_rule_matters(r, trace)]
+    found = [f.pattern for f in diagnose(trace)]
+    return _check("nsight", f"check_analyze_verdicts[{label}]", not wrong,
+                  f"Rethink {wrong}: a warning matters only if fixing it would shorten this loop's step. "
+                  f"Here the step is bound by {found[:2]}; ask whether the sync or copy analyze flags is what "
+                  "the GPU waits for (long gaps next to it) or a short, harmless one.")
+
+
+def _loose_same(answer: str, truth: str) -> bool:
+    """``answer`` names ``truth``: a part of it at least 6 characters long (nsys stats cuts long names with '…')."""
+    a = answer.replace("…", "").replace("...", "").strip().lower()
+    return len(a) >= 6 and a in truth.strip().lower()
+
+
+def check_stats_reading(answers: dict[str, str], trace: Trace) -> str:
+    """The CUDA API call and the kernel with the most total time, as read off ``nsys stats``."""
+    ev = trace.events
+    want = {}
+    for key, kind in (("top_api_call", "runtime"), ("top_kernel", "kernel")):
+        sel = ev[ev["kind"] == kind]
+        want[key] = str(sel.groupby("name")["dur_us"].sum().idxmax()) if not sel.empty else ""
+    wrong = [k for k in want if not _loose_same(str(answers.get(k, "")), want[k])]
+    return _check("nsight", "check_stats_reading", not wrong,
+                  f"{wrong} do not match the report. Both summaries are sorted by 'Time (%)': the first row "
+                  "of cuda_api_sum is the call the host spends most time in, of cuda_gpu_kern_sum the kernel "
+                  "the GPU spends most time in (copy the name as printed).")
+
+
+def kernel_limiter(row: dict | object) -> str:
+    """``"compute"``, ``"memory"`` or ``"latency"`` for one ncu launch (a row of helpers.readers.ncu.read_ncu)."""
+    from .thresholds import NCU_LATENCY_BOUND_PCT
+
+    compute = float(row["compute_throughput_pct"])  # type: ignore[index]
+    memory = float(row["memory_throughput_pct"])  # type: ignore[index]
+    if max(compute, memory) < NCU_LATENCY_BOUND_PCT:
+        return "latency"
+    return "compute" if compute >= memory else "memory"
+
+
+def check_kernel_limiter(answer: str, ncu_table) -> str:
+    """What limits the profiled kernel, from its ncu speed-of-light figures (first launch)."""
+    want = kernel_limiter(ncu_table.iloc[0])
+    row = ncu_table.iloc[0]
+    return _check("nsight", "check_kernel_limiter", str(answer).strip().lower() == want,
+                  f"{answer!r} is not what the figures say: compute {row['compute_throughput_pct']:.0f}% and memory "
+                  f"{row['memory_throughput_pct']:.0f}% of peak. The higher one limits the kernel if it is near peak; "
+                  "if both are well below (under ~60%), the kernel is latency-bound (occupancy, dependencies).")
+
+
+def data_wait_share(trace: Trace) -> float:
+    """Share of the analysed time the GPU idles while the host waits for data (whole capture if it has no steps)."""
+    total = float(m.windows(trace)["dur_us"].sum())
+    return m.idle_by_cause(trace)["data_wait"] / total if total > 0 else float("nan")
+
+
+def check_data_wait_share(answer: float, trace: Trace, label: str) -> str:
+    """The GPU's data-wait share of the time, read from one trace (3 percentage points)."""
+    want = data_wait_share(trace)
+    return _check("nsight", f"check_data_wait_share[{label}]", _close(float(answer), want, 0.0, 0.03),
+                  f"{answer:.3f} is off for the {label} trace. Take metrics.idle_by_cause(trace)['data_wait'] "
+                  "(microseconds the GPU idles while the host is in the DataLoader) over the analysed time, "
+                  "metrics.windows(trace)['dur_us'].sum().")

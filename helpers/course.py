@@ -61,7 +61,8 @@ def measured(workload: str) -> pd.DataFrame:
     """Step times we measured for every variant of a workload (from data/manifest.json), slowest first."""
     import pandas as pd
 
-    rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest() if e["workload"] == workload]
+    rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest()
+            if e["workload"] == workload and e.get("format") != "nsys-sqlite"]  # nsys step times run with nsys attached
     return pd.DataFrame(rows).sort_values(["tag", "step_ms"], ascending=[False, False]).reset_index(drop=True)
 
 
@@ -79,3 +80,30 @@ def show(obj: object) -> object:
         return Code(source, language="python")
     except ImportError:
         return source
+
+
+def shipped_nsys_export(workload: str, variant: str) -> Trace:
+    """The Nsight Systems SQLite export of ``workload:variant`` recorded on the H200 (``"format": "nsys-sqlite"``)."""
+    return load(DATA / nsight_entry(workload, variant)["file"])
+
+
+def shipped_ncu_entries() -> list[dict]:
+    """Manifest entries of nsys exports that carry an Nsight Compute CSV of their top kernel (``"ncu_csv"``)."""
+    return [e for e in manifest() if e.get("format") == "nsys-sqlite" and e.get("ncu_csv")]
+
+
+def nsight_entry(workload: str, variant: str) -> dict:
+    """The manifest entry of a shipped Nsight Systems export (``"format": "nsys-sqlite"``)."""
+    for e in manifest():
+        if e.get("format") == "nsys-sqlite" and e["workload"] == workload and e["variant"] == variant:
+            return e
+    known = sorted((e["workload"], e["variant"]) for e in manifest() if e.get("format") == "nsys-sqlite")
+    raise TraceError(f"no shipped Nsight Systems export of {workload}:{variant}; shipped: {known}")
+
+
+def nsight_text(workload: str, variant: str, key: str) -> str:
+    """A file shipped with an nsys export, as text (``key``: ``"nsys_stats"``, ``"nsys_analyze"``, ``"ncu_csv"``)."""
+    e = nsight_entry(workload, variant)
+    if key not in e:
+        raise TraceError(f"the manifest entry of {workload}:{variant}'s nsys export has no {key!r} file")
+    return (DATA / e[key]).read_text()

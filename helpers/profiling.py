@@ -12,16 +12,21 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import NoGPUError, TraceError
 from .model import Trace
 from .readers import load
+
+if TYPE_CHECKING:  # only run_ncu returns a DataFrame; readers.ncu imports pandas when it runs
+    import pandas as pd
 
 try:
     import nvtx as _nvtx
@@ -32,6 +37,10 @@ NSYS_HELP = (
     "Nsight Systems (nsys) is not on PATH. Install it from NVIDIA's developer site (or the CUDA "
     "toolkit's nsight-systems package) and reopen the terminal; meanwhile the lab uses the PyTorch "
     "profiler, whose trace the same helpers read."
+)
+NCU_HELP = (
+    "Nsight Compute (ncu) is not on PATH. Install it from NVIDIA's developer site (or the CUDA toolkit's "
+    "nsight-compute package); meanwhile read the shipped ncu CSV with helpers.readers.ncu.read_ncu."
 )
 
 
@@ -176,22 +185,118 @@ def nsys_available() -> bool:
     return shutil.which("nsys") is not None
 
 
+def ncu_available() -> bool:
+    return shutil.which("ncu") is not None
+
+
+def _option_value(command: Sequence[str], *names: str) -> str | None:
+    """The value of ``-o X`` / ``--output=X`` style options in a command list (None if absent)."""
+    for i, token in enumerate(command):
+        for name in names:
+            if token == name and i + 1 < len(command):
+                return command[i + 1]
+            if token.startswith(name + "="):
+                return token.split("=", 1)[1]
+    return None
+
+
+def _this_python(command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """"python" in a profiled program means this interpreter, and the course's workloads must import."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return [sys.executable if c == "python" else str(c) for c in command], env
+
+
+def _run_tool(command: Sequence[str], env: dict[str, str] | None = None, *, what: str, timeout_s: float,
+              stdout: int | None = None) -> subprocess.CompletedProcess:
+    """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
+    try:
+        done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
+    except subprocess.TimeoutExpired:
+        raise TraceError(f"{what} ran past {timeout_s:g} s and was stopped; profile fewer steps or raise timeout_s") from None
+    if done.returncode != 0:
+        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
+        raise TraceError(f"{what} failed (exit {done.returncode}): {last.strip()[:200]}")
+    return done
+
+
+def with_output(command: Sequence[str], output: str | os.PathLike) -> list[str]:
+    """``command`` with its ``-o``/``--output`` value replaced by ``output`` (added if it had none)."""
+    command = [str(c) for c in command]
+    for i, token in enumerate(command):
+        if token in ("-o", "--output") and i + 1 < len(command):
+            return command[:i + 1] + [str(output)] + command[i + 2:]
+        if token.startswith("--output="):
+            return command[:i] + [f"--output={output}"] + command[i + 1:]
+    return command[:2] + ["-o", str(output)] + command[2:]
+
+
 def run_nsys(command: Sequence[str], timeout_s: float = 600) -> Trace:
     """Run an ``nsys profile`` command, export its report to SQLite and load it.
 
-    Raises :class:`FileNotFoundError` with :data:`NSYS_HELP` when nsys is not installed.
+    The report lands where ``-o`` says (``.nsys-rep`` added); its SQLite export beside it
+    (``--stats=true`` already writes one, else ``nsys export`` does). Nothing that exists is
+    overwritten. Raises :class:`FileNotFoundError` with :data:`NSYS_HELP` when nsys is not installed,
+    :class:`TraceError` (one line) when the run or the export fails.
     """
     if not nsys_available():
         raise FileNotFoundError(NSYS_HELP)
     command = list(command)
-    out = Path(command[command.index("-o") + 1])
-    report = out.with_suffix(".nsys-rep") if out.suffix != ".nsys-rep" else out
-    if report.exists():
-        raise TraceError(f"{report}: already exists; pick another -o name (recorded reports are never overwritten)")
-    subprocess.run(command, check=True, timeout=timeout_s)
+    if command[:2] != ["nsys", "profile"]:
+        raise TraceError(f"not an nsys profile command: {shell(command[:3])} ...; build one with nsys_command(...)")
+    output = _option_value(command, "-o", "--output")
+    if output is None:
+        raise TraceError("the nsys command has no -o/--output; name the report so it can be found and exported")
+    report = Path(output if output.endswith(".nsys-rep") else output + ".nsys-rep")
     sqlite = report.with_suffix(".sqlite")
-    subprocess.run(["nsys", "export", "--type", "sqlite", "-o", str(sqlite), str(report)], check=True, timeout=timeout_s)
+    for existing in (report, sqlite):
+        if existing.exists():
+            raise TraceError(f"{existing}: already exists; pick another -o name (recorded reports are never overwritten)")
+    _run_tool(*_this_python(command), what="nsys profile", timeout_s=timeout_s)
+    if not report.exists():
+        raise TraceError(f"{report}: nsys wrote no report; with --capture-range=cudaProfilerApi the program must "
+                         "call torch.cuda.profiler.start()/stop() (the course's workloads do with --nsys-range)")
+    if not sqlite.exists():  # --stats=true exports on its own
+        _run_tool(["nsys", "export", "--type", "sqlite", "-o", str(sqlite), str(report)], what="nsys export", timeout_s=timeout_s)
     return load(sqlite)
+
+
+def ncu_command(program: Sequence[str], kernel_regex: str, count: int = 1, launch_skip: int = 0,
+                sections: Sequence[str] | None = None, metric_set: str = "basic",
+                clock_control: str | None = None) -> list[str]:
+    """An ``ncu`` command line that profiles ``count`` launches of the kernels matching ``kernel_regex``.
+
+    Collects ``--set basic`` (launch statistics, occupancy, speed of light) unless ``sections`` names
+    sections (e.g. ``["SpeedOfLight", "Occupancy"]``), and prints the details page as CSV, which
+    :func:`helpers.readers.ncu.read_ncu` reads. ``launch_skip`` skips warm-up launches (``-s``);
+    ``clock_control="none"`` keeps the GPU's own clocks instead of ncu's base clocks.
+    """
+    cmd = ["ncu"]
+    if sections:
+        for section in sections:
+            cmd += ["--section", section]
+    else:
+        cmd += ["--set", metric_set]
+    cmd += ["-k", f"regex:{kernel_regex}", "-c", str(int(count))]
+    if launch_skip:
+        cmd += ["-s", str(int(launch_skip))]
+    if clock_control:
+        cmd += ["--clock-control", clock_control]
+    return cmd + ["--csv", "--page", "details"] + list(program)
+
+
+def run_ncu(command: Sequence[str], csv_path: str | os.PathLike, timeout_s: float = 600) -> pd.DataFrame:
+    """Run an :func:`ncu_command`, save its CSV output at ``csv_path`` (which must not exist) and read it."""
+    from .readers.ncu import read_ncu
+
+    if not ncu_available():
+        raise FileNotFoundError(NCU_HELP)
+    csv_path = Path(csv_path)
+    if csv_path.exists():
+        raise TraceError(f"{csv_path}: already exists; pick another name (recorded results are never overwritten)")
+    done = _run_tool(*_this_python(command), what="ncu", timeout_s=timeout_s, stdout=subprocess.PIPE)
+    csv_path.write_text(done.stdout)
+    return read_ncu(csv_path)
 
 
 def shell(cmd: Sequence[str]) -> str:

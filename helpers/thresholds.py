@@ -64,3 +64,8 @@ SYNC_RETURN_US = 500.0
 #: stretch of dispatching: PyTorch's per-op host cost between launches is 10-30 us on the H200
 #: traces (median launch call 6.9 us, 19,932 calls in the issue's tiny-transformer export).
 LAUNCH_DISPATCH_BRIDGE_US = 30.0
+
+#: Nsight Compute: a kernel whose compute and memory throughput are both below this share of peak
+#: (percent) is latency-bound, not limited by either unit. The figure is ncu's own SpeedOfLight
+#: rule ("below 60.0% of peak typically indicate latency issues").
+NCU_LATENCY_BOUND_PCT = 60.0

@@ -10,10 +10,10 @@ from conftest import ROOT
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
 
 
-def test_six_labs_each_with_a_solution():
+def test_seven_labs_each_with_a_solution():
     sols = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
     labs = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
-    assert sols == labs and len(sols) == 6
+    assert sols == labs and len(sols) == 7
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -22,6 +22,7 @@ from ..model import COPY_DIRECTION, build_events, host_memory_of, is_collective_
 
 ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
@@ -97,6 +98,11 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
         names = [strings.get(d) or strings.get(s, "?") for d, s in zip(k["demangledName"], k["shortName"])]
         kinds = ["collective" if is_collective_kernel(n) else "kernel" for n in names]
         parts.append(_device_part(k, names, kinds))
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
+        # nsys's default --cuda-graph-trace=graph records each graph replay as one GPU interval (no
+        # per-kernel rows); it is GPU work launched by cudaGraphLaunch, so it counts as a kernel.
+        g = frame("SELECT start, end, deviceId, streamId, correlationId, graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+        parts.append(_device_part(g, [f"CUDA Graph {int(i)} (whole graph)" for i in g["graphId"]], ["kernel"] * len(g)))
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         m = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
                   "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
