@@ -91,3 +91,14 @@ def test_unsolved_lab_does_not_pass(name, tmp_path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert len(errors) == 1 and len(errors[0].traceback) == 1, errors
     assert "Traceback" not in str(stopped.value) and "NameError" not in str(stopped.value)
+
+
+def test_capture_prints_no_profiler_log_lines(tmp_path):
+    code = ("import sys, torch, helpers\n"
+            "helpers.capture(lambda i: torch.ones(4).sum(), steps=2, out_dir=sys.argv[1])\n"
+            "print('still-shown', file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert "profiler_start" not in r.stderr and "USDT" not in r.stderr
+    assert "still-shown" in r.stderr
