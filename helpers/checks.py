@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import metrics as m
+from . import thresholds as th
 from .diagnosis import diagnose
 from .model import Trace
 
@@ -142,15 +143,61 @@ def check_read_data_wait(answer_ms: float, trace: Trace) -> str:
                   "'enumerate(DataLoader)...' on the ranges lane, per step.")
 
 
+def _timing_note(b: float | None, a: float | None, min_speedup: float) -> str:
+    """The step times as context: one run each cannot tell a slower fix from a busier machine."""
+    if not b or not a:
+        return ""
+    note = f"step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
+    if b < a * min_speedup:
+        note += (f", below the {min_speedup}x a quiet machine shows; other work on this machine slows worker "
+                 "processes, so the timing is not judged, the structure is")
+    return note
+
+
+def _data_wait_share(t: Trace) -> float:
+    """Share of step time lost to data: GPU idle while the host loads (GPU traces), host time in the loader (CPU)."""
+    if t.has_gpu:
+        steps = float(m.windows(t)["dur_us"].sum()) or 1.0
+        return m.idle_by_cause(t)["data_wait"] / steps
+    return m.data_wait(t)["data_wait_share"]
+
+
+def _uses_loader_workers(t: Trace) -> bool:
+    """The trace's DataLoader ranges come from worker processes (``_MultiProcessingDataLoaderIter``)."""
+    return bool(t.events["name"].str.contains("_MultiProcessingDataLoaderIter", regex=False).any())
+
+
+def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, str]:
+    """Whether the data side is fixed, and a line saying on what evidence.
+
+    The data-wait share is the main evidence. On a busy machine the workers compete with other work
+    for the cores and the share may not fall; then the loader's structure (worker processes prefetching)
+    decides, and the line says the machine was too busy to judge the wait.
+    """
+    wb, wa = _data_wait_share(before), _data_wait_share(after)
+    line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
+    if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
+        return True, line
+    if _uses_loader_workers(after) and wa < wb:
+        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows: this machine is too busy "
+                      "to judge the wait, so the verdict rests on the loader using worker processes)")
+    return False, line
+
+
 def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float) -> str:
-    """After the fix: no data_stall finding and steps at least ``min_speedup`` times faster."""
+    """After the fix: no data_stall finding and the data-wait share down by ``PASS_DATA_WAIT_DROP`` x.
+
+    The verdict uses shares of step time, which a busy machine does not change much; the step times
+    are reported with it (``min_speedup`` is what a quiet machine shows).
+    """
     found = [f.pattern for f in diagnose(after)]
-    b, a = m.step_time_ms(before), m.step_time_ms(after)
-    ok = "data_stall" not in found and a * min_speedup <= b
-    return _check("data", "check_data_stall_fixed", ok,
-                  f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x); findings now: {found}. "
-                  "Give the DataLoader worker processes (num_workers), pin_memory=True, a prefetch_factor and "
-                  "persistent_workers=True, so batches are ready before the step asks.")
+    ok, evidence = _data_verdict(before, after, found)
+    note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
+    _check("data", "check_data_stall_fixed", ok,
+           f"{evidence.capitalize()} (want {th.PASS_DATA_WAIT_DROP}x less); findings now: {found}. "
+           "Give the DataLoader worker processes (num_workers), pin_memory=True, a prefetch_factor and "
+           "persistent_workers=True, so batches are ready before the step asks.")
+    return f"passed: check_data_stall_fixed ({evidence}; {note})"
 
 
 def check_read_h2d_bandwidth(answer_gb_per_s: float, trace: Trace) -> str:
@@ -246,13 +293,28 @@ def check_read_exposed_comm(answer_ms: float, trace: Trace, rank: int = 0) -> st
                   "rank's compute lane (its main CPU thread, or its compute stream on a GPU) is empty, per step.")
 
 
-def check_comm_fixed(before: Trace, after: Trace, min_gain: float = 1.2) -> str:
-    """After the fix: less exposed communication per step, by at least ``min_gain`` x."""
-    eb = m.comm_stats(before)["exposed_us"].mean()
-    ea = m.comm_stats(after)["exposed_us"].mean()
-    ok = ea * min_gain <= eb
-    return _check("comm", "check_comm_fixed", ok,
-                  f"Exposed communication {eb / 1e3:.1f} -> {ea / 1e3:.1f} ms/step (want {min_gain}x less). Let DDP "
+def check_comm_fixed(before: Trace, after: Trace, min_gain: float = th.PASS_EXPOSED_COMM_DROP) -> str:
+    """After the fix: exposed collective time per unit of compute down by at least ``min_gain`` x.
+
+    A ratio of two times from the same steps, so a slower (busier) machine stretches both alike.
+    """
+    def exposed_per_compute(t: Trace) -> float:
+        cs = m.comm_stats(t)
+        return float(cs["exposed_us"].sum() / (cs["compute_us"].sum() or 1.0))
+
+    rb, ra = exposed_per_compute(before), exposed_per_compute(after)
+    if ra * min_gain <= rb:
+        return _check("comm", "check_comm_fixed", True, "")
+    # A busy machine stretches compute and gloo's threads unevenly; DDP's reducer ranges show the
+    # buckets' all-reduce is launched from backward, which is the fix, whatever the timing did.
+    ddp = bool(after.events["name"].str.contains("reducer::", regex=False).any())
+    if ddp and ra < rb:
+        _record("comm", "check_comm_fixed", True)
+        return (f"passed: check_comm_fixed (exposed per ms of compute {rb:.2f} -> {ra:.2f}, less than the {min_gain}x "
+                "a quiet machine shows: this machine is too busy to judge the timing; DDP's reducer all-reduces "
+                "buckets during backward)")
+    return _check("comm", "check_comm_fixed", False,
+                  f"Exposed communication per ms of compute {rb:.2f} -> {ra:.2f} (want {min_gain}x less). Let DDP "
                   "all-reduce buckets while backward still runs (default buckets), or all-reduce less often (no_sync).")
 
 
@@ -276,15 +338,21 @@ def check_next_steps(answers: dict[str, str]) -> str:
 
 
 def check_capstone(before: Trace, after: Trace, min_speedup: float) -> str:
-    """The mystery loop: no data or sync stall left, and faster by ``min_speedup`` x."""
+    """The mystery loop: no data or sync stall left, data wait down, syncs per step <= 0.2.
+
+    Judged on shares and counts; the step times are reported beside the verdict (``min_speedup`` is
+    what a quiet machine shows).
+    """
     found = [f.pattern for f in diagnose(after)]
-    b, a = m.step_time_ms(before), m.step_time_ms(after)
     sa = m.sync_stats(after)
     key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
-    ok = not ({"data_stall", "sync_stall"} & set(found)) and a * min_speedup <= b and sa[key] <= 0.2
-    return _check("workflow", "check_capstone", ok,
-                  f"Step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x, want >= {min_speedup}x), {key.replace('_', ' ')} "
-                  f"{sa[key]:.1f}, findings {found}. Fix the biggest gap first, re-profile, then the next one.")
+    wb, wa = _data_wait_share(before), _data_wait_share(after)
+    ok = not ({"data_stall", "sync_stall"} & set(found)) and sa[key] <= 0.2 and wa * th.PASS_DATA_WAIT_DROP <= wb
+    note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
+    _check("workflow", "check_capstone", ok,
+           f"Data wait {wb:.0%} -> {wa:.0%} of step time, {key.replace('_', ' ')} {sa[key]:.1f}, findings {found}. "
+           "Fix the biggest gap first, re-profile, then the next one.")
+    return f"passed: check_capstone (data wait {wb:.0%} -> {wa:.0%}, {key.replace('_', ' ')} {sa[key]:.1f}; {note})"
 
 
 # --- Nsight ------------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """Conveniences for the lab notebooks: the track, recorded traces, and showing code.
 
+Importing this module inside IPython/Jupyter makes the course's own errors (an unfinished
+exercise, a failed check, a trace that cannot be read) show as one line instead of a traceback:
+the checks' source, and so the expected answer, never appears. Other errors keep their traceback.
+
 The labs choose their track automatically: ``gpu`` runs the loops live on a CUDA GPU, ``cpu``
 replays GPU traces this project recorded (``data/manifest.json`` says how) and runs live only
 what a CPU shows honestly.
@@ -13,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import TraceError
+from .errors import NoGPUError, TraceError
 from .model import Trace
 from .readers import load
 
@@ -21,6 +25,65 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+class ExerciseNotDone(NotImplementedError):
+    """An exercise's cell still holds its stub line (``raise course.ExerciseNotDone(N, ...)``)."""
+
+    def __init__(self, number: int, todo: str = "your code") -> None:
+        self.number, self.todo = number, todo
+        super().__init__(f"Exercise {number} is not done yet: replace its raise line with {todo}, run that cell, "
+                         "then Run > Run Selected Cell and All Below.")
+        target = todo.split(" =")[0] if " =" in todo else ""
+        if target.isidentifier():
+            _UNFINISHED[target] = number
+        _UNFINISHED[""] = number  # the last exercise that stopped a cell
+
+
+#: Variable an unfinished exercise should have set -> its number ("" -> the last one that stopped a cell).
+_UNFINISHED: dict[str, int] = {}
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The single line a course error shows in a notebook, or None for an error that keeps its traceback."""
+    from .checks import CheckFailed
+
+    if isinstance(exc, ExerciseNotDone):
+        return str(exc)
+    if isinstance(exc, CheckFailed):
+        return f"Check failed: {exc}"
+    if isinstance(exc, (TraceError, NoGPUError)):
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NameError) and _UNFINISHED:
+        name = getattr(exc, "name", None) or ""
+        number = _UNFINISHED.get(name, _UNFINISHED[""])
+        return (f"Exercise {number} is not done yet: {name or 'a name'} is set once exercise {number}'s cell runs "
+                "without error. Finish it, then Run > Run Selected Cell and All Below.")
+    return None
+
+
+def _show_course_error(shell, etype, value, tb, tb_offset=None):  # noqa: ANN001 - IPython's handler signature
+    line = one_line(value)
+    if line is None:
+        return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    # _showtraceback sends an "error" message (ipykernel), so nbval and Run All still stop here.
+    shell._showtraceback(etype, value, [f"\x1b[0;31m{line}\x1b[0m"])
+    return None
+
+
+def use_one_line_errors() -> bool:
+    """Show course errors as one line in the running IPython shell (done on import); False outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    from .checks import CheckFailed
+
+    shell.set_custom_exc((ExerciseNotDone, CheckFailed, TraceError, NoGPUError, NameError), _show_course_error)
+    return True
 
 
 def track() -> str:
@@ -107,3 +170,6 @@ def nsight_text(workload: str, variant: str, key: str) -> str:
     if key not in e:
         raise TraceError(f"the manifest entry of {workload}:{variant}'s nsys export has no {key!r} file")
     return (DATA / e[key]).read_text()
+
+
+use_one_line_errors()

@@ -6,7 +6,9 @@ Nothing is shown or saved here; call ``fig.savefig(...)`` or let Jupyter display
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -94,7 +96,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
 
 def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
              findings: Sequence[Finding] = (), ranks: Sequence[int] | None = None, title: str | None = None,
-             width_px: int = 1400, ax=None, max_lanes: int = 24, x_origin: float | None = None):
+             width_px: int = 1000, ax=None, max_lanes: int = 24, x_origin: float | None = None):
     """Draw lanes like Nsight Systems: ranges, CPU threads, CUDA API, GPU streams and copies.
 
     Intervals closer than one pixel are merged, so 100k events draw as fast as a few thousand.
@@ -129,21 +131,48 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
             s, e = m.merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy() + px_us)
             ax.broken_barh(list(zip((s - origin) / 1e3, np.maximum(e - px_us - s, px_us) / 1e3)), (y - 0.4, 0.8),
                            facecolors=color, edgecolors="none")
+    outside = []
     for f in findings:
-        if f.window:
-            ax.axvspan((f.window[0] - origin) / 1e3, (f.window[1] - origin) / 1e3, color=PATTERN_COLORS.get(f.pattern, "red"),
-                       alpha=0.15, zorder=0)
-            ax.text((f.window[0] - origin) / 1e3, -0.9, f.pattern, fontsize=8, color=PATTERN_COLORS.get(f.pattern, "red"),
-                    va="bottom")
-    ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=8)
+        if not f.window:
+            continue
+        fs, fe = max(f.window[0], t0), min(f.window[1], t1)
+        if fe <= fs:  # listed under the title instead of drawn off-axis (which would widen the figure)
+            outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
+            continue
+        color = PATTERN_COLORS.get(f.pattern, "red")
+        ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, color=color, alpha=0.15, zorder=0)
+        ax.text((fs - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
+    ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=10)
+    shown = {key for _, (rank, lane) in enumerate(lanes) if not lane.startswith("ranges")
+             for key in sel.loc[(sel["rank"] == rank) & (sel["lane"] == lane)].pipe(
+                 lambda d: d["copy_kind"].where(d["kind"] == "memcpy", d["kind"])).dropna().unique()}
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=COPY_COLORS.get(k, KIND_COLORS.get(k, "#999999")), label=str(k))
+               for k in sorted(shown)]
+    if handles:  # below the axes, inside the figure's width
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.12 * 8 / max(len(lanes) + 4, 8)),
+                  ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
+                  title_fontsize=9, alignment="left")
     ax.set_ylim(len(lanes) - 0.5, -1.0)
     ax.set_xlim((t0 - origin) / 1e3, (t1 - origin) / 1e3)
     ax.set_xlabel("time (ms)")
     ax.grid(axis="x", alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10, loc="left")
+    title = title if title is not None else trace_name(trace)
+    if outside:
+        title += "\n" + textwrap.shorten("findings outside this window: " + "; ".join(outside), 140)
+    ax.set_title(title, fontsize=11, loc="left")
     _tidy(fig)
     return fig
+
+
+def trace_name(trace: Trace) -> str:
+    """A name that tells traces apart: the file's, or its folder's when the file has the generic name."""
+    path = Path(str(trace.source))
+    name = path.name
+    for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return path.parent.name if name in ("trace", "") and path.parent.name else name
 
 
 def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
@@ -160,8 +189,9 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         h = 0.8 - 0.25 * depth
         ax.broken_barh([((s - origin) / 1e3, (e - s) / 1e3)], (y - h / 2, h), facecolors=_phase_color(name),
                        edgecolors="white", linewidth=0.3, alpha=0.9)
-        if (e - s) / px_us > 8 * len(name) and depth == 1:  # label the phases, not their insides
-            ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=7, color="white", clip_on=True)
+        if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
+            ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
+                    clip_on=True)
 
 
 def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "after"), steps: int = 2):
@@ -176,11 +206,11 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     length = max(e - s for s, e in spans)
     table = m.comparison(before, after)
     n_lanes = [len(set(tr.window(*sp).events["lane"])) for tr, sp in zip((before, after), spans)]
-    fig = plt.figure(figsize=(14, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
+    fig = plt.figure(figsize=(10, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
     grid = fig.add_gridspec(3, 1, height_ratios=[max(n_lanes[0], 3), max(n_lanes[1], 3), 0.5 * len(table) + 1])
     for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
         ax = fig.add_subplot(grid[i])
-        timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {tr.source.split('/')[-1]}")
+        timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}")
     ax = fig.add_subplot(grid[2])
     ax.axis("off")
     cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"])] for _, row in table.iterrows()]

@@ -9,10 +9,12 @@ import contextlib
 import functools
 import gzip
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -107,20 +109,56 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+#: Lines the profiler's C++ side (Kineto) writes straight to file descriptor 2 at start and stop,
+#: e.g. "USDT:2026-... SyncActivityProfilerHandler.cpp:52] profiler_start": noise for a learner.
+PROFILER_LOG_LINE = re.compile(r"^(USDT:|STAGE:)|ActivityProfiler\w*\.cpp:\d+\]|libkineto|kineto", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def quiet_profiler_logs(enabled: bool = True):
+    """Hold back the profiler's own log lines on stderr (fd 2) while the block runs; pass every other line on.
+
+    Kineto writes from C++ to the file descriptor, so Python-level redirection cannot catch it: fd 2
+    goes to a temporary file for the block, and afterwards its lines, less the profiler's, are written back.
+    """
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not PROFILER_LOG_LINE.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, wait: int = 1,
-            out_dir: str | os.PathLike = "runs", name: str = "run", cuda: bool | None = None) -> Trace:
+            out_dir: str | os.PathLike = "runs", name: str = "run", cuda: bool | None = None,
+            profiler_logs: bool = False) -> Trace:
     """Profile ``steps`` steps of a loop and return the Trace.
 
     ``step_fn(i)`` runs one training step. It is called ``wait + warmup + steps`` times; only the
     last ``steps`` are recorded (a wait/warmup/active schedule keeps start-up costs out).
     The trace is written gzipped into a new folder under ``out_dir`` and never overwrites one.
+    The profiler's own start/stop log lines are held back unless ``profiler_logs`` is True.
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
     cuda = torch.cuda.is_available() if cuda is None else cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = new_run_dir(out_dir, name)
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1)) as prof:
+    with quiet_profiler_logs(not profiler_logs), \
+            profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1)) as prof:
         for i in range(wait + warmup + steps):
             step_fn(i)
             prof.step()

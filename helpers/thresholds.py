@@ -69,3 +69,16 @@ LAUNCH_DISPATCH_BRIDGE_US = 30.0
 #: (percent) is latency-bound, not limited by either unit. The figure is ncu's own SpeedOfLight
 #: rule ("below 60.0% of peak typically indicate latency issues").
 NCU_LATENCY_BOUND_PCT = 60.0
+
+
+# --- pass bars of the labs' checks -------------------------------------------------------------
+# The checks judge the fix from evidence a busy machine does not change (shares, counts, ratios);
+# step-time speed-ups are reported beside the verdict, never the reason a fixed loop fails.
+#: Lab 01/05: the fixed loop's data-wait share (host time in DataLoader.__next__ / step time) must
+#: fall at least this many times below the broken loop's. Broken CPU loop ~0.6-0.7, fixed 0.12-0.15
+#: (commit 726791d's calibration on 2 cores), so 2x leaves margin for a hog on one core.
+PASS_DATA_WAIT_DROP = 2.0
+#: Lab 04: exposed collective time per unit of compute time must drop by this factor. A ratio, so
+#: a slower machine (which stretches both) does not move it; the gloo DDP variant overlaps the
+#: all-reduce with backward, the broken one runs it alone after backward.
+PASS_EXPOSED_COMM_DROP = 1.2

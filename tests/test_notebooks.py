@@ -33,7 +33,7 @@ def test_lab_shape(path):
     assert "<details>" in text[-1] and "Questions" in text[-1]
     assert any("# Check" in t for t in text)
     if path.parent.name == "labs":
-        assert any("raise NotImplementedError" in t for t in text)
+        assert any("raise course.ExerciseNotDone(" in t for t in text)
         assert not any("# BEGIN SOLUTION" in t for t in text)
 
 
@@ -47,21 +47,58 @@ def test_strip_solutions():
     from make_labs import strip_solutions
 
     src = "def f(x: int) -> int:\n    \"\"\"Goal.\"\"\"\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
-    assert strip_solutions(src) == 'def f(x: int) -> int:\n    """Goal."""\n    raise NotImplementedError("Exercise: replace this line with your code")\n'
+    assert strip_solutions(src, 3) == 'def f(x: int) -> int:\n    """Goal."""\n    raise course.ExerciseNotDone(3, "your code")\n'
     with pytest.raises(ValueError):
         strip_solutions("# BEGIN SOLUTION\nx = 1\n")
     answer = "# BEGIN SOLUTION\ngaps = f(t)\nlongest_ms = gaps.max()\n# END SOLUTION\nlongest_ms"
-    assert strip_solutions(answer).splitlines()[0] == (
-        'raise NotImplementedError("Exercise: replace this line with longest_ms = <your answer>")')
+    assert strip_solutions(answer, 2).splitlines()[0] == 'raise course.ExerciseNotDone(2, "longest_ms = <your answer>")'
+
+
+def test_stubs_numbered_by_the_exercise_heading_above():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_labs import learner_notebook
+
+    def cell(kind, text):
+        return {"cell_type": kind, "source": text, "metadata": {}, **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+
+    nb = {"cells": [cell("markdown", "### Exercise 1 · a"), cell("code", "# BEGIN SOLUTION\nx = 1\n# END SOLUTION"),
+                    cell("markdown", "### Exercise 2 · b"), cell("code", "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION")]}
+    out = ["".join(c["source"]) for c in learner_notebook(nb)["cells"]]
+    assert 'ExerciseNotDone(1, "x = <your answer>")' in out[1] and 'ExerciseNotDone(2, "your code")' in out[3]
+
+
+def test_course_errors_show_as_one_line():
+    from helpers import course
+    from helpers.checks import CheckFailed
+
+    with pytest.raises(NotImplementedError, match="Exercise 4 is not done yet"):
+        raise course.ExerciseNotDone(4, "longest_gap_ms = <your answer>")
+    assert course.one_line(NameError("x", name="longest_gap_ms")).startswith("Exercise 4 is not done yet")
+    assert course.one_line(CheckFailed("look at the gaps")) == "Check failed: look at the gaps"
+    assert course.one_line(ValueError("a real bug")) is None
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "labs").glob("*.ipynb")))
 def test_unsolved_lab_does_not_pass(name, tmp_path):
-    """Run the learner's notebook as it ships: it must stop at the first exercise."""
+    """Run the learner's notebook as it ships: it must stop at the first exercise, with one line and no traceback."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(ROOT / "labs" / name, as_version=4)
-    with pytest.raises(CellExecutionError, match="NotImplementedError"):
+    with pytest.raises(CellExecutionError, match="Exercise 1 is not done yet") as stopped:
         NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert len(errors) == 1 and len(errors[0].traceback) == 1, errors
+    assert "Traceback" not in str(stopped.value) and "NameError" not in str(stopped.value)
+
+
+def test_capture_prints_no_profiler_log_lines(tmp_path):
+    code = ("import sys, torch, helpers\n"
+            "helpers.capture(lambda i: torch.ones(4).sum(), steps=2, out_dir=sys.argv[1])\n"
+            "print('still-shown', file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert "profiler_start" not in r.stderr and "USDT" not in r.stderr
+    assert "still-shown" in r.stderr

@@ -3,9 +3,22 @@
     python tools/make_labs.py          # write labs/
     python tools/make_labs.py --check  # exit 1 if labs/ is out of date (the tests run this)
 
-In a solution notebook, the code between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` becomes
-``raise NotImplementedError(...)`` at the same indentation; everything else is copied as is, with
-outputs and execution counts stripped.
+Exercise conventions (follow them in every solution notebook):
+
+- Introduce each exercise with a markdown cell whose heading reads ``### Exercise N · <what to do>``,
+  numbered from 1 in each lab.
+- In the code cell(s) that follow, put the learner's part between a ``# BEGIN SOLUTION`` and a
+  ``# END SOLUTION`` line (same indentation; inside a function body is fine). It becomes one line,
+  ``raise course.ExerciseNotDone(N, "...")`` at that indentation, where N is the number of the
+  last ``Exercise N`` heading above it. When the solution ends by setting a variable
+  (``answer_ms = ...``), the stub says so: ``"answer_ms = <your answer>"``; otherwise ``"your code"``.
+  Keep the names the later cells use defined by the solution block, not before it.
+- The notebook imports ``course`` (``from helpers import checks, course, ...``) in its first code cell:
+  importing it makes course errors (an unfinished exercise, a failed check, a bad trace) show as one
+  line in Jupyter, and a check cell that names a variable an unfinished exercise should have set says
+  "exercise N is not done yet" instead of a NameError.
+- Put the check in its own code cell that starts with ``# Check`` and calls one ``checks.check_...``.
+- Everything else is copied as is; outputs and execution counts are stripped from both notebooks.
 """
 
 from __future__ import annotations
@@ -20,19 +33,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
-STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
 ASSIGNMENT = re.compile(r"^(\w+)\s*(?::[^=]+)?=(?!=)")
+HEADING = re.compile(r"^#+\s*Exercise\s+(\d+)\b", re.MULTILINE)
 
 
-def stub_for(body: list[str], indent: str) -> str:
+def stub_for(body: list[str], indent: str, exercise: int) -> str:
     """The line that replaces a solution: it names the variable to set when the solution ends by setting one."""
     targets = [m.group(1) for line in body if line.startswith(indent) and (m := ASSIGNMENT.match(line[len(indent):]))]
     if targets and not body[-1][len(indent):].startswith((" ", "return")):
-        return f'{indent}raise NotImplementedError("Exercise: replace this line with {targets[-1]} = <your answer>")'
-    return f"{indent}{STUB}"
+        return f'{indent}raise course.ExerciseNotDone({exercise}, "{targets[-1]} = <your answer>")'
+    return f'{indent}raise course.ExerciseNotDone({exercise}, "your code")'
 
 
-def strip_solutions(source: str) -> str:
+def strip_solutions(source: str, exercise: int = 1) -> str:
     out: list[str] = []
     body: list[str] = []
     indent = ""
@@ -45,7 +58,7 @@ def strip_solutions(source: str) -> str:
         if inside:
             if END.match(line):
                 inside = False
-                out.append(stub_for(body or [""], indent))
+                out.append(stub_for(body or [""], indent, exercise))
             else:
                 body.append(line)
             continue
@@ -67,9 +80,13 @@ def _lines(text: str) -> list[str]:
 
 def learner_notebook(solution: dict) -> dict:
     nb = copy.deepcopy(solution)
+    exercise = 0
     for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            headings = HEADING.findall(_source(cell))
+            exercise = int(headings[-1]) if headings else exercise
         if cell["cell_type"] == "code":
-            cell["source"] = _lines(strip_solutions(_source(cell)))
+            cell["source"] = _lines(strip_solutions(_source(cell), max(exercise, 1)))
             cell["outputs"] = []
             cell["execution_count"] = None
     return nb

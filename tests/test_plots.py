@@ -1,0 +1,40 @@
+"""Figures fit the notebook: the PNG the inline backend would produce is no wider than the cell."""
+
+import io
+
+import pytest
+from PIL import Image
+
+from helpers import diagnose, plots
+from helpers.course import recorded
+
+#: JupyterLab's cell output area at the inline backend's dpi (100 in helpers.plots), with margin.
+NOTEBOOK_WIDTH_PX = 1000
+
+
+def png_width(fig) -> int:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")  # what %matplotlib inline does
+    fig.clf()
+    return Image.open(buf).size[0]
+
+
+@pytest.mark.parametrize("workload,variant", [("data_stall", "broken"), ("mystery", "broken"), ("sync_stall", "broken")])
+def test_timeline_of_one_step_fits_the_cell_even_with_findings_elsewhere(workload, variant):
+    t = recorded(workload, variant)
+    findings = diagnose(t)
+    assert findings and any(f.window for f in findings)
+    for step in (0, 2):
+        assert png_width(plots.timeline(t, step=step, findings=findings)) <= NOTEBOOK_WIDTH_PX
+
+
+def test_findings_outside_the_window_are_listed_and_titles_name_the_trace():
+    t = recorded("data_stall", "broken")
+    far = [f for f in diagnose(t) if f.window]
+    fig = plots.timeline(t, window=(t.events["start_us"].min(), t.events["start_us"].min() + 1.0), findings=far)
+    title = fig.axes[0].get_title(loc="left")
+    assert "findings outside this window" in title and far[0].pattern in title
+    cmp = plots.compare(t, recorded("data_stall", "fixed"), labels=("broken", "your fix"))
+    titles = [ax.get_title(loc="left") for ax in cmp.axes[:2]]
+    assert all("trace.json" not in x for x in titles) and titles[0].startswith("broken: ")
+    assert png_width(cmp) <= NOTEBOOK_WIDTH_PX
