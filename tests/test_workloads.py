@@ -139,7 +139,9 @@ def test_nsys_exports_load_with_their_recorded_kernel_counts(tmp_path):
             shutil.copyfileobj(src, dst)
         trace = helpers.load(plain)
         kernels = int((trace.events["kind"] == "kernel").sum())
-        assert kernels == e["table_rows"].get("CUPTI_ACTIVITY_KIND_KERNEL", 0), e["file"]
+        # A CUDA-Graph replay that nsys records as one graph-level interval reads as one kernel-kind event.
+        rows = e["table_rows"]
+        assert kernels == rows.get("CUPTI_ACTIVITY_KIND_KERNEL", 0) + rows.get("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", 0), e["file"]
         plain.unlink()
 
 
