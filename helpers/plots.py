@@ -28,6 +28,9 @@ PHASE_COLORS = {"forward": "#4c72b0", "backward": "#c44e52", "optimizer": "#55a8
 PATTERN_COLORS = {"data_stall": "#dd8452", "launch_overhead": "#4c72b0", "sync_stall": "#c44e52",
                   "h2d_copy": "#ff7f0e", "communication": "#9467bd", "load_imbalance": "#8c564b", "gpu_bound": "#55a868"}
 HIDDEN_KINDS = ("python", "gpu_annotation", "sync")
+#: Figure width in pixels (100 dpi). JupyterLab's output area measured 975 px in a 1440-px-wide
+#: Chromium window (tools/screenshots.py): a figure this wide is shown unscaled there.
+FIGURE_WIDTH_PX = 950
 
 
 def _plt():
@@ -96,7 +99,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
 
 def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
              findings: Sequence[Finding] = (), ranks: Sequence[int] | None = None, title: str | None = None,
-             width_px: int = 1000, ax=None, max_lanes: int = 24, x_origin: float | None = None):
+             width_px: int = FIGURE_WIDTH_PX, ax=None, max_lanes: int = 24, x_origin: float | None = None):
     """Draw lanes like Nsight Systems: ranges, CPU threads, CUDA API, GPU streams and copies.
 
     Intervals closer than one pixel are merged, so 100k events draw as fast as a few thousand.
@@ -206,7 +209,7 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     length = max(e - s for s, e in spans)
     table = m.comparison(before, after)
     n_lanes = [len(set(tr.window(*sp).events["lane"])) for tr, sp in zip((before, after), spans)]
-    fig = plt.figure(figsize=(10, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
+    fig = plt.figure(figsize=(FIGURE_WIDTH_PX / 100, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
     grid = fig.add_gridspec(3, 1, height_ratios=[max(n_lanes[0], 3), max(n_lanes[1], 3), 0.5 * len(table) + 1])
     for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
         ax = fig.add_subplot(grid[i])

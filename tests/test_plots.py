@@ -8,8 +8,8 @@ from PIL import Image
 from helpers import diagnose, plots
 from helpers.course import recorded
 
-#: JupyterLab's cell output area at the inline backend's dpi (100 in helpers.plots), with margin.
-NOTEBOOK_WIDTH_PX = 1000
+#: JupyterLab's output area in a 1440-px-wide window, measured with tools/screenshots.py (975 px).
+NOTEBOOK_WIDTH_PX = 975
 
 
 def png_width(fig) -> int:
