@@ -64,25 +64,33 @@ def test_both_formats_give_the_same_top_finding(tmp_path):
 
 
 def _manifest_pairs():
-    man = json.loads((DATA / "manifest.json").read_text())["traces"]
+    doc = json.loads((DATA / "manifest.json").read_text())
     runs: dict[str, dict[str, str]] = {}
-    for e in man:
+    for e in doc["traces"] + doc.get("recordings", []):  # the H200 pairs are listed under "recordings"
         if "run" in e:
             runs.setdefault(e["run"], {})[e.get("format", "kineto")] = e["file"]
     return runs
 
 
+#: Pairs whose two formats do not agree yet (issue 13 is open on them): the nsys exports carry no step
+#: ranges, so the whole capture, start-up included, is judged as one window (data_stall:fixed,
+#: sync_stall:fixed), and nsys records a CUDA-Graph replay as one graph-level interval
+#: (launch_overhead:graphs, triage t3). The test fails if another pair disagrees, and if one of these
+#: starts to agree (then take it off the list).
+KNOWN_DISAGREEMENTS = {"data_stall__fixed__h200@2026-12-02", "sync_stall__fixed__h200@2026-12-02",
+                       "launch_overhead__graphs__h200@2026-12-02", "triage__t3__h200@2026-12-02"}
+
+
 def test_recorded_pairs_agree():
-    """Every profiler/nsys pair of one run in data/ gives the same top finding; runs with only
-    one side are reported in the assertion message of the synthetic twin above, never skipped silently."""
-    pairs = _manifest_pairs()
-    incomplete = sorted(r for r, sides in pairs.items() if len(sides) < 2)
+    """Every profiler/nsys pair of one command in data/ gives the same top finding, except the known ones."""
+    pairs = {run: sides for run, sides in _manifest_pairs().items() if len(sides) >= 2}
+    assert len(pairs) >= 20, f"only {len(pairs)} recorded pairs in data/manifest.json"
+    disagree = set()
     for run, sides in pairs.items():
-        if len(sides) < 2:
-            continue
         tops = {fmt: [f.pattern for f in helpers.diagnose(helpers.load(DATA / f))][:1] for fmt, f in sides.items()}
-        assert len({tuple(t) for t in tops.values()}) == 1, (run, tops)
-    print(f"{len(pairs) - len(incomplete)} recorded pairs compared; incomplete: {incomplete or 'none'}")
+        if len({tuple(t) for t in tops.values()}) != 1:
+            disagree.add(run)
+    assert disagree == KNOWN_DISAGREEMENTS, (sorted(disagree - KNOWN_DISAGREEMENTS), sorted(KNOWN_DISAGREEMENTS - disagree))
 
 
 RECORDED = [("data_stall", "broken", "h200"), ("h2d_copy", "broken", "h200"), ("launch_overhead", "broken", "h200"),
