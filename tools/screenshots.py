@@ -52,7 +52,7 @@ def start_lab(folder: Path, port: int, token: str) -> subprocess.Popen:
 
 def run_notebook(page, url: str, name: str, out: Path, timeout_s: float) -> dict:
     page.goto(url)
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000, state="attached")
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
     time.sleep(3)  # the kernel reports idle a moment before it takes requests
     page.get_by_role("menuitem", name="Run", exact=True).click()

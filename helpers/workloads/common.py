@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..profiling import annotate, capture, default_device, new_run_dir, save_trace, time_steps
+from ..profiling import annotate, capture, default_device, new_run_dir, quiet_profiler_logs, save_trace, time_steps
 
 StepFn = Callable[[int], object]
 
@@ -89,8 +89,8 @@ def profile_in_nsys_range(step: StepFn, steps: int, warmup: int, out_dir: str, n
     torch.cuda.synchronize()
     run_dir = new_run_dir(out_dir, name)
     # One profiler warm-up step (outside the nsys range), then the shared active steps.
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+    with quiet_profiler_logs(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for k, i in enumerate(range(max(warmup - 1, 0), max(warmup - 1, 0) + 1 + steps)):
             if k == 1:
                 torch.cuda.synchronize()

@@ -131,10 +131,11 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         if out_dir:
             from torch.profiler import ProfilerActivity, profile, schedule
 
-            from ..profiling import save_trace
+            from ..profiling import quiet_profiler_logs, save_trace
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             dist.barrier()
-            with profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1)) as prof:
+            with quiet_profiler_logs(), \
+                    profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1)) as prof:
                 for i in range(1 + min(steps, 5)):
                     step(i)
                     prof.step()
