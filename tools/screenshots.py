@@ -36,7 +36,14 @@ def free_port() -> int:
 
 
 def start_lab(folder: Path, port: int, token: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # JupyterLab 4 keeps only the cells in view in the page ("windowing"); the script must see every
+    # output, so a private settings folder turns windowing off (the user's own settings are not touched).
+    settings = folder / ".lab-settings"
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(folder / ".lab-workspaces"))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", f"--IdentityProvider.token={token}",
            "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={folder}", "--allow-root"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -76,7 +83,8 @@ def run_notebook(page, url: str, name: str, out: Path, timeout_s: float) -> dict
         img.screenshot(path=str(path))
         figures.append({"file": path.name, "shown_px": round(box["width"]), "natural_px": natural})
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count()
-    shown_errors = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']").all_inner_texts()
+    shown_errors = [t for t in page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+                    .all_inner_texts() if not t.startswith(("[W", "[I"))]  # error outputs render as stderr text
     tracebacks = len(shown_errors)
     page.screenshot(path=str(out / f"{Path(name).stem}__end.png"))
     return {"notebook": name, "output_px": notebook_width, "figures": figures, "stderr_outputs": errors,
