@@ -156,10 +156,7 @@ def _timing_note(b: float | None, a: float | None, min_speedup: float) -> str:
 
 def _data_wait_share(t: Trace) -> float:
     """Share of step time lost to data: GPU idle while the host loads (GPU traces), host time in the loader (CPU)."""
-    if t.has_gpu:
-        steps = float(m.windows(t)["dur_us"].sum()) or 1.0
-        return m.idle_by_cause(t)["data_wait"] / steps
-    return m.data_wait(t)["data_wait_share"]
+    return data_wait_share(t) if t.has_gpu else m.data_wait(t)["data_wait_share"]
 
 
 def _uses_loader_workers(t: Trace) -> bool:
