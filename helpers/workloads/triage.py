@@ -84,27 +84,22 @@ def two_stream_step(device: torch.device, n: int = 4096, chain: int = 6) -> Step
     return step
 
 
+#: Cases that reuse a course workload's variant: case -> (module, variant).
+REUSED = {
+    "t2": (host_bound, "broken"), "t3": (launch_overhead, "graphs"), "t4": (data_stall, "broken"),
+    "t6": (h2d_copy, "fixed"), "t7": (mystery, "broken"), "t8": (launch_overhead, "broken"),
+    "t9": (h2d_copy, "broken"), "t10": (host_bound, "synced"),
+}
+
+
 def make_step(variant: str, device: torch.device) -> StepFn:
     if variant == "t1":
         return harmless_sync_step(device)
-    if variant == "t2":
-        return host_bound.make_step("broken", device)
-    if variant == "t3":
-        return launch_overhead.make_step("graphs", device)
-    if variant == "t4":
-        return data_stall.make_step("broken", device)
     if variant == "t5":
         return two_stream_step(device)
-    if variant == "t6":
-        return h2d_copy.make_step("fixed", device)
-    if variant == "t7":
-        return mystery.make_step("broken", device)
-    if variant == "t8":
-        return launch_overhead.make_step("broken", device)
-    if variant == "t9":
-        return h2d_copy.make_step("broken", device)
-    if variant == "t10":
-        return host_bound.make_step("synced", device)
+    if variant in REUSED:
+        module, reused = REUSED[variant]
+        return module.make_step(reused, device)
     raise ValueError(f"unknown triage case {variant!r}; choose from {VARIANTS}")
 
 
