@@ -97,17 +97,36 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     return float(ev["start_us"].min()), float(ev["end_us"].max())
 
 
+def time_origin_us(trace: Trace) -> float:
+    """Time zero of every timeline of ``trace``: the first profiled step's start (else the first event's).
+
+    One origin for every view of a trace, as Nsight Systems keeps one clock: a window read off a
+    zoomed plot (``step=3``) is the same stretch of time as on the whole-trace plot.
+    """
+    win = m.windows(trace)
+    stepped = win[win["step"] >= 0]
+    if not stepped.empty:
+        return float(stepped["start_us"].min())
+    return float(trace.events["start_us"].min()) if not trace.events.empty else 0.0
+
+
 def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
              findings: Sequence[Finding] = (), ranks: Sequence[int] | None = None, title: str | None = None,
-             width_px: int = FIGURE_WIDTH_PX, ax=None, max_lanes: int = 24, x_origin: float | None = None):
+             width_px: int = FIGURE_WIDTH_PX, ax=None, max_lanes: int = 24, x_origin: float | None = None,
+             window_ms: tuple[float, float] | None = None):
     """Draw lanes like Nsight Systems: ranges, CPU threads, CUDA API, GPU streams and copies.
 
     Intervals closer than one pixel are merged, so 100k events draw as fast as a few thousand.
-    Findings are shaded where they show. Times on the x axis are milliseconds.
+    Findings are shaded where they show. The x axis is milliseconds from :func:`time_origin_us`
+    (``x_origin`` overrides it); ``window_ms`` zooms to a stretch of that axis, ``window`` takes
+    absolute microseconds as the events table holds them.
     """
     plt = _plt()
+    axis_origin = time_origin_us(trace) if x_origin is None else x_origin
+    if window_ms is not None:
+        window = (axis_origin + float(window_ms[0]) * 1e3, axis_origin + float(window_ms[1]) * 1e3)
     t0, t1 = pick_window(trace, window, step)
-    origin = t0 if x_origin is None else x_origin
+    origin = axis_origin
     ev = trace.events
     sel = ev[(ev["end_us"] > t0) & (ev["start_us"] < t1) & ~ev["kind"].isin(HIDDEN_KINDS)]
     if ranks is not None:

@@ -1,28 +1,65 @@
-"""``python -m helpers selfcheck``: the syllabus's self-check list, from the learner's notebooks."""
+"""``python -m helpers selfcheck``: the syllabus's self-check list, from the learner's own work.
+
+An item is marked done only when every check of the learner's work that earns it
+(:data:`helpers.checks.CREDIT`, per track) passed. ``--run`` executes the notebooks in a scratch
+copy of the folder, so the verdict is that run's alone and nothing in the learner's folder changes.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-from .checks import RESULTS_FILE, SELF_CHECK
+from .checks import CREDIT, RESULTS_FILE, SELF_CHECK
+from .errors import TraceError
 
 
-def execute_notebooks(labs: Path, timeout_s: int = 900) -> None:
-    """Run every notebook in ``labs`` in place of a person (outputs are not saved back)."""
+def execute_notebooks(labs: Path, timeout_s: int = 900) -> list[str]:
+    """Run every notebook in ``labs`` in place of a person (outputs are not saved back); one line each."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
+    lines = []
     for nb_path in sorted(labs.glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(nb_path, as_version=4)
         try:
             NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(labs)}}).execute()
-            print(f"ran {nb_path.name}: all cells passed")
+            lines.append(f"ran {nb_path.name}: all cells passed")
         except CellExecutionError as exc:
             last = str(exc).strip().splitlines()[-1][:160]
-            print(f"ran {nb_path.name}: stopped at a failing cell ({last})")
+            lines.append(f"ran {nb_path.name}: stopped at a failing cell ({last})")
+    return lines
+
+
+def read_results(path: Path) -> dict[str, dict]:
+    """The recorded check results; a file that is not the course's format is a one-line error."""
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"{path}: not a readable self-check results file ({exc.__class__.__name__}); delete it and "
+                         "run the labs' check cells again") from None
+    ok = isinstance(results, dict) and all(
+        isinstance(r, dict) and isinstance(r.get("checks", {}), dict) for r in results.values())
+    if not ok:
+        raise TraceError(f"{path}: not in the self-check results format (item -> {{'checks': {{name: passed}}}}); "
+                         "delete it and run the labs' check cells again")
+    return results
+
+
+def item_status(item: str, result: dict | None) -> tuple[bool, list[str]]:
+    """Whether ``item`` is earned, and the checks of the learner's work still missing or failing."""
+    track = (result or {}).get("track")
+    track = track if track in ("gpu", "cpu") else "cpu"
+    needed = CREDIT.get(item, {}).get(track, ())
+    checks = (result or {}).get("checks", {})
+    missing = [name for name in needed if checks.get(name) is not True]
+    return bool(needed) and not missing, missing
 
 
 def run_selfcheck(labs: Path, run: bool = False) -> int:
@@ -30,19 +67,32 @@ def run_selfcheck(labs: Path, run: bool = False) -> int:
         print(f"error: {labs}: not a folder; pass the folder that holds your lab notebooks", file=sys.stderr)
         return 2
     if run:
-        execute_notebooks(labs)
-    path = labs / RESULTS_FILE
-    results = json.loads(path.read_text()) if path.exists() else {}
-    if not results and not run:
-        print(f"No recorded check results in {path}; run the labs' check cells, or: python -m helpers selfcheck {labs} --run")
+        with tempfile.TemporaryDirectory(prefix="selfcheck-") as scratch:
+            copy = Path(scratch) / labs.name
+            shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, "runs", ".ipynb_checkpoints"))
+            for line in execute_notebooks(copy):
+                print(line)
+            path = copy / RESULTS_FILE
+            try:
+                results = read_results(path)
+            except TraceError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+    else:
+        path = labs / RESULTS_FILE
+        try:
+            results = read_results(path)
+        except TraceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if not results:
+            print(f"No recorded check results in {path}; run the labs' check cells, or: python -m helpers selfcheck {labs} --run")
     passed = 0
-    print("Self-check")
+    print("Self-check" + (" (this run only)" if run else ""))
     for item, (text, lab) in SELF_CHECK.items():
-        r = results.get(item)
-        mark = "[x]" if r and r["passed"] else "[ ]"
-        passed += bool(r and r["passed"])
-        note = "" if r and r["passed"] else f"   -> revisit {lab}" + (
-            f" (failing: {', '.join(k for k, v in r['checks'].items() if not v)})" if r else "")
-        print(f"  {mark} {text}{note}")
+        done, missing = item_status(item, results.get(item))
+        passed += done
+        note = "" if done else f"   -> revisit {lab}" + (f" (not passed yet: {', '.join(missing)})" if missing else "")
+        print(f"  {'[x]' if done else '[ ]'} {text}{note}")
     print(f"{passed}/{len(SELF_CHECK)} passed")
     return 0 if passed == len(SELF_CHECK) else 1

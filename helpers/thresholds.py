@@ -82,3 +82,26 @@ PASS_DATA_WAIT_DROP = 2.0
 #: a slower machine (which stretches both) does not move it; the gloo DDP variant overlaps the
 #: all-reduce with backward, the broken one runs it alone after backward.
 PASS_EXPOSED_COMM_DROP = 1.2
+
+
+# --- the learner's reading of a timeline (helpers.checks.reading) ------------------------------
+# A reading states pattern, window, a proving figure and the cost; these are how close each must be.
+# Set so that a learner reading by eye off the course's plots passes (the figures there are printed
+# to two digits, the axis ticks every few ms), while naming the wrong stretch or figure does not.
+#: A window must have at least this share of its length inside the pattern's stretches (gaps of that
+#: cause, its copies or collectives). The broken data-stall step is ~45% data wait, so a window
+#: around one whole step passes and a window around the compute does not.
+READING_WINDOW_MIN_COVER = 0.25
+#: ... and be at most this many steps long: "where it shows", not the whole capture.
+READING_MAX_WINDOW_STEPS = 2.0
+#: A figure that is a share passes within this many points (absolute) ...
+READING_SHARE_ABS = 0.05
+#: ... any figure within this relative error (ms, counts, GB/s read off a plot).
+READING_FIGURE_REL = 0.20
+#: The cost passes within 10 points of step time or 30% of the diagnosed cost, whichever is wider.
+READING_COST_ABS = 0.10
+READING_COST_REL = 0.30
+#: Besides the top finding, a reading may name any finding costing at least this share of step time
+#: and at least this fraction of the top finding's cost (a loop with two problems at once).
+READING_MIN_COST = 0.10
+READING_TIE_SHARE = 0.5

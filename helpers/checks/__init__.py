@@ -1,0 +1,37 @@
+"""Self-checks for the labs: each verifies something from a trace and says what to fix if not.
+
+A check raises :class:`CheckFailed` (an AssertionError, so nbval fails the cell) with a message
+naming what to look at and what to change. Results are noted in ``.selfcheck.json`` in the working
+folder, which ``python -m helpers selfcheck`` reads. One module per lab; :data:`CREDIT` says which
+checks earn each self-check item: only checks of the learner's own work (an answer they gave, code
+they wrote, a trace they captured), never a check that only reads a trace the course shipped.
+"""
+
+from __future__ import annotations
+
+from . import lab00, lab01, lab02, lab03, lab04, lab05, lab06
+from ._core import (  # noqa: F401
+    DATA,
+    RESULTS_FILE,
+    SELF_CHECK,
+    CheckFailed,
+    _check,
+    _close,
+    _record,
+    data_wait_share,
+    learner_trace_problem,
+    shipped,
+)
+from .lab00 import *  # noqa: F403
+from .lab01 import *  # noqa: F403
+from .lab02 import *  # noqa: F403
+from .lab03 import *  # noqa: F403
+from .lab04 import *  # noqa: F403
+from .lab05 import *  # noqa: F403
+from .lab06 import *  # noqa: F403
+from .reading import EVIDENCE, Reading, check_reading, describe_window, pattern_intervals  # noqa: F401
+
+#: Self-check item -> track ("gpu"/"cpu") -> the checks that must all have passed to earn it.
+CREDIT: dict[str, dict[str, tuple[str, ...]]] = {}
+for _lab in (lab00, lab01, lab02, lab03, lab04, lab05, lab06):
+    CREDIT.update(_lab.CREDIT)

@@ -1,0 +1,169 @@
+"""Lab 00: tool choice, NVTX phases, GPU idle gaps, nsys command lines."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+
+from .. import metrics as m
+from ..model import Trace
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+
+#: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
+CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
+    "tools": {"gpu": ("check_tool_choice",), "cpu": ("check_tool_choice",)},
+    "capture": {"gpu": ("check_annotated_phases", "check_nsys_commands"), "cpu": ("check_annotated_phases", "check_nsys_commands")},
+    "gaps": {"gpu": ("check_gpu_idle_share", "check_longest_gap"), "cpu": ("check_gpu_idle_share", "check_longest_gap")},
+}
+
+
+# --- lab 00 ----------------------------------------------------------------------------------
+TOOL_ANSWERS = {
+    "Which phase of my training step takes the time, and is the GPU ever idle?": "nsys",
+    "Why is this one attention kernel slow: is it compute-bound or memory-bound?": "ncu",
+    "Which PyTorch operators take the most time, with their input shapes?": "torch",
+    "Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?": "nsys",
+    "How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?": "ncu",
+    "What is the operator breakdown of forward vs backward in my model, from inside Python?": "torch",
+}
+_TOOL_WHY = {"nsys": "Nsight Systems shows the whole timeline: CPU threads, CUDA API, kernels, copies, NVTX ranges.",
+             "ncu": "Nsight Compute dives into one kernel: its throughput, memory traffic, occupancy and stalls.",
+             "torch": "The PyTorch profiler speaks in operators (aten::...), shapes and Python call sites."}
+
+
+def check_tool_choice(answers: dict[str, str]) -> str:
+    """Each question answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
+    wrong = [q for q, tool in TOOL_ANSWERS.items() if str(answers.get(q, "")).strip().lower() != tool]
+    hint = "; ".join(f"{q!r} -> think: {_TOOL_WHY[TOOL_ANSWERS[q]].split(':')[0]}?" for q in wrong[:2])
+    return _check("tools", "check_tool_choice", not wrong,
+                  f"{len(wrong)} of {len(TOOL_ANSWERS)} tool choices are off. {hint}. Timeline questions -> nsys, "
+                  "one kernel's insides -> ncu, operators and shapes -> torch.")
+
+
+def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "backward", "optimizer")) -> str:
+    """Every profiled step holds a range for each phase (NVTX and record_function, via helpers.annotate)."""
+    steps = trace.steps
+    if steps.empty:
+        return _check("capture", "check_annotated_phases", False,
+                      "No steps found: profile with helpers.capture (it calls prof.step() after every step), "
+                      "or name your step ranges 'step N'.")
+    ann = trace.events[trace.events["kind"] == "annotation"]
+    missing = []
+    for _, st in steps.iterrows():
+        inside = ann[(ann["rank"] == st["rank"]) & (ann["start_us"] >= st["start_us"]) & (ann["end_us"] <= st["end_us"])]
+        names = set(inside["name"].str.lower())
+        missing += [f"step {st['step']}: {p}" for p in phases if p not in names]
+    return _check("capture", "check_annotated_phases", not missing,
+                  f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
+                  "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
+
+
+def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
+    """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
+    want = 1.0 - m.gpu_utilization(trace)
+    got = float(fn(trace))
+    return _check("gaps", "check_gpu_idle_share", _close(got, want, 0.0, 0.02),
+                  f"Your idle share is {got:.3f}, the trace says {want:.3f}. Merge overlapping GPU events "
+                  "(kernel, memcpy, memset, collective) into one busy union first, clip it to the step windows "
+                  "(trace.steps), and divide idle time by step time.")
+
+
+def check_longest_gap(answer_ms: float, trace: Trace) -> str:
+    """The longest GPU idle gap inside the profiled steps, read off the timeline (10% tolerance)."""
+    gaps = m.idle_gaps(trace)
+    want = float(gaps["dur_us"].max() / 1e3) if not gaps.empty else 0.0
+    return _check("gaps", "check_longest_gap", _close(float(answer_ms), want, 0.10, 0.05),
+                  f"{answer_ms} ms is not the longest gap. Look for the widest white space on the GPU lane "
+                  "inside one step (zoom with helpers.plots.timeline(trace, step=...)); it is about "
+                  f"{'long' if want > 1 else 'short'}er than a millisecond.")
+
+
+# --- Nsight ------------------------------------------------------------------------------------
+#: The three nsys command lines lab 00 asks for, and what each must do.
+NSYS_TASKS = {
+    "capture range": "record only between torch.cuda.profiler.start() and stop() (the workload's --nsys-range)",
+    "time window": "skip start-up with a delay, then record for a fixed duration",
+    "gpu metrics": "sample the GPU's hardware counters on device 0 as well",
+}
+
+
+def parse_nsys_profile(command: list[str] | str) -> tuple[dict[str, str], list[str]]:
+    """Split an ``nsys profile`` command into ({option: value}, program); raises ValueError if it is not one.
+
+    Every ``nsys profile`` option takes a value (``--stats=true``, ``-o name``), so an option token
+    without ``=`` consumes the next token; the first other token starts the program.
+    """
+    tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    if tokens[:2] != ["nsys", "profile"]:
+        raise ValueError(f"it starts with {' '.join(tokens[:2])!r}, not 'nsys profile'")
+    options: dict[str, str] = {}
+    i = 2
+    while i < len(tokens) and tokens[i].startswith("-"):
+        name, eq, value = tokens[i].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                raise ValueError(f"{name} has no value")
+            value, i = tokens[i + 1], i + 1
+        options[_NSYS_ALIASES.get(name, name)] = value
+        i += 1
+    return options, tokens[i:]
+
+
+_NSYS_ALIASES = {"-t": "--trace", "-o": "--output", "-y": "--delay", "-d": "--duration", "-c": "--capture-range",
+                 "-s": "--sample", "-f": "--force-overwrite", "--gpu-metrics-device": "--gpu-metrics-devices"}
+
+
+def _seconds(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+def nsys_command_problems(task: str, command: list[str] | str) -> list[str]:
+    """What is wrong with ``command`` as the lab-00 answer to ``task`` (one of :data:`NSYS_TASKS`); [] if nothing."""
+    try:
+        opts, program = parse_nsys_profile(command)
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    traced = set(opts.get("--trace", "").split(","))
+    if not {"cuda", "nvtx"} <= traced:
+        problems.append(f"--trace={opts.get('--trace', '')} misses {sorted({'cuda', 'nvtx'} - traced)} "
+                        "(kernels and CUDA calls need cuda, your phase ranges nvtx)")
+    if "--output" not in opts:
+        problems.append("no -o NAME: the report would get a default name you then have to hunt for")
+    if not program or not program[0].startswith("python"):
+        problems.append("the profiled program (python -m helpers.workloads...) is missing after the options")
+    ranged = "--capture-range" in opts
+    if task == "capture range":
+        if opts.get("--capture-range") != "cudaProfilerApi":
+            problems.append("no --capture-range=cudaProfilerApi: nsys would record start-up too")
+        elif opts.get("--capture-range-end", "stop-shutdown") not in ("stop", "stop-shutdown"):
+            problems.append("--capture-range-end should be stop (one range, ended at torch.cuda.profiler.stop())")
+        if "--nsys-range" not in program:
+            problems.append("the workload needs --nsys-range, or it never calls torch.cuda.profiler.start()/stop()")
+    elif task == "time window":
+        delay, duration = _seconds(opts.get("--delay")), _seconds(opts.get("--duration"))
+        if not delay > 0:
+            problems.append("no --delay=SECONDS (> 0): start-up (imports, cuDNN autotuning, warm-up) would be recorded")
+        if not duration > 0:
+            problems.append("no --duration=SECONDS (> 0): nsys would record until the program ends")
+        if ranged:
+            problems.append("a time window needs no --capture-range (with one, the delay counts from the range)")
+    elif task == "gpu metrics":
+        if opts.get("--gpu-metrics-devices") not in ("0", "all"):
+            problems.append("no --gpu-metrics-devices=0: GPU metrics are sampled only on the devices named")
+    else:
+        problems.append(f"unknown task {task!r}; tasks are {list(NSYS_TASKS)}")
+    return problems
+
+
+def check_nsys_commands(commands: dict[str, list[str] | str]) -> str:
+    """Each of lab 00's nsys tasks (:data:`NSYS_TASKS`) answered with a command line that does it."""
+    problems = [f"{task}: {p}" for task in NSYS_TASKS
+                for p in (nsys_command_problems(task, commands[task]) if task in commands else ["missing"])]
+    return _check("capture", "check_nsys_commands", not problems,
+                  f"{len(problems)} problem(s): " + "; ".join(problems[:3]) +
+                  ". helpers.profiling.nsys_command(program, output=..., capture_range=..., delay_s=..., "
+                  "duration_s=..., gpu_metrics_device=...) builds them.")

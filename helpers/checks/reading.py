@@ -1,0 +1,273 @@
+"""The learner's reading of a timeline, checked against the trace before any diagnosis is shown.
+
+A :class:`Reading` is what a learner says after looking: the pattern, a window on the timeline where
+it shows, the figure that proves it and what it costs. :func:`check_reading` verifies each part from
+the trace itself and, when a part is wrong, says what the trace shows there instead (never only
+"wrong"). Only a passing reading is answered with ``helpers.diagnose``'s findings, as a second opinion.
+
+Windows are in milliseconds on the timeline's time axis: :func:`helpers.plots.timeline` draws time
+from the capture's origin (the first profiled step's start, :func:`helpers.plots.time_origin_us`),
+whatever window it shows, so a window read off any view of the trace means the same time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import metrics as m
+from .. import thresholds as th
+from ..diagnosis import PATTERNS, RULES, Finding, diagnose, signals
+from ..model import Trace
+from ._core import CheckFailed, _record
+
+#: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
+#: measure each from the events table. Built from the rules' evidence lists, so the two cannot drift.
+FIGURE_HOWTO = {
+    "data_stall_share": "share of step time the GPU idles while the host is inside the DataLoader",
+    "cpu_data_wait_share": "share of step time the loop waits for the next batch (CPU-only trace)",
+    "host_data_wait_ms_per_step": "ms per step the host spends fetching batches (DataLoader ranges)",
+    "sync_stall_share": "share of step time the GPU idles right after the host returns from a sync",
+    "sync_points_per_step": "host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies) per step",
+    "host_blocked_ms_per_step": "ms per step the host sits blocked in sync calls",
+    "sync_blocked_share": "share of step time the host sits blocked in sync calls",
+    "launch_idle_share": "share of step time the GPU idles between kernels while the host is launching",
+    "kernels_per_step": "kernels launched per step",
+    "launch_median_kernel_us": "median kernel duration in microseconds",
+    "share_kernels_under_10us": "share of kernels shorter than 10 us",
+    "median_launch_call_us": "median cudaLaunchKernel call duration in microseconds",
+    "h2d_exposed_share": "share of step time host-to-device copies run with no kernel beside them",
+    "h2d_ms_per_step": "ms per step of host-to-device copies",
+    "h2d_gb_per_s": "host-to-device copy bandwidth in GB/s (bytes / duration)",
+    "h2d_pageable_share": "share of copied bytes that come from pageable (not pinned) memory",
+    "host_bound_idle_share": "share of step time the GPU idles while the host runs other code (not data, launches, syncs)",
+    "comm_exposed_share": "share of step time spent in collectives that no compute overlaps",
+    "collective_ms_per_step": "ms per step of collectives (all-reduce etc.)",
+    "exposed_ms_per_step": "ms per step of collectives that no compute overlaps",
+    "imbalance_spread": "(slowest - fastest rank's compute per step) / slowest",
+    "gpu_bound_busy": "share of step time the GPU is busy",
+    "gpu_kernel_share": "share of step time kernels run",
+}
+
+
+def _figures_for(pattern: str) -> tuple[str, ...]:
+    names: list[str] = []
+    for rule in RULES:
+        if rule.pattern == pattern:
+            names += [n for n in rule.evidence if n in FIGURE_HOWTO and n not in names]
+    if pattern == "load_imbalance":
+        names += ["imbalance_spread", "exposed_ms_per_step"]
+    return tuple(names)
+
+
+#: pattern -> the figures that prove it (see :data:`FIGURE_HOWTO` for how to measure each).
+EVIDENCE: dict[str, tuple[str, ...]] = {p: _figures_for(p) for p in PATTERNS if _figures_for(p)}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What you read off a timeline, before any diagnosis: pattern, where, the proving figure, cost."""
+
+    pattern: str  # one of helpers.PATTERNS
+    window_ms: tuple[float, float]  # on the timeline's time axis (ms from the capture's origin)
+    evidence: dict[str, float] = field(default_factory=dict)  # {figure name (EVIDENCE[pattern]): value measured}
+    cost: float = float("nan")  # share of step time a fix would save at most, 0..1
+
+
+# --- where each pattern shows on the timeline ------------------------------------------------
+def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches of the trace (absolute µs, merged) where ``pattern`` shows."""
+    ev = trace.events
+    empty = (np.zeros(0), np.zeros(0))
+    cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
+    if cause and trace.has_gpu:
+        g = m.idle_gaps(trace)
+        g = g[g["cause"] == cause]
+        s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
+        if pattern == "sync_stall":  # the host's blocked calls are where it shows too
+            sync = ev[m.is_sync_call(trace)]
+            s, e = np.concatenate([s, sync["start_us"].to_numpy()]), np.concatenate([e, sync["end_us"].to_numpy()])
+        return m.merge_intervals(s, e) if s.size else empty
+    if pattern == "data_stall":  # CPU-only: the host's time in the loader
+        parts = [m.host_union(trace, r, "data_wait") for r in trace.ranks]
+        s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        e = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
+        return m.merge_intervals(s, e) if s.size else empty
+    if pattern == "h2d_copy":
+        sel = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
+    elif pattern in ("communication", "load_imbalance"):
+        sel = ev[ev["kind"] == "collective"]  # NCCL kernels on a GPU, gloo's ranges on the host
+    elif pattern == "gpu_bound":
+        sel = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)]
+    else:
+        return empty
+    if sel.empty:
+        return empty
+    return m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+
+
+def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:
+    from ..plots import time_origin_us  # plots imports matplotlib only when drawing
+
+    origin = time_origin_us(trace)
+    return origin + float(window_ms[0]) * 1e3, origin + float(window_ms[1]) * 1e3
+
+
+def describe_window(trace: Trace, window_ms: tuple[float, float]) -> str:
+    """What the lanes show in a window, in words: how busy the GPU is and what the host does meanwhile."""
+    ws, we = _to_us(trace, window_ms)
+    length = we - ws
+    if not length > 0:
+        return "the window is empty"
+    parts = []
+    if trace.has_gpu:
+        busy = 0.0
+        for rank in trace.ranks:
+            for dev in trace.devices:
+                us, ue = m.gpu_work_union(trace, rank, dev)
+                busy = max(busy, float(m.overlap(us, ue, np.array([ws]), np.array([we])).sum()))
+        parts.append(f"the GPU is busy {busy / length:.0%} of it")
+        gaps = m.idle_gaps(trace)
+        inside = gaps[(gaps["end_us"] > ws) & (gaps["start_us"] < we)]
+        if not inside.empty:
+            clip = (np.minimum(inside["end_us"], we) - np.maximum(inside["start_us"], ws)).clip(lower=0)
+            by = clip.groupby(inside["cause"]).sum().sort_values(ascending=False)
+            words = {"data_wait": "the host inside the DataLoader", "sync": "the host just back from a sync",
+                     "launch": "the host launching kernels", "collective": "a collective running",
+                     "other": "the host in other code"}
+            idle = ", ".join(f"{v / 1e3:.2f} ms with {words.get(k, k)}" for k, v in by.items() if v > 0)
+            if idle:
+                parts.append(f"its idle time there: {idle}")
+    ev = trace.events
+    inw = ev[(ev["end_us"] > ws) & (ev["start_us"] < we)]
+    h2d = inw[(inw["kind"] == "memcpy") & (inw["copy_kind"] == "H2D")]
+    if not h2d.empty:
+        parts.append(f"{len(h2d)} host-to-device copies ({h2d['dur_us'].sum() / 1e3:.2f} ms)")
+    coll = inw[inw["kind"] == "collective"]
+    if not coll.empty:
+        parts.append(f"{len(coll)} collectives ({coll['dur_us'].sum() / 1e3:.2f} ms)")
+    n_kernels = int(((inw["kind"] == "kernel") & (inw["device"] >= 0)).sum())
+    if trace.has_gpu:
+        parts.append(f"{n_kernels} kernels")
+    return f"{window_ms[0]:.1f}-{window_ms[1]:.1f} ms: " + "; ".join(parts)
+
+
+# --- the check ---------------------------------------------------------------------------------
+def _problems_with_form(reading: Any) -> str | None:
+    if not isinstance(reading, Reading):
+        return f"expected a checks.Reading(pattern=..., window_ms=(start, end), evidence={{...}}, cost=...), got {type(reading).__name__}"
+    if reading.pattern not in PATTERNS:
+        return f"pattern {reading.pattern!r} is not one of {', '.join(PATTERNS)}"
+    try:
+        a, b = (float(x) for x in reading.window_ms)
+    except (TypeError, ValueError):
+        return "window_ms must be two numbers, (start_ms, end_ms), read off the timeline's time axis"
+    if not (math.isfinite(a) and math.isfinite(b) and a < b):
+        return f"window_ms {reading.window_ms} must be (start, end) with start < end"
+    if not isinstance(reading.evidence, dict) or not reading.evidence:
+        return ("evidence must name at least one figure and its value, e.g. {'" + (EVIDENCE.get(reading.pattern) or ("gpu_bound_busy",))[0]
+                + "': 0.4}")
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reading.evidence.values()):
+        return "every evidence value must be a number you measured"
+    if not (isinstance(reading.cost, (int, float)) and 0.0 <= reading.cost <= 1.0):
+        return f"cost must be a share of step time between 0 and 1, got {reading.cost!r}"
+    return None
+
+
+def _close_figure(name: str, got: float, want: float) -> bool:
+    if name.endswith("_share") or name in ("imbalance_spread", "gpu_bound_busy"):
+        return abs(got - want) <= max(th.READING_SHARE_ABS, th.READING_FIGURE_REL * abs(want))
+    return abs(got - want) <= max(th.READING_FIGURE_REL * abs(want), 0.05)
+
+
+def _shown_patterns(findings: list[Finding]) -> list[Finding]:
+    """The findings a reading may name: the top one, and any other within a factor of its cost."""
+    if not findings:
+        return []
+    top = findings[0].cost
+    return [f for f in findings if f is findings[0] or (f.cost >= th.READING_MIN_COST and f.cost >= th.READING_TIE_SHARE * top)]
+
+
+def check_reading(reading: Reading, trace: Trace, item: str, label: str | None = None) -> str:
+    """Check what the learner read off ``trace``: pattern, window, the proving figure, cost.
+
+    Returns the verdict and, only when every part holds, ``helpers.diagnose``'s findings as a second
+    opinion. Raises :class:`CheckFailed` naming the first part that does not hold and what the trace
+    shows there.
+    """
+    name = f"check_reading[{label}]" if label else "check_reading"
+    form = _problems_with_form(reading)
+    if form:
+        _record(item, name, False)
+        raise CheckFailed(f"Your reading is not complete: {form}.")
+    findings = diagnose(trace)
+    shown = _shown_patterns(findings)
+    sg = signals(trace)
+    problems = []
+    # 1. the pattern
+    if not shown:
+        if reading.pattern not in ("gpu_bound",) and reading.pattern in EVIDENCE:
+            problems.append(f"nothing in this trace costs enough to call it {reading.pattern}: "
+                            + _what_the_trace_shows(sg, trace))
+    elif reading.pattern not in [f.pattern for f in shown]:
+        problems.append(f"{reading.pattern} is not what holds this loop back. What the trace shows: " + _what_the_trace_shows(sg, trace))
+    # 2. the window
+    ws, we = _to_us(trace, reading.window_ms)
+    step_us = float(m.windows(trace)["dur_us"].max() or 0.0)
+    s, e = pattern_intervals(trace, reading.pattern)
+    covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
+    if step_us and we - ws > th.READING_MAX_WINDOW_STEPS * step_us:
+        problems.append(f"your window is {(we - ws) / 1e3:.1f} ms long, more than {th.READING_MAX_WINDOW_STEPS:g} steps "
+                        f"({step_us / 1e3:.1f} ms each): point at where it shows, inside one step")
+    elif covered < th.READING_WINDOW_MIN_COVER * (we - ws):
+        problems.append(f"in your window {describe_window(trace, reading.window_ms)}; only {covered / (we - ws):.0%} of it "
+                        f"shows {reading.pattern}")
+    # 3. the figure that proves it
+    allowed = EVIDENCE.get(reading.pattern, ())
+    for fig, value in reading.evidence.items():
+        if fig not in allowed:
+            problems.append(f"{fig!r} does not prove {reading.pattern}; the figures that do: "
+                            + "; ".join(f"{n} ({FIGURE_HOWTO[n]})" for n in allowed))
+            continue
+        want = sg.get(fig)
+        if not isinstance(want, (int, float)) or not math.isfinite(want):
+            problems.append(f"this trace has no {fig} ({FIGURE_HOWTO[fig]}): pick a figure the trace shows")
+        elif not _close_figure(fig, float(value), float(want)):
+            problems.append(f"{fig} = {value:g} does not match the trace; measure {FIGURE_HOWTO[fig]} again")
+    # 4. the cost
+    mine = next((f for f in findings if f.pattern == reading.pattern), None)
+    if mine is not None:
+        want_cost = mine.cost if mine.pattern != "gpu_bound" else float(sg.get("gpu_kernel_share", mine.cost))
+        if not abs(reading.cost - want_cost) <= max(th.READING_COST_ABS, th.READING_COST_REL * want_cost):
+            problems.append(f"a cost of {reading.cost:.0%} of step time is off: add up the time {reading.pattern} takes "
+                            "in each step (the stretches your window shows, over all the steps) and divide by the step time")
+    if problems:
+        _record(item, name, False)
+        raise CheckFailed("Not yet: " + " | ".join(problems[:3]) + ".")
+    _record(item, name, True)
+    second = "; ".join(f"{f.pattern} ({f.cost:.0%}): {f.summary}" for f in findings[:3]) or "nothing stood out"
+    return f"passed: {name}. Second opinion, helpers.diagnose: {second}"
+
+
+def _what_the_trace_shows(sg: dict[str, Any], trace: Trace) -> str:
+    """The trace's figures in words, without naming a pattern: the learner must still name it."""
+    if not sg.get("has_gpu"):
+        return (f"the loop waits for its next batch {sg.get('cpu_data_wait_share', 0):.0%} of each step; "
+                f"{sg.get('comm_exposed_share', 0):.0%} of it is exposed communication")
+    idle = sg.get("gpu_idle_ms_per_step", {})
+    words = {"data_wait": "while the host is in the DataLoader", "sync": "just after a host sync",
+             "launch": "while the host launches kernels", "collective": "in collectives",
+             "other": "while the host runs other code"}
+    busiest = sorted(((v, k) for k, v in idle.items() if v > 0), reverse=True)[:2]
+    idle_txt = ", ".join(f"{v:.2f} ms per step {words.get(k, k)}" for v, k in busiest) or "almost never"
+    text = (f"the GPU is busy {sg.get('gpu_utilization', 0):.0%} of the step and idles {idle_txt}; "
+            f"{sg.get('kernels_per_step', 0):.0f} kernels per step (median {sg.get('launch_median_kernel_us', 0):.1f} us), "
+            f"{sg.get('sync_points_per_step', 0):.1f} host syncs per step")
+    if "h2d_gb_per_s" in sg:
+        text += f", host-to-device copies {sg['h2d_ms_per_step']:.2f} ms per step at {sg['h2d_gb_per_s']:.1f} GB/s"
+    if "comm_exposed_share" in sg:
+        text += f", {sg['comm_exposed_share']:.0%} of step time in exposed collectives, rank compute spread {sg['imbalance_spread']:.0%}"
+    return text

@@ -1,0 +1,88 @@
+"""The learner's reading of a timeline (checks.Reading) and self-check credit for work done only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import checks, diagnose
+from helpers.course import recorded
+from helpers.plots import time_origin_us
+from helpers.selfcheck import item_status, run_selfcheck
+
+
+def _truthful(trace, pattern: str | None = None) -> checks.Reading:
+    """The reading a careful learner gives: the top finding's pattern, its window, a figure, its cost."""
+    f = next(f for f in diagnose(trace) if pattern in (None, f.pattern))
+    o = time_origin_us(trace)
+    fig = checks.EVIDENCE[f.pattern][0]
+    from helpers.diagnosis import signals
+
+    return checks.Reading(f.pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(signals(trace)[fig])}, f.cost)
+
+
+@pytest.mark.parametrize("workload,variant", [("data_stall", "broken"), ("sync_stall", "broken"), ("launch_overhead", "broken"),
+                                              ("h2d_copy", "broken")])
+def test_a_truthful_reading_passes_and_shows_the_second_opinion(workload, variant):
+    t = recorded(workload, variant)
+    out = checks.check_reading(_truthful(t), t, "data")
+    assert out.startswith("passed") and "Second opinion" in out
+
+
+def test_each_wrong_part_fails_with_what_the_trace_shows():
+    t = recorded("data_stall", "broken")
+    good = _truthful(t)
+    wrong_pattern = checks.Reading("sync_stall", good.window_ms, {"sync_points_per_step": 2.0}, good.cost)
+    with pytest.raises(checks.CheckFailed, match="is not what holds this loop back.*GPU is busy"):
+        checks.check_reading(wrong_pattern, t, "data")
+    # a window over the compute, not the wait
+    compute = checks.Reading("data_stall", (good.window_ms[1] + 0.01, good.window_ms[1] + 2.0), good.evidence, good.cost)
+    with pytest.raises(checks.CheckFailed, match="in your window .* only 0% of it shows data_stall"):
+        checks.check_reading(compute, t, "data")
+    whole = checks.Reading("data_stall", (0.0, 10_000.0), good.evidence, good.cost)
+    with pytest.raises(checks.CheckFailed, match="point at where it shows"):
+        checks.check_reading(whole, t, "data")
+    with pytest.raises(checks.CheckFailed, match="does not prove data_stall"):
+        checks.check_reading(checks.Reading("data_stall", good.window_ms, {"kernels_per_step": 45}, good.cost), t, "data")
+    with pytest.raises(checks.CheckFailed, match="cost of 10%"):
+        checks.check_reading(checks.Reading("data_stall", good.window_ms, good.evidence, 0.10), t, "data")
+    with pytest.raises(checks.CheckFailed, match="not complete"):
+        checks.check_reading("data_stall", t, "data")
+
+
+def test_credit_needs_every_check_of_the_learners_work():
+    assert item_status("tools", None) == (False, ["check_tool_choice"])
+    assert item_status("tools", {"checks": {"check_tool_choice": True}, "track": "cpu"})[0]
+    # a passing check that only read a shipped trace is not on any item's list
+    shipped_only = {"checks": {"check_launch_diagnosed": True}, "track": "cpu"}
+    assert not item_status("launch", shipped_only)[0]
+    for tracks in checks.CREDIT.values():
+        for names in tracks.values():
+            assert "check_launch_diagnosed" not in names and "check_imbalance_diagnosed" not in names
+
+
+def test_fix_checks_refuse_the_courses_own_traces():
+    assert checks.shipped(recorded("data_stall", "fixed"))
+    assert "recorded, not yours" in checks.learner_trace_problem(recorded("data_stall", "fixed"))
+
+
+def test_a_malformed_results_file_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / checks.RESULTS_FILE).write_text(json.dumps({"tools": ["not", "a", "dict"]}))
+    assert run_selfcheck(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    (tmp_path / checks.RESULTS_FILE).write_text("{oops")
+    assert run_selfcheck(tmp_path) == 2
+
+
+def test_untouched_labs_earn_nothing_from_recorded_results(tmp_path, capsys):
+    """Checks run against shipped data only (no exercise done) leave every item unmarked."""
+    import os
+
+    os.chdir(tmp_path)
+    checks.check_launch_diagnosed(recorded("launch_overhead", "broken"))
+    checks.check_imbalance_diagnosed(recorded("communication", "imbalance", "cpu"))
+    assert run_selfcheck(Path(".")) == 1
+    assert "0/" in capsys.readouterr().out.splitlines()[-1]
