@@ -78,7 +78,12 @@ def _manifest_pairs():
 #: (launch_overhead:graphs, triage t3). The test fails if another pair disagrees, and if one of these
 #: starts to agree (then take it off the list).
 KNOWN_DISAGREEMENTS = {"data_stall__fixed__h200@2026-12-02", "sync_stall__fixed__h200@2026-12-02",
-                       "launch_overhead__graphs__h200@2026-12-02", "triage__t3__h200@2026-12-02"}
+                       "launch_overhead__graphs__h200@2026-12-02", "triage__t3__h200@2026-12-02",
+                       # recorded 2026-12-03: under nsys the compiled step's host time between launches is
+                       # not inside framework ops (no cpu_op ranges), so it reads as host_bound 57% beside
+                       # launch_overhead 40%; the mystery fixed twin's workers were still filling their
+                       # queues in the profiled steps (data_stall 36%) while the nsys run was GPU-bound.
+                       "launch_overhead__compile__h200@2026-12-03", "mystery__fixed__h200@2026-12-03"}
 
 
 def test_recorded_pairs_agree():
