@@ -81,8 +81,9 @@ KNOWN_DISAGREEMENTS = {"data_stall__fixed__h200@2026-12-02", "sync_stall__fixed_
                        "launch_overhead__graphs__h200@2026-12-02", "triage__t3__h200@2026-12-02",
                        # recorded 2026-12-03: under nsys the compiled step's host time between launches is
                        # not inside framework ops (no cpu_op ranges), so it reads as host_bound 57% beside
-                       # launch_overhead 40%; the mystery fixed twin's workers were still filling their
-                       # queues in the profiled steps (data_stall 36%) while the nsys run was GPU-bound.
+                       # launch_overhead 40%; in the mystery fixed twin the loader's workers did not keep up
+                       # (7-14 ms of data wait in every profiled step, falling step by step: data_stall 36%)
+                       # while its nsys run was GPU-bound: two runs, not one read two ways.
                        "launch_overhead__compile__h200@2026-12-03", "mystery__fixed__h200@2026-12-03"}
 
 
