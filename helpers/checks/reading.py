@@ -71,7 +71,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {p: _figures_for(p) for p in PATTERNS if 
 class Reading:
     """What you read off a timeline, before any diagnosis: pattern, where, the proving figure, cost."""
 
-    pattern: str  # one of helpers.PATTERNS
+    pattern: str  # one of helpers.diagnosis.PATTERNS (printed by the labs beside checks.EVIDENCE)
     window_ms: tuple[float, float]  # on the timeline's time axis (ms from the capture's origin)
     evidence: dict[str, float] = field(default_factory=dict)  # {figure name (EVIDENCE[pattern]): value measured}
     cost: float = float("nan")  # share of step time a fix would save at most, 0..1
