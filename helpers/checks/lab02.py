@@ -168,16 +168,50 @@ def _cpu_verdict(before: Trace, after: Trace, min_gain: float) -> tuple[bool, st
                    f"most of them: {where}. {hint}.")
 
 
-def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5) -> str:
+#: Largest difference from torch.optim.Adam (after a few steps on small tensors) a hand-written update may show.
+ADAM_TOLERANCE = 1e-5
+
+
+def adam_update_error(update, steps: int = 3) -> float:
+    """How far ``update(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps)`` lands from
+    ``torch.optim.Adam`` after ``steps`` steps on small random tensors (largest absolute difference).
+
+    A checker, not a fix: it only runs the learner's function next to PyTorch's own Adam.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    shapes = [(5, 3), (7,), (2, 2, 2)]
+    start = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(steps)]
+    ref = [p.clone().requires_grad_(True) for p in start]
+    opt = torch.optim.Adam(ref, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    mine = [p.clone() for p in start]
+    m1, m2 = [torch.zeros_like(p) for p in mine], [torch.zeros_like(p) for p in mine]
+    for k in range(steps):
+        for p, gr in zip(ref, grads[k]):
+            p.grad = gr.clone()
+        opt.step()
+        with torch.no_grad():
+            update(mine, [gr.clone() for gr in grads[k]], m1, m2, k + 1, 1e-2, 0.9, 0.999, 1e-8)
+    return max(float((a - b.detach()).abs().max()) for a, b in zip(mine, ref))
+
+
+def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, update_error: float | None = None) -> str:
     """Judge the learner's fix from their own trace ``after`` (``before``: their capture of the broken loop).
 
     GPU: a CUDA Graph replays the whole step (cudaGraphLaunch present, at most
     :data:`LEFTOVER_LAUNCHES_PER_STEP` cudaLaunchKernel calls a step, no one-time fills recorded in
     the graph), launch idle below ``thresholds.LAUNCH_IDLE_SHARE`` and no ``launch_overhead``
-    finding. CPU: at least ``min_gain`` x fewer top-level PyTorch ops per step. Step times are
-    reported, never judged.
+    finding. CPU: at least ``min_gain`` x fewer top-level PyTorch ops per step and, when
+    ``update_error`` is given (:func:`adam_update_error` of the learner's update), the same update as
+    ``torch.optim.Adam``. Step times are reported, never judged.
     """
     problem = learner_trace_problem(after)
+    if problem is None and update_error is not None and not update_error <= ADAM_TOLERANCE:
+        problem = (f"your update lands {update_error:.2g} away from torch.optim.Adam after 3 steps (want <= {ADAM_TOLERANCE:g}): "
+                   "fewer calls only count if they compute the same step. Check the bias corrections "
+                   "(1 - beta ** step) and where eps is added (to the square root, after the correction).")
     if problem:
         _record("launch", "check_launch_fixed", False)
         raise CheckFailed(problem)

@@ -72,7 +72,7 @@ def get_batch(i: int, xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def broken_step(model, opt, xs, ys, log: list[str]) -> StepFn:
-    """The loop as the lab shows it: no comments that would say what is wrong with it (see the module docstring)."""
+    """One training step that logs its loss and accuracy every step."""
 
     def step(i: int) -> None:
         with annotate(PREP_RANGE):
