@@ -33,6 +33,12 @@ LEFTOVER_LAUNCHES_PER_STEP = 16
 #: three per parameter (exp_avg, exp_avg_sq, step: TinyBlocks has 98 parameters).
 GRAPH_FILLS_PER_STEP = 20
 
+#: A fixed step must still do the step's work: at least this share of the broken loop's kernels per
+#: step (graph-replayed ones count; the recorded graph replays 562 of the broken loop's 1029, its Adam
+#: being foreach), or of its ``aten::linear`` calls on a CPU.
+MIN_WORK_SHARE = 0.4
+_MODEL_OPS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
+
 _KERNEL_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
 _GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 
@@ -101,6 +107,20 @@ def top_level_ops_by_range(trace: Trace) -> dict[str, float]:
     return {str(k): float(v) / _n_steps(trace) for k, v in counts.items()}
 
 
+def model_ops_per_step(trace: Trace) -> float:
+    """``aten::linear``/``addmm``/``mm``/``matmul`` calls per step (outermost only): how much of the model a step runs."""
+    ev = trace.events
+    ops = _in_steps(trace, ev[(ev["kind"] == "cpu_op") & ev["name"].isin(_MODEL_OPS)])
+    if ops.empty:
+        return 0.0
+    outer = 0
+    for _, grp in ops.groupby(["rank", "tid"]):
+        grp = grp.sort_values(["start_us", "dur_us"], ascending=[True, False])
+        reach = np.maximum.accumulate(np.r_[-np.inf, grp["end_us"].to_numpy()[:-1]])
+        outer += int((grp["start_us"].to_numpy() >= reach).sum())
+    return outer / _n_steps(trace)
+
+
 def check_launch_diagnosed(trace: Trace) -> str:
     """Not a credit check (it reads a trace, not the learner's work): kept for scripts and tests."""
     top = diagnose(trace)
@@ -129,6 +149,10 @@ def _gpu_verdict(before: Trace, after: Trace) -> tuple[bool, str]:
                        f"one ({a['kernel_launches']:.0f} cudaLaunchKernel calls per step; the broken loop made "
                        f"{b['kernel_launches']:.0f}). Capture the step once with `with torch.cuda.graph(g):` and call "
                        "g.replay() in the step function.")
+    if a["kernels"] < MIN_WORK_SHARE * b["kernels"]:
+        return False, (f"your step runs {a['kernels']:.0f} kernels per step ({a['graph_kernels']:.0f} of them from a graph), the "
+                       f"broken loop {b['kernels']:.0f}: part of the training step is missing. Capture forward, loss, backward "
+                       "and opt.step() in the graph, and replay it every step.")
     if a["kernel_launches"] > LEFTOVER_LAUNCHES_PER_STEP:
         top = max(a["launches_by_range"].items(), key=lambda kv: kv[1], default=("", 0.0))
         tail = (f": the {top[0]} step is outside the graph" if top[0] and top[0] != "outside your ranges" and top[1] >= 0.5 * a["kernel_launches"]
@@ -153,6 +177,10 @@ def _cpu_verdict(before: Trace, after: Trace, min_gain: float) -> tuple[bool, st
     ob, oa = (m.host_op_stats(t)["top_level_ops_per_step"] for t in (before, after))
     rb, ra = top_level_ops_by_range(before), top_level_ops_by_range(after)
     opt_b, opt_a = rb.get("optimizer", float("nan")), ra.get("optimizer", float("nan"))
+    mb, ma = model_ops_per_step(before), model_ops_per_step(after)
+    if mb > 0 and ma < 0.9 * mb:
+        return False, (f"your step calls the model's layers {ma:.0f} times per step (aten::linear and friends), the broken loop "
+                       f"{mb:.0f}: the step must still run the whole forward and backward pass")
     ok = oa * min_gain <= ob
     opt_txt = (f"; in the 'optimizer' range {opt_b:.0f} -> {opt_a:.0f} per step" if np.isfinite(opt_a) and np.isfinite(opt_b)
                else "; your step has no 'optimizer' range (wrap the update in helpers.annotate('optimizer') to see it apart)")

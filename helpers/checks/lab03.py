@@ -8,6 +8,7 @@ syncs in *their* trace and names the ops (and ranges) that still sync.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import pandas as pd
@@ -17,7 +18,7 @@ from .. import syncscan
 from ..diagnosis import diagnose
 from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
-from .lab02 import _enclosing_range, _in_steps, _n_steps
+from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -79,6 +80,11 @@ def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> 
     sb, sa = m.sync_stats(before), m.sync_stats(after)
     key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
     found = [f.pattern for f in diagnose(after)]
+    mb, ma = model_ops_per_step(before), model_ops_per_step(after)
+    if mb > 0 and ma < 0.9 * mb:
+        return _check("sync", "check_sync_fixed", False,
+                      f"Your step calls the model's layers {ma:.1f} times per step (aten::linear and friends), the broken loop "
+                      f"{mb:.1f}: keep the whole training step (forward, loss, backward, optimizer) and change only how it logs.")
     ok = sa[key] <= max_per_step and "sync_stall" not in found
     what = key.replace("_", " ")
     if ok:
@@ -101,10 +107,15 @@ def check_sync_scan_clean(fn: Callable) -> str:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed("pass your step function itself (check_sync_scan_clean(my_fixed_step)); the check scans its source")
     try:
+        source = inspect.getsource(fn)
         sites = syncscan.every_step(syncscan.scan(fn))
     except (OSError, TypeError, SyntaxError) as exc:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed(f"could not read the source of {getattr(fn, '__name__', fn)!r} ({exc}); define it in a cell") from None
+    if "ExerciseNotDone" in source or ".backward(" not in source:
+        _record("sync", "check_sync_scan_clean", False)
+        raise CheckFailed(f"{getattr(fn, '__name__', 'your function')} is not a training step yet: write the step (forward, "
+                          "loss.backward(), the optimizer, logging) before scanning it")
     return _check("sync", "check_sync_scan_clean", not sites,
                   f"{len(sites)} line(s) of {getattr(fn, '__name__', 'your function')} still sync on every step: "
                   + "; ".join(f"line {s.line}: `{s.code}` ({s.call}: {s.why})" for s in sites[:3])
