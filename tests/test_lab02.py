@@ -295,6 +295,9 @@ def test_compile_foreach_variant_keeps_foreach_adam():
     step = launch_overhead.make_eager_step(torch.device("cpu"), foreach=True, compiled=False, fused_adam=False)
     assert callable(step)
     assert "compile_foreach" in launch_overhead.VARIANTS and "graphs_nowarmup" in launch_overhead.VARIANTS
+    if not torch.cuda.is_available():
+        with pytest.raises(helpers.NoGPUError, match="needs a CUDA GPU"):
+            launch_overhead.make_step("graphs_nowarmup", torch.device("cpu"))
 
 
 def test_recorded_graph_trace_signals_used_by_the_thresholds():

@@ -90,8 +90,8 @@ def launch_counts(trace: Trace) -> dict[str, object]:
             "launches_by_range": {str(k): float(v) / n for k, v in by_range.items()}}
 
 
-def top_level_ops_by_range(trace: Trace) -> dict[str, float]:
-    """Top-level PyTorch ops per step (one per Python-level call), by the learner's range around them."""
+def _top_level_ops(trace: Trace) -> pd.DataFrame:
+    """The PyTorch ops in the steps that no other op on the same thread contains (one per Python-level call)."""
     ev = trace.events
     ops = _in_steps(trace, ev[ev["kind"] == "cpu_op"])
     keep = []
@@ -100,11 +100,22 @@ def top_level_ops_by_range(trace: Trace) -> dict[str, float]:
         ends = grp["end_us"].to_numpy()
         reach = np.maximum.accumulate(np.r_[-np.inf, ends[:-1]])
         keep.append(grp[grp["start_us"].to_numpy() >= reach])
-    if not keep:
+    return pd.concat(keep) if keep else ops.iloc[0:0]
+
+
+def top_level_ops_by_range(trace: Trace) -> dict[str, float]:
+    """Top-level PyTorch ops per step (one per Python-level call), by the learner's range around them."""
+    top = _top_level_ops(trace)
+    if top.empty:
         return {}
-    top = pd.concat(keep)
     counts = _enclosing_range(trace, top).replace("", "outside your ranges").value_counts()
     return {str(k): float(v) / _n_steps(trace) for k, v in counts.items()}
+
+
+def host_us_per_op(trace: Trace) -> float:
+    """Mean host time of a top-level PyTorch op in the steps, in microseconds (what each call costs the host)."""
+    top = _top_level_ops(trace)
+    return float(top["dur_us"].mean()) if len(top) else float("nan")
 
 
 def model_ops_per_step(trace: Trace) -> float:
@@ -185,7 +196,9 @@ def _cpu_verdict(before: Trace, after: Trace, min_gain: float) -> tuple[bool, st
     opt_txt = (f"; in the 'optimizer' range {opt_b:.0f} -> {opt_a:.0f} per step" if np.isfinite(opt_a) and np.isfinite(opt_b)
                else "; your step has no 'optimizer' range (wrap the update in helpers.annotate('optimizer') to see it apart)")
     if ok:
-        return True, f"top-level PyTorch ops per step {ob:.0f} -> {oa:.0f} ({ob / max(oa, 1):.1f}x fewer){opt_txt}"
+        return True, (f"top-level PyTorch ops per step {ob:.0f} -> {oa:.0f} ({ob / max(oa, 1):.1f}x fewer){opt_txt}; host time "
+                      f"per op {host_us_per_op(before):.0f} -> {host_us_per_op(after):.0f} us (reported, not judged: a foreach "
+                      "op does more work per call)")
     where = _where(ra, oa)
     optimizer_unchanged = not np.isfinite(opt_a) or not np.isfinite(opt_b) or opt_a * 2 > opt_b
     hint = ("Your optimizer still makes one call per parameter per operation: a foreach op (torch._foreach_mul_, "
