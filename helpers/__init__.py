@@ -11,12 +11,12 @@ Layers (each usable on its own):
 
 from __future__ import annotations
 
-from .diagnosis import Finding, diagnose
+from .diagnosis import PATTERNS, Finding, diagnose
 from .errors import NoGPUError, TraceError
 from .model import Trace
 from .readers import load
 
-__all__ = ["Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "diagnose", "load",
+__all__ = ["PATTERNS", "Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "diagnose", "load",
            "nsys_command", "track"]
 
 
