@@ -80,12 +80,18 @@ def signals(trace: Trace) -> dict[str, Any]:
     Shares are of step time summed over (rank, device) pairs. ``*_share`` idle figures come from
     :func:`helpers.metrics.idle_cost_by_cause`, the breakdown ``summary`` prints, so costs reconcile.
     """
+    cap = m.capture_stats(trace)  # the whole capture, before any steady state is looked for
+    has_markers = not trace.steps.empty
+    trace = m.stepped(trace)
     win = m.windows(trace)
     has_steps = bool((win["step"] >= 0).any())
     n_steps = max(int((win["step"] >= 0).sum()), 1)
-    sg: dict[str, Any] = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "steps": n_steps if has_steps else 0,
-                          "capture_ms": float(win["dur_us"].sum()) / 1e3,
-                          "capture_host_share": _host_busy_share(trace, win)}
+    sg: dict[str, Any] = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
+                          "steps": n_steps if has_steps else 0,
+                          "capture_ms": cap["capture_ms"], "capture_host_share": cap["host_share"],
+                          "capture_idle_gpu_share": cap["gpu_share"]}
+    if trace.metadata.get("steps_inferred"):
+        sg["steps_inferred"] = dict(trace.metadata["steps_inferred"])
     dw = m.data_wait(trace)
     sg["cpu_data_wait_share"] = dw["data_wait_share"]
     sg["host_data_wait_ms_per_step"] = dw["data_wait_us_per_step"] / 1e3
@@ -98,7 +104,7 @@ def signals(trace: Trace) -> dict[str, Any]:
         kstats = m.kernel_stats(trace)
         launch = m.launch_stats(trace)
         sg.update({
-            "gpu_utilization": util, "gpu_bound_busy": util, "capture_idle_gpu_share": util,
+            "gpu_utilization": util, "gpu_bound_busy": util,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
             "launch_idle_share": cost["launch"] / denom, "host_bound_idle_share": cost["other"] / denom,
@@ -126,19 +132,6 @@ def signals(trace: Trace) -> dict[str, Any]:
                    "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
                    "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
     return sg
-
-
-def _host_busy_share(trace: Trace, win) -> float:
-    """Share of the windows in which the host is inside a recorded op or CUDA call (any thread)."""
-    ev = trace.events
-    total = float(win["dur_us"].sum()) or 1.0
-    inside = 0.0
-    for rank in trace.ranks:
-        sel = ev[(ev["rank"] == rank) & (ev["device"] < 0) & ev["kind"].isin(("cpu_op", "runtime"))]
-        us, ue = m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-        w = win[win["rank"] == rank]
-        inside += float(m.overlap(us, ue, w["start_us"].to_numpy(), w["end_us"].to_numpy()).sum())
-    return inside / total
 
 
 def _get(sg: dict[str, Any], key: str) -> float:
@@ -211,9 +204,10 @@ def _imbalanced(s: dict[str, Any]) -> bool:
 
 
 def _capture_is_idle(s: dict[str, Any]) -> bool:
-    """No steps marked, and neither the GPU nor the host did much in the capture."""
+    """No steps marked, and neither the GPU nor the host did much in the capture (a steady state found
+    in it does not change that: the capture then holds a little loop in a lot of idle time)."""
     gpu_idle = (not s["has_gpu"]) or _get(s, "capture_idle_gpu_share") < th.CAPTURE_IDLE_GPU_SHARE
-    return not s["has_steps"] and gpu_idle and s["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
+    return not s["has_step_markers"] and gpu_idle and s["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
 
 
 def diagnose(trace: Trace) -> list[Finding]:
@@ -225,6 +219,7 @@ def diagnose(trace: Trace) -> list[Finding]:
     sg = signals(trace)
     if _capture_is_idle(sg):
         return [_capture_window(trace, sg)]
+    trace = m.stepped(trace)  # the steps signals() measured: the markers', or the steady state's repeats
     if "top_kernels" not in sg and trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
@@ -238,6 +233,8 @@ def diagnose(trace: Trace) -> list[Finding]:
         ev = {k: sg[k] for k in rule.evidence if k in sg}
         if trace.has_gpu:
             ev["gpu_utilization"] = sg["gpu_utilization"]
+        if "steps_inferred" in sg:
+            ev["steps_inferred"] = sg["steps_inferred"]
         fixes = FIXES if trace.has_gpu else {**FIXES, **CPU_FIXES}
         findings.append(Finding(rule.pattern, _get(sg, rule.cost), rule.say(sg), ev, fixes[rule.pattern],
                                 _window_for(trace, rule.pattern)))
@@ -251,11 +248,21 @@ def diagnose(trace: Trace) -> list[Finding]:
 
 
 def _capture_window(trace: Trace, sg: dict[str, Any]) -> Finding:
-    gpu = f"the GPU is busy {sg['gpu_utilization']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
+    gpu = f"the GPU is busy {sg['capture_idle_gpu_share']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
     text = (f"The capture spans {sg['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
             f"ops or CUDA calls {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
-    ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "gpu_utilization", "has_steps") if k in sg}
-    return Finding("capture_window", 0.0, text, ev, FIXES["capture_window"], None)
+    window = None
+    steady = sg.get("steps_inferred")
+    if steady:
+        st = m.stepped(trace).steps
+        window = (float(st["start_us"].min()), float(st["end_us"].max()))
+        text += (f" A loop repeats in {steady['steps']} steps at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
+                 "scope the capture to it.")
+    ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
+                             "steps_inferred") if k in sg}
+    if trace.has_gpu:
+        ev["gpu_utilization"] = sg["capture_idle_gpu_share"]
+    return Finding("capture_window", 0.0, text, ev, FIXES["capture_window"], window)
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:

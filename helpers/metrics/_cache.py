@@ -25,10 +25,17 @@ def _memo(trace: Trace) -> dict[Any, Any]:
 
 
 def _cached(fn):
-    """Compute a metric once per trace (summary and diagnose both ask); callers get a copy."""
+    """Compute a metric once per trace (summary and diagnose both ask); callers get a copy.
+
+    A trace without step markers is measured over its steady state's repeats when one is found
+    (:func:`helpers.metrics.steady.stepped`), so every cached metric sees the same steps.
+    """
 
     @functools.wraps(fn)
     def wrapper(trace: Trace, *args, **kwargs):
+        from .steady import stepped  # steady builds on this module
+
+        trace = stepped(trace)
         key = (fn.__name__, *args, *sorted(kwargs.items()))
         memo = _memo(trace)
         if key not in memo:

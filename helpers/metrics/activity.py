@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as _th
-from ..model import GPU_WORK_KINDS, Trace
+from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from ._cache import _memo, name_mask
 from .intervals import merge_intervals
 
@@ -52,8 +52,44 @@ def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
+    """Union of the GPU's work of ``kinds`` on one device.
+
+    A CUDA Graph replay counts as busy from its first kernel's start to its last kernel's end: the
+    GPU runs a graph as one unit, and the gaps between its kernels are the GPU's own scheduling,
+    which no host-side change removes (Nsight Systems records a replay as one such interval by
+    default, so both trace formats see the same busy time).
+    """
     key = ("gpu", rank, device, tuple(kinds))
-    return _union(trace, key, lambda ev: (ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds))
+    memo = _memo(trace)
+    if key not in memo:
+        ev = trace.events
+        sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
+        s, e = sel["start_us"].to_numpy(), sel["end_us"].to_numpy()
+        if "kernel" in kinds:
+            gs, ge = _graph_spans(trace, rank, device)
+            s, e = np.r_[s, gs], np.r_[e, ge]
+        memo[key] = merge_intervals(s, e)
+    return memo[key]
+
+
+def _is_graph_launch(name: str) -> bool:
+    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+
+
+def _graph_spans(trace: Trace, rank: int, device: int) -> tuple[np.ndarray, np.ndarray]:
+    """First-kernel start to last-kernel end of each CUDA Graph launch's kernels on one device."""
+    ev = trace.events
+    graph = name_mask(trace, "graph_launch", _is_graph_launch)
+    empty = (np.zeros(0), np.zeros(0))
+    if not graph.any():
+        return empty
+    calls = ev[graph & (ev["kind"] == "runtime").to_numpy() & (ev["rank"] == rank).to_numpy()]
+    k = ev[(ev["rank"] == rank) & (ev["device"] == device) & (ev["kind"] == "kernel")
+           & ev["correlation"].isin(calls["correlation"])]
+    if k.empty:
+        return empty
+    span = k.groupby("correlation").agg(s=("start_us", "min"), e=("end_us", "max"))
+    return span["s"].to_numpy(), span["e"].to_numpy()
 
 
 def _is_launch_call(name: str) -> bool:
@@ -89,6 +125,36 @@ def host_union(trace: Trace, rank: int, cause: str):
     us, ue = _union(trace, ("host", rank, cause), mask)
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
-        # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching.
-        return merge_intervals(us, ue + _th.LAUNCH_DISPATCH_BRIDGE_US)
+        # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,
+        # and so does a range dense in launch calls (a model's forward / backward / optimizer).
+        memo = _memo(trace)
+        key = ("host", rank, "launch_without_ops")
+        if key not in memo:
+            rs, re_ = _dispatch_ranges(trace, rank, us)
+            memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
+        return memo[key]
     return us, ue
+
+
+def _dispatch_ranges(trace: Trace, rank: int, launch_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Innermost host ranges (not steps, not data waits) with at least LAUNCH_RANGE_PER_MS launch
+    calls per millisecond: the host is dispatching GPU work through all of them."""
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (ev["device"] < 0)]
+    if ann.empty:
+        return np.zeros(0), np.zeros(0)
+    names = ann["name"]
+    ann = ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
+    keep_s, keep_e = [], []
+    starts = np.sort(launch_starts)
+    for _, grp in ann.groupby("tid"):
+        s, e = grp["start_us"].to_numpy(), grp["end_us"].to_numpy()
+        # innermost: no other range of the thread starts inside it
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        inner = np.r_[s[1:] >= e[:-1], True] if s.size else np.zeros(0, bool)
+        n = np.searchsorted(starts, e) - np.searchsorted(starts, s)
+        dense = inner & (n >= _th.LAUNCH_RANGE_PER_MS * np.maximum(e - s, 1e-9) / 1e3) & (n > 0)
+        keep_s.append(s[dense])
+        keep_e.append(e[dense])
+    return (np.concatenate(keep_s), np.concatenate(keep_e)) if keep_s else (np.zeros(0), np.zeros(0))

@@ -61,6 +61,7 @@ def _inside_ranges(sel: pd.DataFrame, ev: pd.DataFrame, pattern: re.Pattern) -> 
     return out
 
 
+@_cached
 def host_op_stats(trace: Trace) -> dict[str, float]:
     """PyTorch operators the host dispatches per step: all of them, and the top-level ones.
 
