@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import metrics as m
@@ -46,6 +47,9 @@ FIXES = {
 }
 #: On a CPU-only trace there is no GPU to feed: the same fix, worded for the loop.
 CPU_FIXES = {
+    "host_bound": "Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
+                  "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
+                  "profile it with with_stack=True (or py-spy) to see which Python code it is.",
     "data_stall": "Load batches ahead of the loop: DataLoader(num_workers>0, prefetch_factor, persistent_workers=True) "
                   "so workers prepare the next batch while this one trains; move heavy per-sample work out of the loop.",
 }
@@ -123,6 +127,14 @@ def signals(trace: Trace) -> dict[str, Any]:
             sg.update({"h2d_exposed_share": h2d["exposed_us"] / denom, "h2d_pageable_share": h2d["pageable_byte_share"],
                        "h2d_overlap": h2d["overlap_with_compute"], "h2d_gb_per_s": h2d["gb_per_s"],
                        "h2d_ms_per_step": h2d["time_us"] / n_steps / 1e3})
+    else:
+        # CPU-only: the host is the only device. Its time outside PyTorch ops, data waits and exposed
+        # collectives is the loop's own Python / NumPy work (step_breakdown's ``other``).
+        b = m.step_breakdown(trace)
+        total = float(b["step_us"].sum()) or 1.0
+        sg.update({"cpu_host_other_share": float(b["other_us"].sum()) / total,
+                   "cpu_op_share": float(b["launch_us"].sum()) / total,
+                   "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -192,6 +204,12 @@ RULES: tuple[Rule, ...] = (
     Rule("gpu_bound", lambda s: _get(s, "gpu_bound_busy") >= th.GPU_BOUND_BUSY, "gpu_kernel_share",
          lambda s: f"The GPU is busy {s['gpu_bound_busy']:.0%} of the step: it is the bottleneck itself.",
          ("gpu_bound_busy", "gpu_kernel_share", "top_kernels")),
+    Rule("host_bound", lambda s: _get(s, "cpu_host_other_share") >= th.CPU_HOST_BOUND_SHARE, "cpu_host_other_share",
+         lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) outside "
+                    f"PyTorch ops, data loading and communication, more than in the model's ops ({s['cpu_op_share']:.0%}): "
+                    "Python, NumPy, logging or metric code runs the loop. CPU-only trace: the host is the only device, so "
+                    "it shows how long that work takes, not how long a GPU would sit idle for it."),
+         ("cpu_host_other_share", "host_other_ms_per_step", "cpu_op_share", "host_busy_in"), gpu=False),
     Rule("data_stall", lambda s: _get(s, "cpu_data_wait_share") >= th.CPU_DATA_WAIT_SHARE, "cpu_data_wait_share",
          lambda s: (f"The loop spends {s['cpu_data_wait_share']:.0%} of each step waiting for the next batch "
                     "(CPU-only trace: no GPU activity recorded)."),
@@ -223,7 +241,7 @@ def diagnose(trace: Trace) -> list[Finding]:
     if "top_kernels" not in sg and trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
-    sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else {}
+    sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
     findings: list[Finding] = []
     for rule in RULES:
         if rule.gpu is not None and rule.gpu != trace.has_gpu:
@@ -250,7 +268,7 @@ def diagnose(trace: Trace) -> list[Finding]:
 def _capture_window(trace: Trace, sg: dict[str, Any]) -> Finding:
     gpu = f"the GPU is busy {sg['capture_idle_gpu_share']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
     text = (f"The capture spans {sg['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
-            f"ops or CUDA calls {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
+            f"ops, CUDA calls or ranges {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
     window = None
     steady = sg.get("steps_inferred")
     if steady:
@@ -284,11 +302,48 @@ def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
     return {str(k)[:60]: float(v / 1e3) for k, v in by.items()}
 
 
+def _other_host_stretches(trace: Trace) -> tuple[Any, Any]:
+    """CPU-only traces: the stretches of the analysis windows in which the host is in no PyTorch op,
+    data wait or collective (what step_breakdown counts as ``other``)."""
+    starts, ends = [], []
+    for rank in trace.ranks:
+        parts = [m.host_union(trace, rank, c) for c in ("host_compute", "data_wait", "collective")]
+        us, ue = m.merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        win = m.windows(trace, rank)
+        for ws, we in zip(win["start_us"], win["end_us"]):
+            gs, ge = m.gaps_in(us, ue, float(ws), float(we))
+            starts.append(gs)
+            ends.append(ge)
+    if not starts:
+        return np.zeros(0), np.zeros(0)
+    return m.merge_intervals(np.concatenate(starts), np.concatenate(ends))
+
+
+def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
+    """CPU-only traces: the annotation ranges (not steps) the host was in outside ops, with ms they cover."""
+    gs, ge = _other_host_stretches(trace)
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]
+    ann = ann[~ann["name"].str.startswith("ProfilerStep#")]
+    if ann.empty or gs.size == 0:
+        return {}
+    cover = m.overlap(gs, ge, ann["start_us"].to_numpy(), ann["end_us"].to_numpy())
+    by = pd.Series(cover, index=ann["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
+    by = by[by > 0].head(top)
+    return {str(k)[:60]: float(v / 1e3) for k, v in by.items()}
+
+
 def _window_for(trace: Trace, pattern: str) -> tuple[float, float] | None:
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
     if trace.has_gpu and cause:
         gaps = m.idle_gaps(trace)
         return _largest_gap(gaps, cause) or (_longest_sync(trace) if pattern == "sync_stall" else None)
+    if pattern == "host_bound" and not trace.has_gpu:
+        gs, ge = _other_host_stretches(trace)
+        if gs.size:
+            i = int(np.argmax(ge - gs))
+            return float(gs[i]), float(ge[i])
+        return None
     if pattern == "h2d_copy":
         ev = trace.events
         big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]

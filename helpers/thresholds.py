@@ -125,3 +125,9 @@ STEADY_DROP_FIRST_ABOVE = 2
 #: exports: forward / backward / optimizer ranges 6-57 launches per ms; data 0.0-2.4, logging 0.2,
 #: the host-bound bookkeeping 0.
 LAUNCH_RANGE_PER_MS = 5.0
+#: CPU-only traces: a loop is host-bound when the host spends at least this share of the step
+#: outside PyTorch ops, data waits and collectives, i.e. more than in the model's ops and loading
+#: together. The course's CPU recordings measured 0.02-0.11 (host_bound broken 0.11: on a CPU the
+#: model's own ops take 89% of its step, so the bookkeeping that starves an H200 is a small part
+#: here), launch_overhead broken 0.36 (Python between hundreds of tiny ops), mystery fixed 0.18.
+CPU_HOST_BOUND_SHARE = 0.5

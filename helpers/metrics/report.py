@@ -14,7 +14,7 @@ from .comm import comm_stats, rank_imbalance
 from .copies import copy_stats
 from .data import data_wait
 from .gpu import gpu_busy, gpu_utilization, idle_cost_by_cause, idle_gaps, stream_busy
-from .intervals import overlap
+from .intervals import intersect, overlap
 from .kernels import kernel_stats, launch_stats
 from .syncs import sync_stats
 from .windows import _devices_of, windows
@@ -46,14 +46,17 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
                 rows.append(row)
         else:
             ws, we = win["start_us"].to_numpy(), win["end_us"].to_numpy()
-            dw = overlap(*host_union(trace, rank, "data_wait"), ws, we)
-            disp = overlap(*host_union(trace, rank, "host_compute"), ws, we)
+            ds, de = host_union(trace, rank, "data_wait")
+            os_, oe = host_union(trace, rank, "host_compute")
+            dw = overlap(ds, de, ws, we)
+            # framework ops outside the data waits (the loader's own ops are data loading)
+            disp = overlap(os_, oe, ws, we) - overlap(*intersect(os_, oe, ds, de), ws, we)
             cm = comm[comm["rank"] == rank]["exposed_us"].to_numpy()
             for i, (step, dur) in enumerate(zip(win["step"], win["dur_us"])):
-                rest = max(dur - dw[i] - cm[i] - max(disp[i] - dw[i], 0.0), 0.0)
+                rest = max(dur - dw[i] - cm[i] - disp[i], 0.0)
                 rows.append({"rank": rank, "step": int(step), "step_us": dur, "gpu_busy_us": float("nan"),
                              "sync_us": 0.0, "data_wait_us": float(dw[i]), "collective_us": float(cm[i]),
-                             "launch_us": float(max(disp[i] - dw[i], 0.0)), "other_us": rest})
+                             "launch_us": float(max(disp[i], 0.0)), "other_us": rest})
     return pd.DataFrame(rows)
 
 

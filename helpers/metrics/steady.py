@@ -205,12 +205,6 @@ def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
                     "period_length": int(found["period"]), "steps": int(len(steps)), "match": found["match"]}
             break
         if steps is not None and not steps.empty:
-            if len(steps) > _th.STEADY_DROP_FIRST_ABOVE:
-                # The first repeat is where the capture starts (nsys --capture-range starts after a sync,
-                # with the GPU's queue empty): the loop's steady state is the repeats after it.
-                steps = steps.iloc[1:].assign(step=lambda d: d["step"] - 1).reset_index(drop=True)
-                info["steps"] = int(len(steps))
-                info["ramp_up_dropped"] = True
             frames.append(steps)
     if not frames:
         return empty_steps(), {}
@@ -231,6 +225,11 @@ def stepped(trace: Trace) -> Trace:
         else:
             ev = trace.events.copy(deep=False)
             assign_steps(ev, steps)
+            labels, windows = _without_ramp_up(ev, steps)
+            if windows is not steps:  # the first repeat was ramp-up
+                assign_steps(ev, labels)
+                info = {**info, "steps": int(len(windows)), "ramp_up_dropped": True}
+            steps = windows
             md = dict(trace.metadata)
             md["steps"] = steps
             md["steps_inferred"] = info
@@ -238,9 +237,44 @@ def stepped(trace: Trace) -> Trace:
     return memo["__stepped__"]
 
 
+def _without_ramp_up(ev: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop the first repeat where the capture began with the GPU idle (nsys --capture-range starts
+    after a sync, the queue empty: the first step's idle time is the capture's, not the loop's).
+
+    Returns the host windows to label events with and the analysis windows; the first kept window
+    starts once the dropped step's GPU work has finished too, so none of it is counted. Traces whose
+    GPU is already busy where the capture starts, CPU-only traces and short captures keep every repeat.
+    """
+    kept_labels, kept_windows = [], []
+    changed = False
+    for rank, st in steps.groupby("rank", sort=True):
+        st = st.sort_values("start_us").reset_index(drop=True)
+        dev = ev[(ev["rank"] == rank) & (ev["device"] >= 0) & ev["kind"].isin(GPU_WORK_KINDS)]
+        s0 = float(st["start_us"].iloc[0])
+        busy_at_start = bool(((dev["start_us"] <= s0) & (dev["end_us"] > s0)).any())
+        if dev.empty or busy_at_start or len(st) <= _th.STEADY_DROP_FIRST_ABOVE:
+            kept_labels.append(st)
+            kept_windows.append(st)
+            continue
+        changed = True
+        first_gpu_end = dev.loc[dev["step"] == 0, "end_us"]
+        labels = st.iloc[1:].assign(step=lambda d: d["step"] - 1).reset_index(drop=True)
+        win = labels.copy()
+        if not first_gpu_end.empty:
+            win.loc[0, "start_us"] = min(max(float(win.loc[0, "start_us"]), float(first_gpu_end.max())),
+                                         float(win.loc[0, "end_us"]))
+            win["dur_us"] = win["end_us"] - win["start_us"]
+        kept_labels.append(labels)
+        kept_windows.append(win)
+    if not changed:
+        return steps, steps
+    return pd.concat(kept_labels, ignore_index=True), pd.concat(kept_windows, ignore_index=True)
+
+
 def capture_stats(trace: Trace) -> dict[str, float]:
     """The whole capture, whatever its steps: ``capture_ms`` (span, summed over ranks), the share of
-    it a GPU was busy (``gpu_share``) and the host was inside a recorded op or CUDA call (``host_share``)."""
+    it a GPU was busy (``gpu_share``) and the host was inside a recorded op, CUDA call or range
+    (``host_share``: a range is the program saying what the host is doing, e.g. waiting for data)."""
     ev = trace.events
     total = gpu = host = 0.0
     for rank in sorted(int(r) for r in ev["rank"].unique()):
@@ -252,7 +286,7 @@ def capture_stats(trace: Trace) -> dict[str, float]:
             work = work[work["device"] == work["device"].min()]
             us, ue = merge_intervals(work["start_us"].to_numpy(), work["end_us"].to_numpy())
             gpu += float(overlap(us, ue, np.array([s]), np.array([e]))[0])
-        h = on[(on["device"] < 0) & on["kind"].isin(("cpu_op", "runtime"))]
+        h = on[(on["device"] < 0) & on["kind"].isin(("cpu_op", "runtime", "annotation"))]
         us, ue = merge_intervals(h["start_us"].to_numpy(), h["end_us"].to_numpy())
         host += float(overlap(us, ue, np.array([s]), np.array([e]))[0])
     total = total or 1.0
