@@ -53,6 +53,8 @@ def device_line(names: list[str]) -> str:
 
 def summary_text(s: dict[str, Any]) -> str:
     lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    if s.get("steps_inferred"):
+        lines.append(f"  steps: none marked; {steady_text(s['steps_inferred'])}")
     if s["device_names"]:
         lines.append(f"  device: {device_line(s['device_names'])}")
     if s["step_time_ms"] is not None:
@@ -79,6 +81,16 @@ def summary_text(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def steady_text(info: dict[str, Any]) -> str:
+    """How the steady state's steps were found, in words."""
+    what = {"ranges": "host ranges", "kernels": "kernels", "ops": "PyTorch ops"}.get(info.get("source"), "events")
+    period = ", ".join(info.get("period") or [])
+    text = f"{info.get('steps')} repeats of {info.get('period_length')} {what} ({period}) taken as the steps"
+    if info.get("ramp_up_dropped"):
+        text += ", the first repeat left out as ramp-up"
+    return text
+
+
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
     """Findings as numbered text; the plot hint names the trace the user gave."""
     if not findings:
@@ -88,7 +100,9 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
         lines += [head, f"   {f.summary}"]
         for k, v in f.evidence.items():
-            if isinstance(v, float):
+            if k == "steps_inferred" and isinstance(v, dict):
+                v = steady_text(v)
+            elif isinstance(v, float):
                 v = f"{v:.3g}"
             elif isinstance(v, (list, dict)):
                 v = json.dumps(clean(v))[:120]
@@ -133,4 +147,4 @@ def compare_text(table: pd.DataFrame) -> str:
 
 
 __all__ = ["change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
-           "summary_text", "to_json"]
+           "steady_text", "summary_text", "to_json"]

@@ -131,3 +131,6 @@ LAUNCH_RANGE_PER_MS = 5.0
 #: model's own ops take 89% of its step, so the bookkeeping that starves an H200 is a small part
 #: here), launch_overhead broken 0.36 (Python between hundreds of tiny ops), mystery fixed 0.18.
 CPU_HOST_BOUND_SHARE = 0.5
+#: ... and the repeating stretch must hold at least this share of the sequence (a few equal names in
+#: a row are no loop; start-up and tail may take the rest).
+STEADY_MIN_COVER = 0.5

@@ -16,6 +16,7 @@ from .data import data_wait
 from .gpu import gpu_busy, gpu_utilization, idle_cost_by_cause, idle_gaps, stream_busy
 from .intervals import intersect, overlap
 from .kernels import kernel_stats, launch_stats
+from .steady import stepped
 from .syncs import sync_stats
 from .windows import _devices_of, windows
 
@@ -75,6 +76,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
         "has_gpu": trace.has_gpu,
         "steps": int(len(steps)),
+        "steps_inferred": stepped(trace).metadata.get("steps_inferred"),  # None: the trace marks its steps
         "step_time_ms": step_time_ms(trace),
         **data_wait(trace),
         "sync": {k: v for k, v in sync_stats(trace).items()},

@@ -58,10 +58,23 @@ def _longest_good_run(good: np.ndarray, min_match: float) -> tuple[int, int]:
 
 
 def _candidates(codes: np.ndarray, limit: int) -> list[int]:
-    """Periods worth trying: all for short sequences, else the spacings of the rarer recurring codes."""
+    """Periods worth trying: all for short sequences, else the spacings of the rarer recurring codes
+    and of the rarer recurring runs of 8 codes (a step's kernels drawn from a few names repeat as runs)."""
     n = codes.size
     if n <= 400:
         return list(range(1, n // 2 + 1))
+    out = _spacings(codes, limit // 2)
+    k = 8
+    h = np.zeros(n - k + 1, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for j in range(k):
+            h = h * np.int64(1_000_003) + codes[j:n - k + 1 + j].astype(np.int64)
+    out |= _spacings(pd.factorize(h)[0], limit // 2)
+    return sorted(p for p in out if 1 <= p <= n // 2)
+
+
+def _spacings(codes: np.ndarray, limit: int) -> set[int]:
+    """Distances between nearby occurrences of the rarer codes that occur more than once."""
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     bounds = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1], True])
@@ -78,7 +91,7 @@ def _candidates(codes: np.ndarray, limit: int) -> list[int]:
                 out.update(int(d) for d in np.unique(pos[m:] - pos[:-m])[:8])
         if len(out) >= limit:
             break
-    return sorted(p for p in out if 1 <= p <= n // 2)
+    return out
 
 
 def find_period(codes: np.ndarray, min_repeats: int | None = None, min_match: float | None = None) -> dict[str, Any] | None:
@@ -99,11 +112,13 @@ def find_period(codes: np.ndarray, min_repeats: int | None = None, min_match: fl
     for p in _candidates(codes, _th.STEADY_MAX_CANDIDATES):
         eq = codes[:-p] == codes[p:]
         i, j = _longest_good_run(eq, min_match)
-        if j <= i:
+        hit = np.flatnonzero(eq[i:j])
+        if hit.size == 0:
             continue
+        i, j = i + int(hit[0]), i + int(hit[-1]) + 1  # the stretch starts and ends on a match
         covered = j - i + p
         repeats = covered // p
-        if repeats < min_repeats:
+        if repeats < min_repeats or covered < _th.STEADY_MIN_COVER * n:
             continue
         scored.append((p, i, repeats, covered, float(eq[i:j].mean())))
     if not scored:
