@@ -14,6 +14,9 @@ import pandas as pd
 
 from .diagnosis import PATTERNS, Finding
 
+#: What a summary of a trace without GPU activity says instead of the GPU figures.
+CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
+
 
 def clean(obj: Any) -> Any:
     """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
@@ -72,7 +75,7 @@ def summary_text(s: dict[str, Any]) -> str:
                          f"{c['gb_per_s']:.1f} GB/s, {c['overlap_share']:.0%} overlapped with compute")
         lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
     else:
-        lines.append(f"  {s['note']}")
+        lines.append(f"  {CPU_ONLY_NOTE}")
     lines.append(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
     if "communication" in s:
         c = s["communication"]
@@ -146,5 +149,5 @@ def compare_text(table: pd.DataFrame) -> str:
     return out.to_string(index=False)
 
 
-__all__ = ["change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
+__all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
            "steady_text", "summary_text", "to_json"]

@@ -90,8 +90,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         out["launch"] = launch_stats(trace)
         out["copies"] = copy_stats(trace).to_dict("records")
     else:
-        out["gpu_utilization"] = None
-        out["note"] = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
+        out["gpu_utilization"] = None  # no GPU activity: GPU figures are not available, host-side figures are
     comm = comm_stats(trace)
     if not comm.empty and comm["collective_us"].sum() > 0:
         out["communication"] = {
