@@ -230,7 +230,8 @@ def stepped(trace: Trace) -> Trace:
     """The trace with steps: itself when it has step markers or nothing repeats, else a new Trace
     (same events, ``step`` labelled) whose ``metadata['steps']`` are the steady state's repeats and
     ``metadata['steps_inferred']`` says how they were found. Cached on the trace."""
-    if not trace.steps.empty or trace.metadata.get("steps_inferred"):
+    marked = trace.metadata.get("steps")  # not trace.steps: that builds an empty frame on every call
+    if (marked is not None and not marked.empty) or trace.metadata.get("steps_inferred"):
         return trace
     memo = _memo(trace)
     if "__stepped__" not in memo:
