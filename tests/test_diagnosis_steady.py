@@ -197,3 +197,13 @@ def test_recorded_cpu_traces_are_not_called_host_bound():
         assert "host_bound" not in patterns, (variant, patterns)
     sg = helpers.diagnosis.signals(recorded("host_bound", "broken", "cpu"))
     assert 0.05 < sg["cpu_host_other_share"] < th.CPU_HOST_BOUND_SHARE
+
+
+def test_steady_state_of_a_long_recorded_kernel_sequence():
+    """The benchmark's launch-bound H200 trace (14 steps of 1,053 kernels) without any range."""
+    marked = helpers.load(DATA / "bench" / "launch_overhead_long__h200.json.gz")
+    bare = unmarked(marked, ranges_too=True)
+    info = m.stepped(bare).metadata["steps_inferred"]
+    assert (info["source"], info["period_length"]) == ("kernels", 1053) and info["steps"] >= len(marked.steps) - 1
+    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(marked), rel=0.05)
+    assert top(bare) == top(marked) == ["launch_overhead"]

@@ -33,28 +33,19 @@ from .intervals import merge_intervals, overlap
 
 # --- period detection on a sequence of codes ------------------------------------------------
 def _longest_good_run(good: np.ndarray, min_match: float) -> tuple[int, int]:
-    """Longest ``[i, j)`` in which at least ``min_match`` of ``good`` is True (O(n))."""
+    """Longest ``[i, j)`` in which at least ``min_match`` of ``good`` is True.
+
+    With ``v = good - min_match`` and prefix sums ``s``, that is the longest ``j - i`` with
+    ``s[j] >= s[i]``; the best ``i`` for a ``j`` is the first prefix minimum at or below ``s[j]``.
+    """
     v = np.where(good, 1.0 - min_match, -min_match)
     s = np.r_[0.0, np.cumsum(v)]
-    # candidate left ends: indices where the prefix sum reaches a new minimum
-    left = [0]
-    for i in range(1, s.size):
-        if s[i] < s[left[-1]]:
-            left.append(i)
-    best = (0, 0)
-    j = s.size - 1
-    k = len(left) - 1
-    # right ends from the right; a left end that works for j works for every smaller j too
-    while j >= 0 and k >= 0:
-        if s[j] >= s[left[k]] - 1e-12:
-            while k > 0 and s[j] >= s[left[k - 1]] - 1e-12:
-                k -= 1
-            if j - left[k] > best[1] - best[0]:
-                best = (left[k], j)
-            j -= 1
-        else:
-            j -= 1
-    return best
+    run_min = np.minimum.accumulate(s)
+    left = np.flatnonzero(np.r_[True, s[1:] < run_min[:-1]])  # where the prefix sum reaches a new low
+    k = np.searchsorted(-s[left], -s - 1e-9, side="left")  # -s[left] increases
+    length = np.arange(s.size) - left[np.minimum(k, left.size - 1)]
+    j = int(np.argmax(length))
+    return int(left[min(int(k[j]), left.size - 1)]), j
 
 
 def _candidates(codes: np.ndarray, limit: int) -> list[int]:
