@@ -58,7 +58,8 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
                 rows.append({"rank": rank, "step": int(step), "step_us": dur, "gpu_busy_us": float("nan"),
                              "sync_us": 0.0, "data_wait_us": float(dw[i]), "collective_us": float(cm[i]),
                              "launch_us": float(max(disp[i], 0.0)), "other_us": rest})
-    return pd.DataFrame(rows)
+    cols = ["rank", "step", "step_us", "gpu_busy_us", *(f"{c}_us" for c in CAUSES)]
+    return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols, dtype=float)
 
 
 def summary(trace: Trace) -> dict[str, Any]:
