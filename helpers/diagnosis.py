@@ -1,6 +1,8 @@
 """Diagnosis: name the bottleneck patterns a trace shows, with evidence and the fix.
 
-Patterns follow the course syllabus's table: data loading stall, launch overhead, sync stall,
+A trace without step markers is judged over its steady state (:mod:`helpers.metrics.steady`: what
+repeats, e.g. the NVTX ranges of an Nsight export), and each finding's evidence says so
+(``steps_inferred``). Patterns follow the course syllabus's table: data loading stall, launch overhead, sync stall,
 long host-to-device copies, a host-bound loop, communication bottleneck, uneven load across
 ranks, ``gpu_bound`` only when the GPU itself is busy (then the next tool is Nsight Compute), and
 ``capture_window`` when the capture is mostly idle and has no steps. :func:`signals` computes every
@@ -274,8 +276,12 @@ def _capture_window(trace: Trace, sg: dict[str, Any]) -> Finding:
     if steady:
         st = m.stepped(trace).steps
         window = (float(st["start_us"].min()), float(st["end_us"].max()))
-        text += (f" A loop repeats in {steady['steps']} steps at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
-                 "scope the capture to it.")
+        if (window[1] - window[0]) / 1e3 < th.CAPTURE_STEADY_SPAN_SHARE * sg["capture_ms"]:
+            text += (f" A loop repeats {steady['steps']} times at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
+                     "scope the capture to it.")
+        else:
+            text += (f" Something repeats {steady['steps']} times across the capture, idle between repeats on host and "
+                     "GPU alike (a sleep, I/O or another process): the trace cannot show what the program waited for.")
     ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
                              "steps_inferred") if k in sg}
     if trace.has_gpu:

@@ -43,7 +43,8 @@ def json_schema_doc() -> str:
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
         '                 "window": [start_us, end_us] | null}]}\n'
         "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
-        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces).\n"
+        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
+        "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
         f"pattern is one of {', '.join(PATTERNS)}.\n"
     )
 

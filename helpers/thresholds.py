@@ -134,3 +134,6 @@ CPU_HOST_BOUND_SHARE = 0.5
 #: ... and the repeating stretch must hold at least this share of the sequence (a few equal names in
 #: a row are no loop; start-up and tail may take the rest).
 STEADY_MIN_COVER = 0.5
+#: An idle capture's finding points at the steady state found in it when that spans less than this
+#: share of the capture (else the repeats are spread over all of it, idle between them).
+CAPTURE_STEADY_SPAN_SHARE = 0.5

@@ -152,8 +152,25 @@ def test_recorded_idle_capture_gets_capture_window_and_nothing_else(tmp_path):
     assert f.cost == 0.0 and f.evidence["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
     assert f.evidence["capture_ms"] > 700 and "--capture-range" in f.fix and "schedule" in f.fix
     # the loop that repeats in it is found, and the finding points at it
-    assert f.evidence["steps_inferred"]["source"] == "ops" and "scope the capture to it" in f.summary
+    # what repeats in it is found, and is itself idle between repeats: the finding says so
+    assert f.evidence["steps_inferred"]["source"] == "ops" and "idle between repeats" in f.summary
     assert f.window is not None
+
+
+def test_idle_capture_points_at_the_loop_inside_it(tmp_path):
+    """A 40 s capture whose only activity is 2 s of a loop near its end: the finding names where it is."""
+    from synth import idle_capture
+
+    events = idle_capture(seconds=40, kernels=4)  # four lone kernels, 10 s apart
+    us, t = 1000, 38_000_000 * 1000
+    for i in range(12):  # then 12 steps of a small loop, 1 ms apart
+        s = t + i * 1000 * us
+        events += [Ev("annotation", "forward", s, s + 300 * us), Ev("runtime", "cudaLaunchKernel", s + 10 * us, s + 15 * us, correlation=500 + i),
+                   Ev("kernel", "gemm", s + 20 * us, s + 120 * us, correlation=500 + i)]
+    findings = helpers.diagnose(helpers.load(write_json(events, tmp_path / "t.json")))
+    assert [f.pattern for f in findings] == ["capture_window"]
+    f = findings[0]
+    assert "scope the capture to it" in f.summary and f.window[0] >= 38_000_000
 
 
 # --- host_bound on CPU-only traces -------------------------------------------------------------

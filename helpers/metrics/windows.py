@@ -1,4 +1,5 @@
-"""Analysis windows: the training steps, else the whole capture."""
+"""Analysis windows: the training steps (marked, or the steady state's repeats found by
+:mod:`.steady` in a trace without markers), else the whole capture."""
 
 from __future__ import annotations
 
