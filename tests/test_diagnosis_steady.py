@@ -224,3 +224,20 @@ def test_steady_state_of_a_long_recorded_kernel_sequence():
     assert (info["source"], info["period_length"]) == ("kernels", 1053) and info["steps"] >= len(marked.steps) - 1
     assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(marked), rel=0.05)
     assert top(bare) == top(marked) == ["launch_overhead"]
+
+
+@pytest.mark.parametrize("name", ["data_stall__fixed", "sync_stall__broken", "host_bound__synced", "mystery__broken",
+                                  "launch_overhead__broken"])
+def test_nsys_costs_reconcile_with_summary_over_the_found_steps(name):
+    """summary and diagnose measure the same steady-state steps, so their idle causes are the same numbers."""
+    trace = helpers.load(DATA / "nsys" / f"{name}__h200.sqlite.gz")
+    findings = helpers.diagnose(trace)
+    s = m.summary(trace)
+    assert s["steps"] == findings[0].evidence["steps_inferred"]["steps"] >= 2
+    idle = s["idle_by_cause_us"]
+    denom = float(m.gpu_busy(trace)["window_us"].sum())
+    cause_of = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}
+    for f in findings:
+        if f.pattern in cause_of:
+            assert f.cost == pytest.approx(idle[cause_of[f.pattern]] / denom, abs=1e-9), f.pattern
+    assert sum(f.cost for f in findings) <= 1.0 + 1e-9
