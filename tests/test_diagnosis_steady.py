@@ -241,3 +241,23 @@ def test_nsys_costs_reconcile_with_summary_over_the_found_steps(name):
         if f.pattern in cause_of:
             assert f.cost == pytest.approx(idle[cause_of[f.pattern]] / denom, abs=1e-9), f.pattern
     assert sum(f.cost for f in findings) <= 1.0 + 1e-9
+
+
+def test_a_range_per_layer_is_grouped_into_steps(tmp_path):
+    """NVTX ranges once per layer (4 a step) and an optimizer kernel outside them: the ranges repeat every
+    layer, the kernels every step; a step is 4 layer ranges."""
+    us, out, t = 1000, [], 0
+    for i in range(6):
+        for j in range(4):
+            s = t + j * 200 * us
+            out += [Ev("annotation", "layer", s, s + 150 * us),
+                    Ev("runtime", "cudaLaunchKernel", s + 10 * us, s + 15 * us, correlation=1000 + 10 * i + j),
+                    Ev("kernel", f"gemm_{j % 2}", s + 20 * us, s + 140 * us, correlation=1000 + 10 * i + j)]
+        s = t + 800 * us
+        out += [Ev("runtime", "cudaLaunchKernel", s, s + 5 * us, correlation=2000 + i),
+                Ev("kernel", "adam", s + 10 * us, s + 60 * us, correlation=2000 + i)]
+        t += 1000 * us
+    trace = helpers.load(write_json(out, tmp_path / "t.json"))
+    info = m.stepped(trace).metadata["steps_inferred"]
+    assert (info["source"], info["period_length"]) == ("ranges", 4), info
+    assert m.step_time_ms(trace) == pytest.approx(1.0, rel=0.1)

@@ -181,6 +181,24 @@ def _steps_from_kernels(ev: pd.DataFrame, kernels: pd.DataFrame, found: dict[str
     return pd.DataFrame({"rank": rank, "step": np.arange(n_steps), "start_us": host, "end_us": e, "dur_us": e - host})
 
 
+def _group_by_kernel_period(on: pd.DataFrame, found: dict[str, Any]) -> dict[str, Any] | None:
+    """A range that repeats once per layer (``layer, layer, ...``) has a shorter period than the step.
+    When the GPU's kernels repeat at least twice as rarely as the ranges, c = (range repeats / kernel
+    repeats) consecutive range repeats make one step; None when fewer than the minimum repeats remain."""
+    k = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)]
+    if k.empty:
+        return found
+    k = k[k["device"] == k["device"].min()].sort_values("start_us", kind="stable")
+    by_kernels = find_period(pd.factorize(k["name"])[0])
+    if by_kernels is None or found["repeats"] < 2 * by_kernels["repeats"]:
+        return found
+    c = int(round(found["repeats"] / by_kernels["repeats"]))
+    repeats = found["repeats"] // c
+    if repeats < _th.STEADY_MIN_REPEATS:
+        return None
+    return {**found, "period": found["period"] * c, "repeats": repeats}
+
+
 def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Steps found from what repeats, per rank (empty when nothing does), and how they were found:
     ``source`` (``ranges``, ``kernels`` or ``ops``), ``period`` (the names of one repeat, shortened),
@@ -204,6 +222,10 @@ def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
             found = find_period(codes)
             if found is None:
                 continue
+            if source == "ranges":
+                found = _group_by_kernel_period(on, found)
+                if found is None:
+                    continue
             steps = (_steps_from_kernels(on, seq, found, rank) if source == "kernels"
                      else _steps_from_host(seq, found, rank))
             names = seq["name"].to_numpy()[found["start"]:found["start"] + found["period"]]
