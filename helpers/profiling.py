@@ -198,13 +198,17 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
 def nsys_command(program: Sequence[str], output: str = "profile", capture_range: str | None = "cudaProfilerApi",
                  delay_s: float | None = None, duration_s: float | None = None,
                  trace: str = "cuda,nvtx,osrt", gpu_metrics_device: int | None = None,
-                 stats: bool = True) -> list[str]:
+                 stats: bool = True, cuda_graph_trace: str | None = None) -> list[str]:
     """The recommended ``nsys profile`` command line for ``program`` (a list like ``["python", "train.py"]``).
 
     ``capture_range="cudaProfilerApi"`` records only between ``torch.cuda.profiler.start()`` and
     ``stop()`` (the workloads call them around their steady-state steps with ``--nsys-range``).
-    Otherwise ``delay_s`` / ``duration_s`` cut a time window.
+    Otherwise ``delay_s`` / ``duration_s`` cut a time window. ``cuda_graph_trace="node"`` shows each
+    kernel a CUDA Graph replays on the GPU lane (nsys's default, ``"graph"``, draws one range per
+    replay, which hides whether the graph's kernels are still tiny and gapped).
     """
+    if cuda_graph_trace not in (None, "graph", "node"):
+        raise ValueError(f"cuda_graph_trace must be 'graph' or 'node', not {cuda_graph_trace!r}")
     cmd = ["nsys", "profile", f"--trace={trace}", "-o", output, "--force-overwrite=false"]
     if stats:
         cmd.append("--stats=true")
@@ -216,6 +220,8 @@ def nsys_command(program: Sequence[str], output: str = "profile", capture_range:
         cmd += [f"--duration={duration_s:g}"]
     if gpu_metrics_device is not None:
         cmd += [f"--gpu-metrics-devices={gpu_metrics_device}"]
+    if cuda_graph_trace:
+        cmd += [f"--cuda-graph-trace={cuda_graph_trace}"]
     return cmd + list(program)
 
 

@@ -2,6 +2,9 @@
 
 Works on any machine (no GPU needed): it reads the function's source, so it can only say
 "this line may sync". On a GPU, :func:`helpers.profiling.find_syncs_live` confirms which do.
+
+A call under a test like ``if (i + 1) % LOG_EVERY == 0:`` runs once every N steps, not every step:
+the scan still lists it, with ``every_step=False`` (one sync every N steps is the fix, not the bug).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class SyncSite:
     code: str  # the source line
     call: str  # what was called
     why: str
+    every_step: bool = True  # False when it sits under a periodic test (``if i % N == 0:``)
 
 
 def scan_source(source: str, first_line: int = 1) -> list[SyncSite]:
@@ -42,12 +46,22 @@ def scan_source(source: str, first_line: int = 1) -> list[SyncSite]:
     tree = ast.parse(source)
     lines = source.splitlines()
     sites: list[SyncSite] = []
+    periodic: set[int] = set()  # ids of nodes under a periodic ``if``
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_periodic(node.test):
+            for child in node.body:
+                periodic.update(id(n) for n in ast.walk(child))
     for node in ast.walk(tree):
         call, why = _classify(node)
         if call:
             lineno = node.lineno  # type: ignore[attr-defined]
-            sites.append(SyncSite(lineno + first_line - 1, lines[lineno - 1].strip(), call, why))
+            sites.append(SyncSite(lineno + first_line - 1, lines[lineno - 1].strip(), call, why, id(node) not in periodic))
     return sorted(set(sites), key=lambda s: (s.line, s.call))
+
+
+def every_step(sites: list[SyncSite]) -> list[SyncSite]:
+    """The sites that run on every step (not under a periodic ``if i % N == 0:``)."""
+    return [s for s in sites if s.every_step]
 
 
 def scan(fn: Callable) -> list[SyncSite]:
@@ -68,6 +82,18 @@ def _classify(node: ast.AST) -> tuple[str, str]:
     if isinstance(node, (ast.If, ast.While)) and _compares_values(node.test):
         return "if <tensor>", "branching on a GPU value reads it on the host and waits for the GPU"
     return "", ""
+
+
+def _is_periodic(test: ast.AST) -> bool:
+    """True for ``(i + 1) % N == 0``, ``step % LOG_EVERY == 0`` and the like (a modulo compared with a constant)."""
+    if isinstance(test, ast.BoolOp):
+        return any(_is_periodic(v) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.comparators) == 1:
+        sides = [test.left, test.comparators[0]]
+        mod = any(isinstance(o, ast.BinOp) and isinstance(o.op, ast.Mod) for o in sides)
+        const = any(isinstance(o, ast.Constant) for o in sides)
+        return mod and const and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+    return False
 
 
 def _compares_values(test: ast.AST) -> bool:

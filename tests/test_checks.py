@@ -10,11 +10,17 @@ def b_f(workload, a="broken", b="fixed", tag="h200"):
     return recorded(workload, a, tag), recorded(workload, b, tag)
 
 
+def mine(pair):
+    """The recorded pair as if the learner had captured it: lab 01's fix checks refuse the course's traces."""
+    from helpers.model import Trace
+
+    return tuple(Trace(t.events, f"runs/mine/{i}.json.gz", t.format, dict(t.metadata)) for i, t in enumerate(pair))
+
+
 CASES = [
-    ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0), b_f("data_stall")),
-    ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), b_f("h2d_copy")),
-    ("launch", lambda br, fx: checks.check_launch_fixed(br, fx, 4.0), b_f("launch_overhead", "broken", "graphs")),
-    ("sync", lambda br, fx: checks.check_sync_fixed(br, fx), b_f("sync_stall")),
+    ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0), mine(b_f("data_stall"))),
+    ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), mine(b_f("h2d_copy"))),
+    # launch and sync: their fix checks refuse the course's recorded traces; tests/test_lab02.py, test_lab03.py
     ("comm", lambda br, fx: checks.check_comm_fixed(br, fx, 1.2), b_f("communication", "manual", "ddp", "cpu")),
     ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), b_f("mystery")),
 ]
@@ -33,8 +39,6 @@ def test_answer_checks_fail_on_wrong_answers():
     with pytest.raises(checks.CheckFailed, match="tool choices"):
         checks.check_tool_choice({q: "nsys" for q in checks.TOOL_ANSWERS})
     checks.check_tool_choice(dict(checks.TOOL_ANSWERS))
-    with pytest.raises(checks.CheckFailed):
-        checks.check_launch_fixes({k: True for k in checks.LAUNCH_FIX_ANSWERS})
     with pytest.raises(checks.CheckFailed):
         checks.check_next_steps({"kernel": "cpu_profiler"})
 
@@ -72,7 +76,7 @@ def test_results_are_recorded_for_selfcheck(capsys):
 
 def test_fix_checks_judge_structure_not_timing():
     """A fixed loop on a busy machine (its speed-up below the quiet-machine bar) still passes, and says why."""
-    broken, fixed = b_f("data_stall")
+    broken, fixed = mine(b_f("data_stall"))
     verdict = checks.check_data_stall_fixed(broken, fixed, 1000.0)
     assert verdict.startswith("passed") and "timing is not judged" in verdict
     assert checks.check_capstone(*b_f("mystery"), 1000.0).startswith("passed")

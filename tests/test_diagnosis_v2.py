@@ -72,12 +72,16 @@ def _manifest_pairs():
     return runs
 
 
-#: Pairs whose two formats do not agree (none now). They did before the nsys exports' steady state was
-#: found (no step ranges: start-up judged with the loop: data_stall:fixed, sync_stall:fixed), before
-#: launch-dense NVTX ranges counted as dispatching in traces without framework ops (data_stall:fixed),
-#: and before a CUDA-Graph replay counted as one busy interval in both formats (launch_overhead:graphs,
-#: triage t3). The test fails if a pair disagrees.
-KNOWN_DISAGREEMENTS: set[str] = set()
+#: Pairs whose two formats do not agree. Agreeing now: data_stall:fixed and sync_stall:fixed since the nsys
+#: exports' steady state is found (they have no step ranges, so start-up was judged with the loop);
+#: data_stall:fixed and launch_overhead:compile since launch-dense NVTX ranges count as dispatching in
+#: traces without framework ops (the compiled step's host time between launches read as host_bound);
+#: launch_overhead:graphs and triage t3 since a CUDA-Graph replay is one busy interval in both formats.
+#: Left: the mystery fixed twin (recorded 2026-12-03) is two runs, not one read two ways: in the profiled
+#: run the loader's workers did not keep up (7-14 ms of data wait in every profiled step, falling step by
+#: step: data_stall 36%) while its nsys run was GPU-bound. The test fails if another pair disagrees, and
+#: if this one starts to agree (then take it off the list).
+KNOWN_DISAGREEMENTS = {"mystery__fixed__h200@2026-12-03"}
 
 
 def test_recorded_pairs_agree():

@@ -40,6 +40,10 @@ def test_nsys_command_shapes():
     window = profiling.nsys_command(["python", "t.py"], capture_range=None, delay_s=10, duration_s=30, gpu_metrics_device=0)
     assert "--delay=10" in window and "--duration=30" in window and "--gpu-metrics-devices=0" in window
     assert not any(c.startswith("--capture-range") for c in window)
+    graphs = profiling.nsys_command(["python", "t.py"], cuda_graph_trace="node")
+    assert "--cuda-graph-trace=node" in graphs and graphs[-2:] == ["python", "t.py"]
+    with pytest.raises(ValueError, match="'graph' or 'node'"):
+        profiling.nsys_command(["python", "t.py"], cuda_graph_trace="kernels")
 
 
 def test_run_nsys_without_nsys_says_how(monkeypatch):

@@ -42,9 +42,9 @@ from helpers.profiling import capture, device_name, time_steps  # noqa: E402
 # (workload, variant, profiled steps)
 GPU_PLAN = [
     ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
-    ("h2d_copy", "broken", 5), ("h2d_copy", "fixed", 5),
+    ("h2d_copy", "broken", 5), ("h2d_copy", "fixed", 5), ("h2d_copy", "pinned_blocking", 5),
     ("launch_overhead", "broken", 3), ("launch_overhead", "foreach", 3), ("launch_overhead", "compile", 3),
-    ("launch_overhead", "graphs", 3), ("launch_overhead", "bigbatch", 3),
+    ("launch_overhead", "compile_foreach", 3), ("launch_overhead", "graphs", 3), ("launch_overhead", "bigbatch", 3),
     ("sync_stall", "broken", 5), ("sync_stall", "fixed", 5),
     ("mystery", "broken", 5), ("mystery", "data_fixed", 5), ("mystery", "fixed", 5),
     ("host_bound", "broken", 5), ("host_bound", "synced", 5), ("host_bound", "fixed", 10),

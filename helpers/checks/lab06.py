@@ -81,7 +81,7 @@ def check_stats_reading(answers: dict[str, str], trace: Trace) -> str:
 
 def kernel_limiter(row: dict | object) -> str:
     """``"compute"``, ``"memory"`` or ``"latency"`` for one ncu launch (a row of helpers.readers.ncu.read_ncu)."""
-    from .thresholds import NCU_LATENCY_BOUND_PCT
+    from ..thresholds import NCU_LATENCY_BOUND_PCT
 
     compute = float(row["compute_throughput_pct"])  # type: ignore[index]
     memory = float(row["memory_throughput_pct"])  # type: ignore[index]

@@ -71,7 +71,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {p: _figures_for(p) for p in PATTERNS if 
 class Reading:
     """What you read off a timeline, before any diagnosis: pattern, where, the proving figure, cost."""
 
-    pattern: str  # one of helpers.PATTERNS
+    pattern: str  # one of helpers.diagnosis.PATTERNS (printed by the labs beside checks.EVIDENCE)
     window_ms: tuple[float, float]  # on the timeline's time axis (ms from the capture's origin)
     evidence: dict[str, float] = field(default_factory=dict)  # {figure name (EVIDENCE[pattern]): value measured}
     cost: float = float("nan")  # share of step time a fix would save at most, 0..1
@@ -85,7 +85,7 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
     if cause and trace.has_gpu:
         g = m.idle_gaps(trace)
-        g = g[g["cause"] == cause]
+        g = g[_continues_sync_gap(g)] if pattern == "sync_stall" else g[g["cause"] == cause]
         s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
         if pattern == "sync_stall":  # the host's blocked calls are where it shows too
             sync = ev[m.is_sync_call(trace)]
@@ -107,6 +107,28 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
     if sel.empty:
         return empty
     return m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+
+
+#: Two idle gaps closer than this (µs) are one idle stretch the step boundary cut in two.
+STEP_BOUNDARY_US = 200.0
+
+
+def _continues_sync_gap(gaps) -> np.ndarray:
+    """Gaps blamed on a sync, and the gaps that carry on the same idle stretch across a step boundary.
+
+    A loop that syncs at the end of its step leaves the GPU idle from the sync's return into the next
+    step; idle gaps are cut at step boundaries, so the next step's part starts at the window's start
+    and is blamed on what the host does there. It is still the same wait: a reading may point at it.
+    """
+    keep = (gaps["cause"] == "sync").to_numpy().copy()
+    for _, grp in gaps.groupby(["rank", "device"]):
+        idx = grp.sort_values("start_us").index.to_numpy()
+        pos = gaps.index.get_indexer(idx)
+        starts, ends = gaps["start_us"].to_numpy()[pos], gaps["end_us"].to_numpy()[pos]
+        for k in range(1, len(pos)):
+            if keep[pos[k - 1]] and starts[k] - ends[k - 1] <= STEP_BOUNDARY_US:
+                keep[pos[k]] = True
+    return keep
 
 
 def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:

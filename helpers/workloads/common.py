@@ -67,7 +67,11 @@ def run_cli(description: str, variants: Sequence[str], make_step: Callable[[str,
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         for i in range(args.warmup, args.warmup + args.steps):
+            # An NVTX range per step, named as helpers.load finds steps ("step N"), so the export has
+            # per-step windows the way a PyTorch-profiler trace has ProfilerStep#N.
+            torch.cuda.nvtx.range_push(f"step {i - args.warmup}")
             step(i)
+            torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
         return 0

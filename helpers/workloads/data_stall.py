@@ -3,13 +3,17 @@
 broken: ``num_workers=0`` (the training process decodes every sample itself), pageable memory,
         blocking host-to-device copies.
 fixed:  worker processes, pinned memory, non-blocking copies, prefetching, persistent workers.
+
+The variants are what ``tools/record_traces.py`` records. Lab 01 shows only the loop as first
+written (:class:`AugmentedImages`, :func:`broken_loader`, :func:`make_step_from_loader` with its
+default :func:`blocking_copy`); the learner writes the loader and the device copy of the fix.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -52,26 +56,73 @@ def make_model(width: int = 32) -> nn.Module:
 
 
 def single_thread_worker(_: int) -> None:
-    """worker_init_fn: one intra-op thread per DataLoader worker (many workers x many threads only fight)."""
-    torch.set_num_threads(1)  # each worker is one core; many threads per worker only fight
+    """Does nothing a DataLoader worker does not already do: kept only because lab 05 still names it.
+
+    Every worker process runs ``torch.set_num_threads(1)`` before it loads a sample (PyTorch's
+    ``_worker_loop``; :func:`threads_in_workers` shows it). What can oversubscribe the cores from
+    inside workers is a native library with its own thread pool: NumPy's BLAS (matrix products,
+    ``linalg``), OpenCV, numexpr. Limit those in a ``worker_init_fn`` (``threadpoolctl.threadpool_limits(1)``,
+    ``cv2.setNumThreads(0)``) when your transforms use them; this module's augmentation is
+    element-wise NumPy, which runs on one thread anyway.
+    """
+
+
+def _worker_threads(_: int) -> tuple[int, int]:
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return (info.id if info else -1), torch.get_num_threads()
+
+
+def threads_in_workers(num_workers: int = 2) -> dict[str, object]:
+    """The machine's cores, and PyTorch's intra-op threads in this process and in each DataLoader worker, measured."""
+    probe = _ThreadProbe(num_workers)
+    loader = DataLoader(probe, batch_size=None, num_workers=num_workers,
+                        multiprocessing_context="fork" if sys.platform.startswith("linux") else None)
+    seen = dict(iter(loader))
+    return {"cores": os.cpu_count(), "this process": torch.get_num_threads(), "each worker": [seen[k] for k in sorted(seen)]}
+
+
+class _ThreadProbe(Dataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return _worker_threads(index)
 
 
 def broken_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
-    """The loader as first written: every sample is prepared in the training process."""
+    """The loader as first written."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0)
 
 
 def fixed_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
-    """Workers prepare batches in parallel and ahead of time, into pinned memory."""
+    """The recorded ``fixed`` variant: workers prepare batches in parallel and ahead of time, into pinned memory."""
     workers = min(12, os.cpu_count() or 1)
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
                       pin_memory=torch.cuda.is_available(), prefetch_factor=4, persistent_workers=True,
-                      worker_init_fn=single_thread_worker,
                       multiprocessing_context="fork" if sys.platform.startswith("linux") else None)
 
 
-def make_step_from_loader(loader: DataLoader, device: torch.device) -> StepFn:
-    """A training step that takes its batch from ``loader`` (copies are non-blocking when the loader pins memory)."""
+def blocking_copy(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's device copy as first written."""
+    x, y = batch
+    return x.to(device), y.to(device)
+
+
+def _async_copy(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = batch
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+ToDevice = Callable[[tuple[torch.Tensor, torch.Tensor], torch.device], tuple[torch.Tensor, torch.Tensor]]
+
+
+def make_step_from_loader(loader: DataLoader, device: torch.device, to_device: ToDevice = blocking_copy) -> StepFn:
+    """A training step that takes its batch from ``loader`` and moves it with ``to_device(batch, device)``."""
     torch.manual_seed(0)
     if device.type == "cpu":
         # On a CPU-only machine the model would otherwise spread over every core and fight the
@@ -80,17 +131,16 @@ def make_step_from_loader(loader: DataLoader, device: torch.device) -> StepFn:
     # On a CPU the model shares the cores with the loader; keep it small so data stays the bottleneck.
     model = make_model(32 if device.type == "cuda" else 4).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    non_blocking = bool(getattr(loader, "pin_memory", False))
     batches: Iterator = iter(loader)
 
     def data(_: int):
         nonlocal batches
         try:
-            x, y = next(batches)
+            batch = next(batches)
         except StopIteration:
             batches = iter(loader)
-            x, y = next(batches)
-        return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+            batch = next(batches)
+        return to_device(batch, device)
 
     def forward(batch) -> torch.Tensor:
         x, y = batch
@@ -105,8 +155,9 @@ def make_step_from_loader(loader: DataLoader, device: torch.device) -> StepFn:
 
 def make_step(variant: str, device: torch.device) -> StepFn:
     dataset = AugmentedImages()
-    loader = broken_loader(dataset) if variant == "broken" else fixed_loader(dataset)
-    return make_step_from_loader(loader, device)
+    if variant == "broken":
+        return make_step_from_loader(broken_loader(dataset), device)
+    return make_step_from_loader(fixed_loader(dataset), device, to_device=_async_copy)
 
 
 if __name__ == "__main__":

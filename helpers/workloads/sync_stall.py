@@ -4,6 +4,10 @@ Each step the host prepares part of the batch (NumPy work, as tokenizing or augm
 while, in a healthy loop, the GPU is still busy with the previous step. A sync at the end of
 every step forces the two to take turns instead.
 
+The preparation runs in a range named ``prepare batch`` (:data:`PREP_RANGE`), not ``data``: it is
+host compute the loop does itself, not a wait for a DataLoader, and a ``data`` range would make
+the diagnosis blame the GPU's idle time on data loading (``data_stall``) on a loaded machine.
+
 broken: every step logs ``loss.item()``, formats the GPU loss into a log line, copies
         predictions to the host for accuracy (``.cpu()``), branches on a GPU value and calls
         ``torch.cuda.synchronize()``.
@@ -27,6 +31,7 @@ VARIANTS = ("broken", "fixed")
 WIDTH, DEPTH, BATCH = 4096, 6, 1024  # sized so the fixed loop is GPU-bound on an H200 host
 NOISE = 256  # host-prepared features per sample
 LOG_EVERY = 10
+PREP_RANGE = "prepare batch"  # not a data-loading range name (metrics.DATA_WAIT): see the module docstring
 
 
 def host_prepare(i: int, batch: int, device: torch.device) -> torch.Tensor:
@@ -67,8 +72,10 @@ def get_batch(i: int, xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor,
 
 
 def broken_step(model, opt, xs, ys, log: list[str]) -> StepFn:
+    """One training step that logs its loss and accuracy every step."""
+
     def step(i: int) -> None:
-        with annotate("data"):
+        with annotate(PREP_RANGE):
             x, y = get_batch(i, xs, ys)
         with annotate("forward"):
             out = model(x)
@@ -79,12 +86,12 @@ def broken_step(model, opt, xs, ys, log: list[str]) -> StepFn:
             opt.step()
             opt.zero_grad(set_to_none=True)
         with annotate("logging"):
-            log.append(f"step {i} loss {loss}")  # formatting a GPU tensor syncs
-            acc = (out.argmax(1).cpu() == y.cpu()).float().mean()  # .cpu() syncs
-            if loss > 100:  # branching on a GPU value syncs
+            log.append(f"step {i} loss {loss}")
+            acc = (out.argmax(1).cpu() == y.cpu()).float().mean()
+            if loss > 100:
                 log.append("loss exploded")
-            log.append(f"loss={loss.item():.4f} acc={float(acc):.3f}")  # .item() syncs
-            torch.cuda.synchronize() if torch.cuda.is_available() else None  # an explicit sync "to be safe"
+            log.append(f"loss={loss.item():.4f} acc={float(acc):.3f}")
+            torch.cuda.synchronize() if torch.cuda.is_available() else None
 
     return step
 
@@ -93,7 +100,7 @@ def fixed_step(model, opt, xs, ys, log: list[str]) -> StepFn:
     running = {"loss": None, "correct": None}
 
     def step(i: int) -> None:
-        with annotate("data"):
+        with annotate(PREP_RANGE):
             x, y = get_batch(i, xs, ys)
         with annotate("forward"):
             out = model(x)

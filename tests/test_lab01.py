@@ -1,0 +1,309 @@
+"""Lab 01, every check: the reference solution passes, the unsolved stub fails, and a plausible wrong
+answer fails with a message that names what the learner's trace shows.
+
+The reference answers are the solution notebook's own cells, run here; fixes are judged on small live
+CPU captures where a CPU shows the effect, and on the H200 recordings (relabelled as the learner's
+own, since the checks refuse the course's traces) or traces built from them where only a GPU does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT
+
+import helpers
+from helpers import checks, course, metrics, plots
+from helpers.checks import lab01
+from helpers.course import recorded
+from helpers.model import Trace
+from helpers.selfcheck import item_status
+from helpers.workloads import data_stall, h2d_copy
+
+SOLUTION = ROOT / "solutions" / "01_data_loading_stall.ipynb"
+LAB = ROOT / "labs" / "01_data_loading_stall.ipynb"
+
+
+def _code_cells(path) -> list[str]:
+    nb = json.loads(path.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _cell(path, needle: str) -> str:
+    """The code cell of ``path`` that contains ``needle`` (exactly one)."""
+    found = [c for c in _code_cells(path) if needle in c]
+    assert len(found) == 1, (needle, len(found))
+    return found[0]
+
+
+def _run(path, needle: str, **names) -> dict:
+    """Run one notebook cell in a namespace holding what the earlier cells would have set."""
+    ns = {"helpers": helpers, "checks": checks, "course": course, "metrics": metrics, "plots": plots,
+          "recorded": recorded, "data_stall": data_stall, "h2d_copy": h2d_copy, "torch": torch, **names}
+    exec(compile(_cell(path, needle), str(path), "exec"), ns)
+    return ns
+
+
+def mine(t: Trace, events: pd.DataFrame | None = None) -> Trace:
+    """A trace as if the learner had captured it (the fix checks refuse the course's recordings)."""
+    return Trace((t.events if events is None else events).reset_index(drop=True), "runs/mine/trace.json.gz",
+                 t.format, dict(t.metadata))
+
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def live_cpu():
+    """The first loop as written, and the reference fix (the solution's own loader and copy), live on this CPU."""
+    ns = _run(SOLUTION, "def make_my_loader")
+    ds = data_stall.AugmentedImages()
+    broken = helpers.capture(data_stall.make_step_from_loader(data_stall.broken_loader(ds), CPU), steps=4,
+                             out_dir="runs", name="broken")
+    fixed = helpers.capture(data_stall.make_step_from_loader(ns["make_my_loader"](ds, data_stall.BATCH_SIZE), CPU,
+                                                             to_device=ns["my_to_device"]),
+                            steps=4, warmup=12, out_dir="runs", name="fixed")
+    return broken, fixed, ns
+
+
+# --- Exercise 1 and 3: the readings ------------------------------------------------------------
+def test_reference_readings_pass_and_only_then_show_the_diagnosis():
+    gpu_broken = recorded("data_stall", "broken")
+    ns = _run(SOLUTION, "first_reading = checks.Reading(", gpu_broken=gpu_broken)
+    out = checks.check_reading(ns["first_reading"], gpu_broken, "data", "data")
+    assert out.startswith("passed: check_reading[data]") and "Second opinion" in out
+    h2d_broken = recorded("h2d_copy", "broken")
+    ns = _run(SOLUTION, "second_reading = checks.Reading(", h2d_broken=h2d_broken)
+    out = checks.check_reading(ns["second_reading"], h2d_broken, "h2d", "h2d")
+    assert out.startswith("passed: check_reading[h2d]") and "h2d_copy" in out
+
+
+def test_wrong_readings_fail_with_what_the_trace_shows():
+    gpu_broken = recorded("data_stall", "broken")
+    good = _run(SOLUTION, "first_reading = checks.Reading(", gpu_broken=gpu_broken)["first_reading"]
+    # an eager reader blames the tiny kernels after the wait
+    launch = checks.Reading("launch_overhead", good.window_ms, {"kernels_per_step": 45.0}, 0.1)
+    with pytest.raises(checks.CheckFailed, match=r"launch_overhead is not what holds this loop back.*while the host is in the DataLoader"):
+        checks.check_reading(launch, gpu_broken, "data", "data")
+    # the right pattern, but the cost read as the data wait of one step over the whole capture
+    with pytest.raises(checks.CheckFailed, match=r"a cost of \d+% of step time is off"):
+        checks.check_reading(checks.Reading("data_stall", good.window_ms, good.evidence, good.cost / 5), gpu_broken, "data")
+    # the second loop: its GPU is "busy" 97% of the time, but copying, not computing
+    h2d_broken = recorded("h2d_copy", "broken")
+    second = _run(SOLUTION, "second_reading = checks.Reading(", h2d_broken=h2d_broken)["second_reading"]
+    busy = checks.Reading("gpu_bound", second.window_ms, {"gpu_bound_busy": 0.97}, 0.97)
+    with pytest.raises(checks.CheckFailed, match=r"gpu_bound is not what.*host-to-device copies 10.03 ms per step at 6.7 GB/s"):
+        checks.check_reading(busy, h2d_broken, "h2d", "h2d")
+
+
+# --- Exercise 4: bandwidth and memory kind ------------------------------------------------------
+def test_bandwidth_reading():
+    h2d_broken = recorded("h2d_copy", "broken")
+    ev = h2d_broken.events
+    copies = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
+    facts = _run(SOLUTION, "copy_facts = {", copies=copies)["copy_facts"]
+    assert facts["host_memory"] == "pageable" and abs(facts["gb_per_s"] - 6.69) < 0.01
+    assert checks.check_read_h2d_bandwidth(facts["gb_per_s"], h2d_broken, facts["host_memory"]).startswith("passed")
+    # GiB/s is within the tolerance; MB/s, or bytes over the whole step, are not
+    assert checks.check_read_h2d_bandwidth(facts["gb_per_s"] * 1e9 / 2**30, h2d_broken, "pageable").startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="6689.58 GB/s is off"):
+        checks.check_read_h2d_bandwidth(round(facts["gb_per_s"] * 1e3, 2), h2d_broken, "pageable")
+    step_bw = float(copies["bytes"].sum() / metrics.windows(h2d_broken)["dur_us"].sum() / 1e3)
+    with pytest.raises(checks.CheckFailed, match="is off"):
+        checks.check_read_h2d_bandwidth(step_bw, h2d_broken, "pageable")
+    with pytest.raises(checks.CheckFailed, match="'pinned' is not the memory these copies come from"):
+        checks.check_read_h2d_bandwidth(facts["gb_per_s"], h2d_broken, "pinned")
+
+
+# --- Exercise 2: the input pipeline fix --------------------------------------------------------
+def test_reference_pipeline_fix_passes_live_on_cpu(live_cpu):
+    broken, fixed, _ = live_cpu
+    out = checks.check_data_stall_fixed(broken, fixed, 1.3)
+    assert out.startswith("passed") and "_MultiProcessingDataLoaderIter" in out
+
+
+def test_reference_pipeline_fix_passes_on_a_gpu_trace():
+    out = checks.check_data_stall_fixed(mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed")), 3.0)
+    assert out.startswith("passed") and "Pinned" in out and "0 blocking copies" in out
+
+
+def test_pinned_and_non_blocking_without_workers_fails_live_on_cpu(live_cpu):
+    """A plausible wrong fix: pin_memory and non_blocking, but the samples still made in the training process."""
+    broken, _, ns = live_cpu
+    loader = torch.utils.data.DataLoader(data_stall.AugmentedImages(), batch_size=data_stall.BATCH_SIZE, shuffle=True,
+                                         pin_memory=torch.cuda.is_available())
+    wrong = helpers.capture(data_stall.make_step_from_loader(loader, CPU, to_device=ns["my_to_device"]), steps=4,
+                            out_dir="runs", name="wrong")
+    with pytest.raises(checks.CheckFailed, match=r"data wait still \d+% of the step.*no worker processes: the DataLoader "
+                                                 r"ranges are _SingleProcessDataLoaderIter"):
+        checks.check_data_stall_fixed(broken, wrong, 1.3)
+
+
+def _fixed_gpu_events() -> pd.DataFrame:
+    return recorded("data_stall", "fixed").events.copy()
+
+
+def test_workers_raised_but_copies_pageable_fails():
+    """Workers prefetch, but the loader hands over pageable batches: the copies run at a third of the speed."""
+    ev = _fixed_gpu_events()
+    h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev.loc[h2d, "host_memory"] = "pageable"
+    ev.loc[h2d, "dur_us"] *= 3.0
+    ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_data_stall_fixed(mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed"), ev), 3.0)
+    assert re.search(r"workers raised but copies still pageable \(memcpy H2D from Pageable memory, 15\.\d GB/s\)", str(info.value))
+    assert "data wait still" not in str(info.value)  # the wait itself is fixed: the message says only what is not
+
+
+def test_pinned_but_blocking_copies_fail():
+    """Workers and pinned memory, but .to(device) without non_blocking: a cudaStreamSynchronize in every copy."""
+    ev = _fixed_gpu_events()
+    calls = ev[(ev["kind"] == "runtime") & (ev["name"] == "cudaMemcpyAsync") & (ev["step"] >= 0)]
+    syncs = calls.copy()
+    syncs["name"] = "cudaStreamSynchronize"
+    syncs["start_us"] = calls["end_us"] + 0.1
+    syncs["dur_us"] = 0.5
+    syncs["end_us"] = syncs["start_us"] + 0.5
+    syncs["correlation"] = -1
+    ev = pd.concat([ev, syncs]).sort_values("start_us", kind="stable")
+    with pytest.raises(checks.CheckFailed, match=r"copies still blocking: 2\.0 cudaStreamSynchronize per step inside the device copy"):
+        checks.check_data_stall_fixed(mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed"), ev), 3.0)
+
+
+def test_pipeline_fix_refuses_the_courses_traces():
+    with pytest.raises(checks.CheckFailed, match="data_stall__fixed__h200.json.gz is a trace the course recorded"):
+        checks.check_data_stall_fixed(mine(recorded("data_stall", "broken")), recorded("data_stall", "fixed"), 3.0)
+    with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
+        checks.check_data_stall_fixed(recorded("data_stall", "broken", "cpu"), mine(recorded("data_stall", "fixed", "cpu")), 1.3)
+
+
+def test_busy_machine_verdict_rests_on_the_workers():
+    """Share verdicts: a fix whose wait fell less than 2x on a busy machine passes on worker processes."""
+    broken, fixed = mine(recorded("data_stall", "broken", "cpu")), mine(recorded("data_stall", "fixed", "cpu"))
+    ok, line = lab01._data_verdict(broken, fixed, [])
+    assert ok and line == "data wait 48% -> 10% of step time"
+    # the same fixed loop, its loader waits stretched to 30% of the step by a busy machine
+    ev = fixed.events.copy()
+    dw = ev["name"].str.contains("DataLoader", regex=False)
+    ev.loc[dw, "dur_us"] *= 3.2
+    ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
+    busy = mine(fixed, ev)
+    ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
+    assert ok and "too busy to judge the wait" in line
+
+
+# --- Exercise 5: hiding the copies -------------------------------------------------------------
+def test_reference_copy_fix_passes_on_a_gpu_trace():
+    # The solution's getter is the recorded fixed variant's design (pinned once, side stream, one batch ahead);
+    # it runs on a GPU only, so its trace here is the H200 recording.
+    out = checks.check_h2d_fixed(mine(recorded("h2d_copy", "broken")), mine(recorded("h2d_copy", "fixed")))
+    assert out.startswith("passed") and "6.7 -> 55.3 GB/s" in out
+
+
+def _pinned_blocking_events() -> pd.DataFrame:
+    """The second loop with its batches pinned but copied as first written: plain .to(device), one stream."""
+    ev = recorded("h2d_copy", "broken").events.copy()
+    h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev.loc[h2d, "host_memory"] = "pinned"
+    ev.loc[h2d, "dur_us"] = ev.loc[h2d, "bytes"] / 55.3e3  # the bandwidth of the recorded pinned copies
+    ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]
+    return ev
+
+
+def test_pinned_but_blocking_on_the_compute_stream_fails():
+    before = mine(recorded("h2d_copy", "broken"))
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_h2d_fixed(before, mine(before, _pinned_blocking_events()))
+    msg = str(info.value)
+    assert "copies not hidden: 0% of copy time has a kernel running beside it" in msg
+    assert "1.0 cudaStreamSynchronize per step inside the copy" in msg
+    assert "the copies run on stream 7, the stream the compute uses" in msg
+    assert "pageable" not in msg  # pinning is done: the message says what is left
+
+
+def test_copies_left_pageable_fail():
+    before = mine(recorded("h2d_copy", "broken"))
+    with pytest.raises(checks.CheckFailed, match=r"copies still from pageable memory \(100% of H2D bytes; memcpy H2D from "
+                                                 r"Pageable memory, 6\.7 GB/s"):
+        checks.check_h2d_fixed(before, mine(before))
+    with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
+        checks.check_h2d_fixed(before, recorded("h2d_copy", "fixed"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU track's answer")
+def test_copy_fix_is_not_judged_on_the_cpu_track_and_earns_nothing(tmp_path):
+    out = checks.check_h2d_fixed(recorded("h2d_copy", "broken"), None)
+    assert out.startswith("not judged on the CPU track")
+    assert not (tmp_path / checks.RESULTS_FILE).exists()
+
+
+# --- the unsolved lab ---------------------------------------------------------------------------
+#: The functions an exercise's cell defines, and arguments to call each with: their stubs raise when called.
+CALLS = {"make_my_loader": lambda: (data_stall.AugmentedImages(), 32), "my_to_device": lambda: ((torch.zeros(2), torch.zeros(2)), CPU),
+         "make_my_getter": lambda: ([torch.zeros(2)], CPU)}
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5])
+def test_each_unsolved_stub_fails(number):
+    cells = [c for c in _code_cells(LAB) if f"raise course.ExerciseNotDone({number}," in c]
+    assert cells and not any("# BEGIN SOLUTION" in c for c in cells)
+    for cell in cells:
+        ns = {"checks": checks, "course": course, "metrics": metrics, "plots": plots, "helpers": helpers}
+        try:
+            exec(compile(cell, str(LAB), "exec"), ns)
+        except course.ExerciseNotDone as stopped:
+            assert stopped.number == number
+            continue
+        defined = [name for name in CALLS if name in ns]
+        assert defined, cell
+        for name in defined:
+            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet"):
+                ns[name](*CALLS[name]())
+
+
+def test_the_lab_names_no_fix_and_no_pattern_before_the_reading():
+    text = LAB.read_text()
+    for answer in ("fixed_loader", "_Prefetcher", "Prefetcher(", "_async_copy", "single_thread_worker", "pinned=True"):
+        assert answer not in text, answer
+    nb = json.loads(LAB.read_text())
+    before = []
+    for cell in nb["cells"]:
+        src = "".join(cell["source"])
+        if "check_reading(first_reading" in src:
+            break
+        before.append(src)
+    shown = "\n".join(before)
+    for name in ("data loading stall", "data stall", "input pipeline", "starv", "num_workers", "pin_memory", "diagnose("):
+        assert name not in shown.lower(), name
+
+
+# --- credit -------------------------------------------------------------------------------------
+def test_credit_lists_the_learners_own_checks():
+    assert checks.CREDIT["data"] == {"gpu": ("check_reading[data]", "check_data_stall_fixed"),
+                                     "cpu": ("check_reading[data]", "check_data_stall_fixed")}
+    assert checks.CREDIT["h2d"] == {"gpu": ("check_reading[h2d]", "check_read_h2d_bandwidth", "check_h2d_fixed"),
+                                    "cpu": ("check_reading[h2d]", "check_read_h2d_bandwidth")}
+    both = {"check_reading[h2d]": True, "check_read_h2d_bandwidth": True}
+    assert item_status("h2d", {"checks": both, "track": "cpu"})[0]
+    assert item_status("h2d", {"checks": both, "track": "gpu"}) == (False, ["check_h2d_fixed"])
+    assert not item_status("data", {"checks": {"check_reading[data]": True}, "track": "cpu"})[0]
+
+
+def test_blocking_copies_are_counted_from_the_copy_ops():
+    assert lab01.blocking_copies_per_step(recorded("data_stall", "broken")) == pytest.approx(2.0)
+    assert lab01.blocking_copies_per_step(recorded("data_stall", "fixed")) == 0
+    assert lab01.loader_kind(recorded("data_stall", "broken")) == lab01.SINGLE
+    assert lab01.loader_kind(recorded("data_stall", "fixed", "cpu")) == lab01.MULTI
+    assert np.isfinite(lab01._data_wait_share(recorded("data_stall", "broken", "cpu")))
+
+
+def test_workers_run_one_torch_thread_each():
+    """The correction to single_thread_worker: DataLoader workers already run torch.set_num_threads(1)."""
+    seen = data_stall.threads_in_workers(2)
+    assert seen["each worker"] == [1, 1]
