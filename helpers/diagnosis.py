@@ -1,6 +1,8 @@
 """Diagnosis: name the bottleneck patterns a trace shows, with evidence and the fix.
 
-Patterns follow the course syllabus's table: data loading stall, launch overhead, sync stall,
+A trace without step markers is judged over its steady state (:mod:`helpers.metrics.steady`: what
+repeats, e.g. the NVTX ranges of an Nsight export), and each finding's evidence says so
+(``steps_inferred``). Patterns follow the course syllabus's table: data loading stall, launch overhead, sync stall,
 long host-to-device copies, a host-bound loop, communication bottleneck, uneven load across
 ranks, ``gpu_bound`` only when the GPU itself is busy (then the next tool is Nsight Compute), and
 ``capture_window`` when the capture is mostly idle and has no steps. :func:`signals` computes every
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import metrics as m
@@ -46,6 +49,9 @@ FIXES = {
 }
 #: On a CPU-only trace there is no GPU to feed: the same fix, worded for the loop.
 CPU_FIXES = {
+    "host_bound": "Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
+                  "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
+                  "profile it with with_stack=True (or py-spy) to see which Python code it is.",
     "data_stall": "Load batches ahead of the loop: DataLoader(num_workers>0, prefetch_factor, persistent_workers=True) "
                   "so workers prepare the next batch while this one trains; move heavy per-sample work out of the loop.",
 }
@@ -80,12 +86,18 @@ def signals(trace: Trace) -> dict[str, Any]:
     Shares are of step time summed over (rank, device) pairs. ``*_share`` idle figures come from
     :func:`helpers.metrics.idle_cost_by_cause`, the breakdown ``summary`` prints, so costs reconcile.
     """
+    cap = m.capture_stats(trace)  # the whole capture, before any steady state is looked for
+    has_markers = not trace.steps.empty
+    trace = m.stepped(trace)
     win = m.windows(trace)
     has_steps = bool((win["step"] >= 0).any())
     n_steps = max(int((win["step"] >= 0).sum()), 1)
-    sg: dict[str, Any] = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "steps": n_steps if has_steps else 0,
-                          "capture_ms": float(win["dur_us"].sum()) / 1e3,
-                          "capture_host_share": _host_busy_share(trace, win)}
+    sg: dict[str, Any] = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
+                          "steps": n_steps if has_steps else 0,
+                          "capture_ms": cap["capture_ms"], "capture_host_share": cap["host_share"],
+                          "capture_idle_gpu_share": cap["gpu_share"]}
+    if trace.metadata.get("steps_inferred"):
+        sg["steps_inferred"] = dict(trace.metadata["steps_inferred"])
     dw = m.data_wait(trace)
     sg["cpu_data_wait_share"] = dw["data_wait_share"]
     sg["host_data_wait_ms_per_step"] = dw["data_wait_us_per_step"] / 1e3
@@ -98,7 +110,7 @@ def signals(trace: Trace) -> dict[str, Any]:
         kstats = m.kernel_stats(trace)
         launch = m.launch_stats(trace)
         sg.update({
-            "gpu_utilization": util, "gpu_bound_busy": util, "capture_idle_gpu_share": util,
+            "gpu_utilization": util, "gpu_bound_busy": util,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
             "launch_idle_share": cost["launch"] / denom, "host_bound_idle_share": cost["other"] / denom,
@@ -117,6 +129,14 @@ def signals(trace: Trace) -> dict[str, Any]:
             sg.update({"h2d_exposed_share": h2d["exposed_us"] / denom, "h2d_pageable_share": h2d["pageable_byte_share"],
                        "h2d_overlap": h2d["overlap_with_compute"], "h2d_gb_per_s": h2d["gb_per_s"],
                        "h2d_ms_per_step": h2d["time_us"] / n_steps / 1e3})
+    else:
+        # CPU-only: the host is the only device. Its time outside PyTorch ops, data waits and exposed
+        # collectives is the loop's own Python / NumPy work (step_breakdown's ``other``).
+        b = m.step_breakdown(trace)
+        total = float(b["step_us"].sum()) or 1.0
+        sg.update({"cpu_host_other_share": float(b["other_us"].sum()) / total,
+                   "cpu_op_share": float(b["launch_us"].sum()) / total,
+                   "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -126,19 +146,6 @@ def signals(trace: Trace) -> dict[str, Any]:
                    "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
                    "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
     return sg
-
-
-def _host_busy_share(trace: Trace, win) -> float:
-    """Share of the windows in which the host is inside a recorded op or CUDA call (any thread)."""
-    ev = trace.events
-    total = float(win["dur_us"].sum()) or 1.0
-    inside = 0.0
-    for rank in trace.ranks:
-        sel = ev[(ev["rank"] == rank) & (ev["device"] < 0) & ev["kind"].isin(("cpu_op", "runtime"))]
-        us, ue = m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-        w = win[win["rank"] == rank]
-        inside += float(m.overlap(us, ue, w["start_us"].to_numpy(), w["end_us"].to_numpy()).sum())
-    return inside / total
 
 
 def _get(sg: dict[str, Any], key: str) -> float:
@@ -199,6 +206,12 @@ RULES: tuple[Rule, ...] = (
     Rule("gpu_bound", lambda s: _get(s, "gpu_bound_busy") >= th.GPU_BOUND_BUSY, "gpu_kernel_share",
          lambda s: f"The GPU is busy {s['gpu_bound_busy']:.0%} of the step: it is the bottleneck itself.",
          ("gpu_bound_busy", "gpu_kernel_share", "top_kernels")),
+    Rule("host_bound", lambda s: _get(s, "cpu_host_other_share") >= th.CPU_HOST_BOUND_SHARE, "cpu_host_other_share",
+         lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) outside "
+                    f"PyTorch ops, data loading and communication, more than in the model's ops ({s['cpu_op_share']:.0%}): "
+                    "Python, NumPy, logging or metric code runs the loop. CPU-only trace: the host is the only device, so "
+                    "it shows how long that work takes, not how long a GPU would sit idle for it."),
+         ("cpu_host_other_share", "host_other_ms_per_step", "cpu_op_share", "host_busy_in"), gpu=False),
     Rule("data_stall", lambda s: _get(s, "cpu_data_wait_share") >= th.CPU_DATA_WAIT_SHARE, "cpu_data_wait_share",
          lambda s: (f"The loop spends {s['cpu_data_wait_share']:.0%} of each step waiting for the next batch "
                     "(CPU-only trace: no GPU activity recorded)."),
@@ -211,9 +224,10 @@ def _imbalanced(s: dict[str, Any]) -> bool:
 
 
 def _capture_is_idle(s: dict[str, Any]) -> bool:
-    """No steps marked, and neither the GPU nor the host did much in the capture."""
+    """No steps marked, and neither the GPU nor the host did much in the capture (a steady state found
+    in it does not change that: the capture then holds a little loop in a lot of idle time)."""
     gpu_idle = (not s["has_gpu"]) or _get(s, "capture_idle_gpu_share") < th.CAPTURE_IDLE_GPU_SHARE
-    return not s["has_steps"] and gpu_idle and s["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
+    return not s["has_step_markers"] and gpu_idle and s["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
 
 
 def diagnose(trace: Trace) -> list[Finding]:
@@ -225,10 +239,11 @@ def diagnose(trace: Trace) -> list[Finding]:
     sg = signals(trace)
     if _capture_is_idle(sg):
         return [_capture_window(trace, sg)]
+    trace = m.stepped(trace)  # the steps signals() measured: the markers', or the steady state's repeats
     if "top_kernels" not in sg and trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
-    sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else {}
+    sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
     findings: list[Finding] = []
     for rule in RULES:
         if rule.gpu is not None and rule.gpu != trace.has_gpu:
@@ -238,6 +253,8 @@ def diagnose(trace: Trace) -> list[Finding]:
         ev = {k: sg[k] for k in rule.evidence if k in sg}
         if trace.has_gpu:
             ev["gpu_utilization"] = sg["gpu_utilization"]
+        if "steps_inferred" in sg:
+            ev["steps_inferred"] = sg["steps_inferred"]
         fixes = FIXES if trace.has_gpu else {**FIXES, **CPU_FIXES}
         findings.append(Finding(rule.pattern, _get(sg, rule.cost), rule.say(sg), ev, fixes[rule.pattern],
                                 _window_for(trace, rule.pattern)))
@@ -251,11 +268,25 @@ def diagnose(trace: Trace) -> list[Finding]:
 
 
 def _capture_window(trace: Trace, sg: dict[str, Any]) -> Finding:
-    gpu = f"the GPU is busy {sg['gpu_utilization']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
+    gpu = f"the GPU is busy {sg['capture_idle_gpu_share']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
     text = (f"The capture spans {sg['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
-            f"ops or CUDA calls {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
-    ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "gpu_utilization", "has_steps") if k in sg}
-    return Finding("capture_window", 0.0, text, ev, FIXES["capture_window"], None)
+            f"ops, CUDA calls or ranges {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
+    window = None
+    steady = sg.get("steps_inferred")
+    if steady:
+        st = m.stepped(trace).steps
+        window = (float(st["start_us"].min()), float(st["end_us"].max()))
+        if (window[1] - window[0]) / 1e3 < th.CAPTURE_STEADY_SPAN_SHARE * sg["capture_ms"]:
+            text += (f" A loop repeats {steady['steps']} times at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
+                     "scope the capture to it.")
+        else:
+            text += (f" Something repeats {steady['steps']} times across the capture, idle between repeats on host and "
+                     "GPU alike (a sleep, I/O or another process): the trace cannot show what the program waited for.")
+    ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
+                             "steps_inferred") if k in sg}
+    if trace.has_gpu:
+        ev["gpu_utilization"] = sg["capture_idle_gpu_share"]
+    return Finding("capture_window", 0.0, text, ev, FIXES["capture_window"], window)
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
@@ -277,11 +308,48 @@ def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
     return {str(k)[:60]: float(v / 1e3) for k, v in by.items()}
 
 
+def _other_host_stretches(trace: Trace) -> tuple[Any, Any]:
+    """CPU-only traces: the stretches of the analysis windows in which the host is in no PyTorch op,
+    data wait or collective (what step_breakdown counts as ``other``)."""
+    starts, ends = [], []
+    for rank in trace.ranks:
+        parts = [m.host_union(trace, rank, c) for c in ("host_compute", "data_wait", "collective")]
+        us, ue = m.merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        win = m.windows(trace, rank)
+        for ws, we in zip(win["start_us"], win["end_us"]):
+            gs, ge = m.gaps_in(us, ue, float(ws), float(we))
+            starts.append(gs)
+            ends.append(ge)
+    if not starts:
+        return np.zeros(0), np.zeros(0)
+    return m.merge_intervals(np.concatenate(starts), np.concatenate(ends))
+
+
+def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
+    """CPU-only traces: the annotation ranges (not steps) the host was in outside ops, with ms they cover."""
+    gs, ge = _other_host_stretches(trace)
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]
+    ann = ann[~ann["name"].str.startswith("ProfilerStep#")]
+    if ann.empty or gs.size == 0:
+        return {}
+    cover = m.overlap(gs, ge, ann["start_us"].to_numpy(), ann["end_us"].to_numpy())
+    by = pd.Series(cover, index=ann["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
+    by = by[by > 0].head(top)
+    return {str(k)[:60]: float(v / 1e3) for k, v in by.items()}
+
+
 def _window_for(trace: Trace, pattern: str) -> tuple[float, float] | None:
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
     if trace.has_gpu and cause:
         gaps = m.idle_gaps(trace)
         return _largest_gap(gaps, cause) or (_longest_sync(trace) if pattern == "sync_stall" else None)
+    if pattern == "host_bound" and not trace.has_gpu:
+        gs, ge = _other_host_stretches(trace)
+        if gs.size:
+            i = int(np.argmax(ge - gs))
+            return float(gs[i]), float(ge[i])
+        return None
     if pattern == "h2d_copy":
         ev = trace.events
         big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]

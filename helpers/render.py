@@ -14,6 +14,9 @@ import pandas as pd
 
 from .diagnosis import PATTERNS, Finding
 
+#: What a summary of a trace without GPU activity says instead of the GPU figures.
+CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
+
 
 def clean(obj: Any) -> Any:
     """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
@@ -40,7 +43,8 @@ def json_schema_doc() -> str:
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
         '                 "window": [start_us, end_us] | null}]}\n'
         "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
-        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces).\n"
+        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
+        "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
         f"pattern is one of {', '.join(PATTERNS)}.\n"
     )
 
@@ -53,6 +57,8 @@ def device_line(names: list[str]) -> str:
 
 def summary_text(s: dict[str, Any]) -> str:
     lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    if s.get("steps_inferred"):
+        lines.append(f"  steps: none marked; {steady_text(s['steps_inferred'])}")
     if s["device_names"]:
         lines.append(f"  device: {device_line(s['device_names'])}")
     if s["step_time_ms"] is not None:
@@ -70,13 +76,23 @@ def summary_text(s: dict[str, Any]) -> str:
                          f"{c['gb_per_s']:.1f} GB/s, {c['overlap_share']:.0%} overlapped with compute")
         lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
     else:
-        lines.append(f"  {s['note']}")
+        lines.append(f"  {CPU_ONLY_NOTE}")
     lines.append(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
     if "communication" in s:
         c = s["communication"]
         lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} "
                      f"ms/step ({c['exposed_share']:.0%}), compute spread across ranks {c['compute_spread']:.0%}")
     return "\n".join(lines)
+
+
+def steady_text(info: dict[str, Any]) -> str:
+    """How the steady state's steps were found, in words."""
+    what = {"ranges": "host ranges", "kernels": "kernels", "ops": "PyTorch ops"}.get(info.get("source"), "events")
+    period = ", ".join(info.get("period") or [])
+    text = f"{info.get('steps')} repeats of {info.get('period_length')} {what} ({period}) taken as the steps"
+    if info.get("ramp_up_dropped"):
+        text += ", the first repeat left out as ramp-up"
+    return text
 
 
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
@@ -88,7 +104,9 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
         lines += [head, f"   {f.summary}"]
         for k, v in f.evidence.items():
-            if isinstance(v, float):
+            if k == "steps_inferred" and isinstance(v, dict):
+                v = steady_text(v)
+            elif isinstance(v, float):
                 v = f"{v:.3g}"
             elif isinstance(v, (list, dict)):
                 v = json.dumps(clean(v))[:120]
@@ -132,5 +150,5 @@ def compare_text(table: pd.DataFrame) -> str:
     return out.to_string(index=False)
 
 
-__all__ = ["change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
-           "summary_text", "to_json"]
+__all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
+           "steady_text", "summary_text", "to_json"]

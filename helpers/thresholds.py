@@ -105,3 +105,35 @@ READING_COST_REL = 0.30
 #: and at least this fraction of the top finding's cost (a loop with two problems at once).
 READING_MIN_COST = 0.10
 READING_TIE_SHARE = 0.5
+
+# --- steady state of a capture without step markers (helpers.metrics.steady) ------------------
+#: A stretch repeats when at least this share of its elements (range, kernel or op names) equal the
+#: element one period later: tolerates a kernel that changes now and then (an allocator's memset, a
+#: cuBLAS algorithm switch), not a different loop. The course's nsys exports repeat exactly (1.00).
+STEADY_MIN_MATCH = 0.9
+#: ... at least this many times (two repeats are a coincidence as often as a loop).
+STEADY_MIN_REPEATS = 3
+#: Periods covering at least this share of what the best-covering period covers compete on match.
+STEADY_NEAR_COVER = 0.8
+#: Long kernel sequences: try at most about this many candidate periods (spacings of rare kernels).
+STEADY_MAX_CANDIDATES = 300
+#: With more repeats than this, the first is dropped as ramp-up (the GPU queue starts empty where the
+#: capture starts). 2 keeps every repeat of a 2-repeat capture and at least 2 steps otherwise.
+STEADY_DROP_FIRST_ABOVE = 2
+#: On traces without framework ops (Nsight-only), an innermost NVTX range with at least this many
+#: launch calls per millisecond is the host dispatching GPU work throughout it. The course's nsys
+#: exports: forward / backward / optimizer ranges 6-57 launches per ms; data 0.0-2.4, logging 0.2,
+#: the host-bound bookkeeping 0.
+LAUNCH_RANGE_PER_MS = 5.0
+#: CPU-only traces: a loop is host-bound when the host spends at least this share of the step
+#: outside PyTorch ops, data waits and collectives, i.e. more than in the model's ops and loading
+#: together. The course's CPU recordings measured 0.02-0.11 (host_bound broken 0.11: on a CPU the
+#: model's own ops take 89% of its step, so the bookkeeping that starves an H200 is a small part
+#: here), launch_overhead broken 0.36 (Python between hundreds of tiny ops), mystery fixed 0.18.
+CPU_HOST_BOUND_SHARE = 0.5
+#: ... and the repeating stretch must hold at least this share of the sequence (a few equal names in
+#: a row are no loop; start-up and tail may take the rest).
+STEADY_MIN_COVER = 0.5
+#: An idle capture's finding points at the steady state found in it when that spans less than this
+#: share of the capture (else the repeats are spread over all of it, idle between them).
+CAPTURE_STEADY_SPAN_SHARE = 0.5

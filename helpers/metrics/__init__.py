@@ -1,0 +1,64 @@
+"""Metrics: pure functions of a :class:`~helpers.model.Trace`, one module per topic.
+
+Times are microseconds unless a name says otherwise. Each function returns a number, a dict or a
+DataFrame of numbers, and neither prints, plots nor words a result (:mod:`helpers.render` does).
+Analysis windows are the training steps when the trace has them (``ProfilerStep#N`` or a named
+step range), else the steady state's repeats when one is found (:mod:`.steady`), else the whole
+trace.
+
+=================  ==================================================================
+module             what it holds
+=================  ==================================================================
+``intervals``      union, overlap, gaps and intersection of time intervals
+``_cache``         the per-trace metric cache (emptied when ``trace.events`` changes)
+``activity``       name classes (syncs, launches, data waits) and host / GPU unions
+``windows``        the analysis windows
+``steady``         steady-state steps of a trace without step markers
+``gpu``            GPU busy / idle time, idle gaps and the cause each is blamed on
+``kernels``        kernel counts and durations, launch statistics
+``copies``         memcpy statistics
+``syncs``          host syncs, their causes, ops dispatched per step
+``data``           data-loading waits
+``comm``           collectives, exposed communication, rank imbalance
+``report``         step breakdown, ``summary``, ``comparison``
+=================  ==================================================================
+
+``from helpers import metrics as m; m.<name>`` works for every name below.
+"""
+
+from __future__ import annotations
+
+from ._cache import _cached, _memo, name_mask
+from .activity import (
+                       CAUSES,
+                       DATA_WAIT,
+                       GAP_AFTER_SYNC_TOLERANCE_US,
+                       LAUNCH_PREFIXES,
+                       OPTIMIZER_RANGE,
+                       SMALL_KERNEL_US,
+                       SYNC_CALLS,
+                       SYNC_RETURN_US,
+                       SYNCING_OPS,
+                       gpu_work_union,
+                       host_union,
+                       is_sync_call,
+)
+from .comm import comm_stats, rank_imbalance
+from .copies import copy_stats, h2d_stats
+from .data import data_wait
+from .gpu import gpu_busy, gpu_utilization, idle_by_cause, idle_cost_by_cause, idle_gaps, stream_busy
+from .intervals import covered_before, gaps_in, intersect, merge_intervals, overlap
+from .kernels import kernel_stats, launch_stats
+from .report import comparison, step_breakdown, step_time_ms, summary
+from .steady import capture_stats, find_period, steady_steps, stepped
+from .syncs import _inside_ranges, host_op_stats, sync_stats
+from .windows import windows
+
+__all__ = [
+    "CAUSES", "DATA_WAIT", "GAP_AFTER_SYNC_TOLERANCE_US", "LAUNCH_PREFIXES", "OPTIMIZER_RANGE", "SMALL_KERNEL_US",
+    "SYNCING_OPS", "SYNC_CALLS", "SYNC_RETURN_US", "_cached", "_inside_ranges", "_memo", "capture_stats", "comm_stats", "comparison", "copy_stats",
+    "covered_before", "data_wait", "gaps_in", "gpu_busy", "gpu_utilization", "gpu_work_union", "h2d_stats",
+    "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
+    "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "overlap", "rank_imbalance", "step_breakdown",
+    "steady_steps", "step_time_ms", "stepped", "stream_busy", "summary", "sync_stats", "windows",
+]

@@ -1,0 +1,160 @@
+"""Name classes (what a host call or range means) and the unions of host and GPU time spent on each."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import thresholds as _th
+from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from ._cache import _memo, name_mask
+from .intervals import merge_intervals
+
+# --- what the host is doing -----------------------------------------------------------------
+#: CUDA API calls that block the host until the GPU (or a stream) has finished.
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemset",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
+})
+#: CUDA API calls that queue work for the GPU.
+LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync",
+                   "cudaMemsetAsync", "cuMemcpyAsync", "cuMemsetAsync")
+#: Host ranges that mean "waiting for the next batch".
+DATA_WAIT = re.compile(
+    r"enumerate\(DataLoader\)|DataLoaderIter|^(?:data|data[ _]loading|dataloader|load[ _]batch|next[ _]batch|fetch)$",
+    re.IGNORECASE,
+)
+#: Host ops known to force a device-to-host synchronization.
+SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+               "aten::equal", "aten::masked_select", "aten::unique", "aten::repeat_interleave")
+#: Optimizers read their CPU-side step counters with .item(): not a device sync.
+OPTIMIZER_RANGE = re.compile(r"^Optimizer\.step#")
+#: Idle gaps are blamed on one of these causes.
+CAUSES = ("sync", "data_wait", "collective", "launch", "other")
+
+# Constants live in thresholds.py (one home); these names stay importable from here.
+SMALL_KERNEL_US = _th.SMALL_KERNEL_US
+GAP_AFTER_SYNC_TOLERANCE_US = _th.GAP_AFTER_SYNC_TOLERANCE_US
+SYNC_RETURN_US = _th.SYNC_RETURN_US
+
+
+def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
+    memo = _memo(trace)
+    if key not in memo:
+        ev = trace.events
+        sel = ev[mask_fn(ev)]
+        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+    return memo[key]
+
+
+def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
+    """Union of the GPU's work of ``kinds`` on one device.
+
+    A CUDA Graph replay counts as busy from its first kernel's start to its last kernel's end: the
+    GPU runs a graph as one unit, and the gaps between its kernels are the GPU's own scheduling,
+    which no host-side change removes (Nsight Systems records a replay as one such interval by
+    default, so both trace formats see the same busy time).
+    """
+    key = ("gpu", rank, device, tuple(kinds))
+    memo = _memo(trace)
+    if key not in memo:
+        ev = trace.events
+        sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
+        s, e = sel["start_us"].to_numpy(), sel["end_us"].to_numpy()
+        if "kernel" in kinds:
+            gs, ge = _graph_spans(trace, rank, device)
+            s, e = np.r_[s, gs], np.r_[e, ge]
+        memo[key] = merge_intervals(s, e)
+    return memo[key]
+
+
+def _is_graph_launch(name: str) -> bool:
+    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+
+
+def _graph_spans(trace: Trace, rank: int, device: int) -> tuple[np.ndarray, np.ndarray]:
+    """First-kernel start to last-kernel end of each CUDA Graph launch's kernels on one device."""
+    ev = trace.events
+    graph = name_mask(trace, "graph_launch", _is_graph_launch)
+    empty = (np.zeros(0), np.zeros(0))
+    if not graph.any():
+        return empty
+    calls = ev[graph & (ev["kind"] == "runtime").to_numpy() & (ev["rank"] == rank).to_numpy()]
+    k = ev[(ev["rank"] == rank) & (ev["device"] == device) & (ev["kind"] == "kernel")
+           & ev["correlation"].isin(calls["correlation"])]
+    if k.empty:
+        return empty
+    span = k.groupby("correlation").agg(s=("start_us", "min"), e=("end_us", "max"))
+    return span["s"].to_numpy(), span["e"].to_numpy()
+
+
+def _is_launch_call(name: str) -> bool:
+    return name.startswith(LAUNCH_PREFIXES)
+
+
+_SYNCING_OP_SET = frozenset(SYNCING_OPS)
+
+
+def is_sync_call(trace: Trace) -> np.ndarray:
+    return name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+
+
+def host_union(trace: Trace, rank: int, cause: str):
+    """Union of host time spent on one activity: ``sync``, ``data_wait``, ``collective``, ``launch``."""
+
+    def mask(ev: pd.DataFrame) -> pd.Series:
+        on_rank = (ev["rank"] == rank) & (ev["device"] < 0)
+        if cause == "sync":
+            return on_rank & is_sync_call(trace)
+        if cause == "data_wait":
+            return on_rank & ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
+        if cause == "collective":
+            return on_rank & (ev["kind"] == "collective")
+        if cause == "launch":  # dispatching: framework ops and the launch calls they make
+            launches = name_mask(trace, "launch", _is_launch_call)
+            return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
+        if cause == "host_compute":  # framework ops on threads that are not collective threads
+            coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
+            return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
+        raise ValueError(f"unknown host activity {cause!r}")
+
+    us, ue = _union(trace, ("host", rank, cause), mask)
+    if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
+        # Nsight-only traces record no framework ops, so the dispatch work between two launch
+        # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,
+        # and so does a range dense in launch calls (a model's forward / backward / optimizer).
+        memo = _memo(trace)
+        key = ("host", rank, "launch_without_ops")
+        if key not in memo:
+            rs, re_ = _dispatch_ranges(trace, rank, us)
+            memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
+        return memo[key]
+    return us, ue
+
+
+def _dispatch_ranges(trace: Trace, rank: int, launch_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Innermost host ranges (not steps, not data waits) with at least LAUNCH_RANGE_PER_MS launch
+    calls per millisecond: the host is dispatching GPU work through all of them."""
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (ev["device"] < 0)]
+    if ann.empty:
+        return np.zeros(0), np.zeros(0)
+    names = ann["name"]
+    ann = ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
+    keep_s, keep_e = [], []
+    starts = np.sort(launch_starts)
+    for _, grp in ann.groupby("tid"):
+        s, e = grp["start_us"].to_numpy(), grp["end_us"].to_numpy()
+        # innermost: no other range of the thread starts inside it
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        inner = np.r_[s[1:] >= e[:-1], True] if s.size else np.zeros(0, bool)
+        n = np.searchsorted(starts, e) - np.searchsorted(starts, s)
+        dense = inner & (n >= _th.LAUNCH_RANGE_PER_MS * np.maximum(e - s, 1e-9) / 1e3) & (n > 0)
+        keep_s.append(s[dense])
+        keep_e.append(e[dense])
+    return (np.concatenate(keep_s), np.concatenate(keep_e)) if keep_s else (np.zeros(0), np.zeros(0))

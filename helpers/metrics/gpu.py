@@ -1,0 +1,159 @@
+"""GPU busy and idle time, and the idle gaps blamed on what the host was doing meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..model import GPU_WORK_KINDS, Trace
+from ._cache import _cached
+from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, host_union, is_sync_call
+from .intervals import gaps_in, merge_intervals, overlap
+from .syncs import sync_stats
+from .windows import _devices_of, windows
+
+
+@_cached
+def gpu_busy(trace: Trace) -> pd.DataFrame:
+    """Per rank, device and window: ``busy_us``, ``kernel_us`` (compute only), ``idle_us``, ``busy_share``."""
+    rows = []
+    for rank in trace.ranks:
+        win = windows(trace, rank)
+        for device in _devices_of(trace, rank):
+            us, ue = gpu_work_union(trace, rank, device)
+            ks, ke = gpu_work_union(trace, rank, device, ("kernel",))
+            ws, we = win["start_us"].to_numpy(), win["end_us"].to_numpy()
+            busy = overlap(us, ue, ws, we)
+            kern = overlap(ks, ke, ws, we)
+            for step, w, b, k in zip(win["step"], we - ws, busy, kern):
+                rows.append((rank, device, int(step), w, b, k, w - b, b / w if w > 0 else 0.0))
+    return pd.DataFrame(rows, columns=["rank", "device", "step", "window_us", "busy_us", "kernel_us", "idle_us", "busy_share"])
+
+
+@_cached
+def stream_busy(trace: Trace) -> pd.DataFrame:
+    """Per rank, device and stream: GPU work on that stream over the analysis windows (``busy_us, window_us, busy_share``)."""
+    rows = []
+    ev = trace.events
+    work = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["device"] >= 0)]
+    for (rank, device, stream), grp in work.groupby(["rank", "device", "stream"]):
+        win = windows(trace, int(rank))
+        us, ue = merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy())
+        busy = float(overlap(us, ue, win["start_us"].to_numpy(), win["end_us"].to_numpy()).sum())
+        total = float(win["dur_us"].sum())
+        rows.append((int(rank), int(device), int(stream), busy, total, busy / total if total else 0.0))
+    return pd.DataFrame(rows, columns=["rank", "device", "stream", "busy_us", "window_us", "busy_share"])
+
+
+def gpu_utilization(trace: Trace) -> float:
+    """Share of step time (all steps, devices and ranks together) in which a GPU had work. NaN without GPU events."""
+    busy = gpu_busy(trace)
+    if busy.empty:
+        return float("nan")
+    return float(busy["busy_us"].sum() / busy["window_us"].sum())
+
+
+@_cached
+def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
+    """GPU idle gaps inside the analysis windows, each with what the host was doing meanwhile.
+
+    Columns: ``rank, device, step, start_us, end_us, dur_us, cause`` and the microseconds of the
+    gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
+    ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
+    blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
+    the gap, in the order data_wait, collective, launch; else ``other``.
+    """
+    cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
+            "sync_us", "data_wait_us", "collective_us", "launch_us"]
+    out = []
+    for rank in trace.ranks:
+        win = windows(trace, rank)
+        host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
+        sync_ends = np.sort(trace.events.loc[(trace.events["rank"] == rank) & is_sync_call(trace), "end_us"].to_numpy())
+        for device in _devices_of(trace, rank):
+            us, ue = gpu_work_union(trace, rank, device)
+            # Collect every window's gaps, then ask each host activity once (not once per window).
+            pieces = [(step, *gaps_in(us, ue, ws, we)) for step, ws, we in zip(win["step"], win["start_us"], win["end_us"])]
+            gs = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
+            ge = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+            steps = np.concatenate([np.full(p[1].size, int(p[0])) for p in pieces]) if pieces else np.zeros(0, int)
+            keep = (ge - gs) > min_gap_us
+            gs, ge, steps = gs[keep], ge[keep], steps[keep]
+            if gs.size == 0:
+                continue
+            frame = {"rank": rank, "device": device, "step": steps, "start_us": gs, "end_us": ge, "dur_us": ge - gs}
+            for c, (hs, he) in host.items():
+                frame[f"{c}_us"] = overlap(hs, he, gs, ge)
+            # the gap starts as a sync returns: the host was blocked until the GPU drained
+            j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
+            jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
+            after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
+            frame["cause"] = _blame(after_sync, frame)
+            out.append(pd.DataFrame(frame))
+    if not out:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(out, ignore_index=True)[cols]
+
+
+def _blame(after_sync: np.ndarray, frame: dict[str, Any]) -> np.ndarray:
+    """A gap that starts as a sync returns is the sync's; otherwise the host activity filling half of it."""
+    dur = frame["dur_us"]
+    cause = np.full(dur.size, "other", dtype=object)
+    cause[after_sync] = "sync"
+    undecided = ~after_sync
+    for name in ("data_wait", "collective", "launch"):
+        hit = undecided & (frame[f"{name}_us"] >= 0.5 * dur)
+        cause[hit] = name
+        undecided &= ~hit
+    return cause
+
+
+def idle_by_cause(trace: Trace) -> dict[str, float]:
+    """Microseconds of GPU idle time blamed on each cause, summed over windows and devices."""
+    gaps = idle_gaps(trace)
+    totals = {c: 0.0 for c in CAUSES}
+    if not gaps.empty:
+        for cause, us in gaps.groupby("cause")["dur_us"].sum().items():
+            totals[str(cause)] = float(us)
+    return totals
+
+
+def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
+    """GPU idle time (microseconds) by the cause a fix would remove: the one cost model that
+    ``summary`` shows and ``diagnose`` ranks by.
+
+    Starts from each gap's blame (:func:`idle_by_cause`). A sync's cost is capped at the time the
+    host was blocked in it; the rest of the gaps after it go to what the host did next. A host blocked in syncs cannot run
+    ahead, so the GPU then idles while the host loads or launches the next step's work: removing
+    the syncs restores at most the overlap they prevent, ``min(host blocked, GPU idle)``. That much
+    idle time moves to ``sync``, taken in proportion from the other causes. The parts add up to
+    the total idle time, so costs built on them never exceed the step.
+    """
+    idle = idle_by_cause(trace)
+    total = sum(idle.values())
+    if total <= 0:
+        return idle
+    blocked = sync_stats(trace)["blocked_us_per_step"] * max(int((windows(trace)["step"] >= 0).sum()), 1)
+    blocked *= max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
+    moved = min(blocked, total) - idle["sync"]
+    if moved < 0:
+        # More idle after syncs than the host ever waited in them: the rest of those gaps is what
+        # the host did next (host work, loading, launching), which removing the sync does not buy.
+        gaps = idle_gaps(trace)
+        after = gaps[gaps["cause"] == "sync"]
+        frame = {c: after[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+        alt = pd.Series(after["dur_us"].to_numpy()).groupby(_blame(np.zeros(len(after), bool), frame)).sum()
+        out = dict(idle)
+        out["sync"] = idle["sync"] + moved
+        for cause, us in alt.items():
+            out[str(cause)] += -moved * float(us) / float(alt.sum())
+        return out
+    others = total - idle["sync"]
+    if moved == 0 or others <= 0:
+        return idle
+    keep = 1.0 - min(moved, others) / others
+    out = {c: (v if c == "sync" else v * keep) for c, v in idle.items()}
+    out["sync"] = idle["sync"] + min(moved, others)
+    return out

@@ -1,0 +1,69 @@
+"""Interval arithmetic on sorted ``(starts, ends)`` arrays: unions, overlaps, gaps, intersections."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals, as sorted disjoint ``(starts, ends)`` arrays."""
+    starts = np.asarray(starts, dtype="float64")
+    ends = np.asarray(ends, dtype="float64")
+    if starts.size == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, s.size - 1]
+    return s[first], run_end[last]
+
+
+def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the union ``(us, ue)`` that lies before each time ``t``."""
+    t = np.asarray(t, dtype="float64")
+    if us.size == 0:
+        return np.zeros_like(t)
+    cum = np.r_[0.0, np.cumsum(ue - us)]
+    i = np.searchsorted(us, t, side="right") - 1
+    safe = np.clip(i, 0, None)
+    part = np.clip(np.minimum(t, ue[safe]) - us[safe], 0, None)
+    return np.where(i >= 0, cum[safe] + part, 0.0)
+
+
+def overlap(us: np.ndarray, ue: np.ndarray, qs: np.ndarray, qe: np.ndarray) -> np.ndarray:
+    """How much of each query interval ``[qs, qe)`` the union ``(us, ue)`` covers."""
+    return covered_before(us, ue, qe) - covered_before(us, ue, qs)
+
+
+def gaps_in(us: np.ndarray, ue: np.ndarray, ws: float, we: float) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of ``[ws, we)`` that the union ``(us, ue)`` leaves uncovered."""
+    i0 = np.searchsorted(ue, ws, side="right")
+    i1 = np.searchsorted(us, we, side="left")
+    s = np.clip(us[i0:i1], ws, we)
+    e = np.clip(ue[i0:i1], ws, we)
+    gs = np.r_[ws, e]
+    ge = np.r_[s, we]
+    keep = ge > gs
+    return gs[keep], ge[keep]
+
+
+def intersect(as_, ae, bs, be) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two unions, as sorted disjoint ``(starts, ends)`` arrays."""
+    if as_.size == 0 or bs.size == 0:
+        return np.empty(0), np.empty(0)
+    i = j = 0
+    out_s, out_e = [], []
+    while i < as_.size and j < bs.size:
+        lo, hi = max(as_[i], bs[j]), min(ae[i], be[j])
+        if lo < hi:
+            out_s.append(lo)
+            out_e.append(hi)
+        if ae[i] < be[j]:
+            i += 1
+        else:
+            j += 1
+    return np.asarray(out_s), np.asarray(out_e)

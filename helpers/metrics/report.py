@@ -1,0 +1,143 @@
+"""Whole-trace figures: the step-time breakdown, the summary dict, and before/after comparisons (numbers only;
+:mod:`helpers.render` words them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from ..model import Trace
+from .activity import CAUSES, host_union
+from .comm import comm_stats, rank_imbalance
+from .copies import copy_stats
+from .data import data_wait
+from .gpu import gpu_busy, gpu_utilization, idle_cost_by_cause, idle_gaps, stream_busy
+from .intervals import intersect, overlap
+from .kernels import kernel_stats, launch_stats
+from .steady import stepped
+from .syncs import sync_stats
+from .windows import _devices_of, windows
+
+
+def step_breakdown(trace: Trace) -> pd.DataFrame:
+    """One row per (rank, step): step time split into where it went.
+
+    With GPU events: ``gpu_busy_us`` plus idle time by cause (``sync_us, data_wait_us,
+    collective_us, launch_us, other_us``), for the rank's first GPU. Without: host time in data
+    waits, exposed collectives and dispatching framework ops, and the rest as ``other_us``.
+    """
+    rows = []
+    gaps = idle_gaps(trace)
+    busy = gpu_busy(trace)
+    comm = comm_stats(trace)
+    for rank in trace.ranks:
+        win = windows(trace, rank)
+        devices = _devices_of(trace, rank)
+        if devices:
+            d = devices[0]
+            b = busy[(busy["rank"] == rank) & (busy["device"] == d)].set_index("step")
+            g = gaps[(gaps["rank"] == rank) & (gaps["device"] == d)]
+            by = g.groupby(["step", "cause"])["dur_us"].sum() if not g.empty else pd.Series(dtype=float)
+            for step, dur in zip(win["step"], win["dur_us"]):
+                row = {"rank": rank, "step": int(step), "step_us": dur, "gpu_busy_us": float(b.loc[step, "busy_us"])}
+                for c in CAUSES:
+                    row[f"{c}_us"] = float(by.get((step, c), 0.0))
+                rows.append(row)
+        else:
+            ws, we = win["start_us"].to_numpy(), win["end_us"].to_numpy()
+            ds, de = host_union(trace, rank, "data_wait")
+            os_, oe = host_union(trace, rank, "host_compute")
+            dw = overlap(ds, de, ws, we)
+            # framework ops outside the data waits (the loader's own ops are data loading)
+            disp = overlap(os_, oe, ws, we) - overlap(*intersect(os_, oe, ds, de), ws, we)
+            cm = comm[comm["rank"] == rank]["exposed_us"].to_numpy()
+            for i, (step, dur) in enumerate(zip(win["step"], win["dur_us"])):
+                rest = max(dur - dw[i] - cm[i] - disp[i], 0.0)
+                rows.append({"rank": rank, "step": int(step), "step_us": dur, "gpu_busy_us": float("nan"),
+                             "sync_us": 0.0, "data_wait_us": float(dw[i]), "collective_us": float(cm[i]),
+                             "launch_us": float(max(disp[i], 0.0)), "other_us": rest})
+    cols = ["rank", "step", "step_us", "gpu_busy_us", *(f"{c}_us" for c in CAUSES)]
+    return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols, dtype=float)
+
+
+def summary(trace: Trace) -> dict[str, Any]:
+    """Headline figures of a trace as a JSON-friendly dict (no DataFrames)."""
+    win = windows(trace)
+    steps = win[win["step"] >= 0]
+    kstats = kernel_stats(trace)
+    out: dict[str, Any] = {
+        "source": trace.source,
+        "format": trace.format,
+        "events": int(len(trace.events)),
+        "ranks": trace.ranks,
+        "devices": trace.devices,
+        "device_names": trace.metadata.get("device_names") or [],
+        "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
+        "has_gpu": trace.has_gpu,
+        "steps": int(len(steps)),
+        "steps_inferred": stepped(trace).metadata.get("steps_inferred"),  # None: the trace marks its steps
+        "step_time_ms": step_time_ms(trace),
+        **data_wait(trace),
+        "sync": {k: v for k, v in sync_stats(trace).items()},
+        "kernels": {k: v for k, v in kstats.items() if k != "top"},
+        "top_kernels": kstats["top"].to_dict("records"),
+    }
+    if trace.has_gpu:
+        out["gpu_utilization"] = gpu_utilization(trace)
+        out["streams"] = stream_busy(trace).to_dict("records")
+        out["idle_by_cause_us"] = idle_cost_by_cause(trace)  # the causes and numbers diagnose ranks by
+        out["launch"] = launch_stats(trace)
+        out["copies"] = copy_stats(trace).to_dict("records")
+    else:
+        out["gpu_utilization"] = None  # no GPU activity: GPU figures are not available, host-side figures are
+    comm = comm_stats(trace)
+    if not comm.empty and comm["collective_us"].sum() > 0:
+        out["communication"] = {
+            "collective_us_per_step": float(comm.groupby("step")["collective_us"].mean().mean()),
+            "exposed_us_per_step": float(comm.groupby("step")["exposed_us"].mean().mean()),
+            "exposed_share": float(comm["exposed_us"].sum() / comm["window_us"].sum()),
+        }
+        imb = rank_imbalance(trace)
+        out["communication"]["compute_spread"] = imb["compute_spread"]
+    return out
+
+
+def comparison(before: Trace, after: Trace) -> pd.DataFrame:
+    """What changed between two traces: ``metric, before, after, better`` (numbers; ``better`` is
+    ``lower`` or ``higher``). :func:`helpers.render.change_text` words the change."""
+    rows = []
+    for label, fn, better in _COMPARED:
+        b, a = fn(before), fn(after)
+        if b is None and a is None:
+            continue
+        rows.append((label, b, a, better))
+    return pd.DataFrame(rows, columns=["metric", "before", "after", "better"])
+
+
+def step_time_ms(t: Trace) -> float | None:
+    """Mean step time: the steps' total span (up to the end of their GPU work) over their number."""
+    w = windows(t)
+    w = w[w["step"] >= 0] if (w["step"] >= 0).any() else w
+    if w.empty:
+        return None
+    return float(w.groupby("rank")["dur_us"].mean().max() / 1e3)
+
+
+def _comm(t: Trace, col: str) -> float | None:
+    cs = comm_stats(t)
+    if cs.empty or cs["collective_us"].sum() <= 0:
+        return None
+    return float(cs.groupby("step")[col].mean().mean() / 1e3)
+
+
+_COMPARED = [
+    ("step time (ms, mean)", step_time_ms, "lower"),
+    ("GPU utilization", lambda t: gpu_utilization(t) if t.has_gpu else None, "higher"),
+    ("kernels per step", lambda t: kernel_stats(t)["per_step"] if t.has_gpu else None, "lower"),
+    ("data wait (ms/step)", lambda t: data_wait(t)["data_wait_us_per_step"] / 1e3, "lower"),
+    ("sync points per step", lambda t: sync_stats(t)["sync_points_per_step"] if t.has_gpu else None, "lower"),
+    ("host blocked in syncs (ms/step)", lambda t: sync_stats(t)["blocked_us_per_step"] / 1e3 if t.has_gpu else None, "lower"),
+    ("exposed communication (ms/step)", lambda t: _comm(t, "exposed_us"), "lower"),
+]
