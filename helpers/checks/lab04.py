@@ -191,9 +191,12 @@ def check_bucket_sweep(sweep: Any) -> str:
     counts = sorted((float(r["bucket_cap_mb"]), collectives_per_step(r["trace"])) for r in rows)
     smallest, largest = counts[0], counts[-1]
     if smallest[1] <= largest[1]:
-        _check("comm", name, False,
-               f"your {smallest[0]:g} MB and {largest[0]:g} MB runs both show {smallest[1]:.0f} vs {largest[1]:.0f} "
-               "all-reduces a step: the bucket size is not reaching DDP (does your function pass bucket_cap_mb on?)")
+        shows = (f"your {smallest[0]:g} MB and {largest[0]:g} MB runs both show {smallest[1]:.0f} all-reduces a step"
+                 if smallest[1] == largest[1] else
+                 f"your {smallest[0]:g} MB run shows {smallest[1]:.0f} all-reduces a step, no more than your "
+                 f"{largest[0]:g} MB run's {largest[1]:.0f}")
+        _check("comm", name, False, f"{shows}: the bucket size is not reaching DDP (does your function pass "
+               "bucket_cap_mb on?)")
     table = ", ".join(f"{mb:g} MB: {n:.0f} all-reduces" for mb, n in counts)
     _record("comm", name, True)
     return f"passed: {name} ({table} a step, per rank)"

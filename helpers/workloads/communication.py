@@ -12,7 +12,9 @@ bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (gloo has 
 no_sync:      the same per-rank batch in ACCUM micro-batches, ``no_sync()`` on all but the last:
               still one all-reduce a step, so it only adds work here (it pays off when the
               micro-batches are what fits in memory and the accumulation replaces more steps).
-imbalance:    DDP on a global batch split by :func:`split_rows`, which gives the last rank 4x the rows.
+imbalance:    DDP, but the last rank gets IMBALANCE x the batch.
+
+The lab's second job is DDP on one global batch split by :func:`split_rows` (``run(shard=split_rows)``).
 
 The learner's own code runs in the ranks too: ``run(wrap=fn, **options)`` trains the same model on
 ``wrap(model, **options)`` (their DDP configuration), ``run(shard=fn)`` splits the global batch with
@@ -70,15 +72,20 @@ def make_model(width: int) -> nn.Module:
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(LAYERS)])
 
 
+#: Rows per rank in the second job's global batch, and the world size its split was written for.
+SHARD_ROWS, SPLIT_FOR_WORLD = 288, 16
+
+
 def global_rows(world: int) -> int:
-    """Rows in the second job's global batch: BATCH for each rank, plus IMBALANCE - 1 extra BATCHes."""
-    return BATCH * (world - 1) + BATCH * IMBALANCE
+    """Rows in the second job's global batch: SHARD_ROWS for each rank."""
+    return SHARD_ROWS * world
 
 
 def split_rows(n: int, rank: int, world: int) -> tuple[int, int]:
-    """The rows of the global batch this rank trains on: every rank takes BATCH rows, the last the rest."""
-    start = rank * BATCH
-    stop = n if rank == world - 1 else start + BATCH
+    """The rows of the global batch this rank trains on (the second job's split of its batch)."""
+    per_rank = n // SPLIT_FOR_WORLD  # the shard size of the 16-rank job this code came from
+    start = rank * per_rank
+    stop = n if rank == world - 1 else start + per_rank
     return start, stop
 
 
@@ -168,8 +175,10 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
                 step(i)
         return step_with_rows
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    rows = split_rows(global_rows(world), rank, world) if variant == "imbalance" else None
-    x, y = _batch(rank, world, device, width, rows)
+    batch = BATCH * (IMBALANCE if variant == "imbalance" and rank == world - 1 else 1)
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(batch, width, generator=g).to(device)
+    y = torch.randn(batch, width, generator=g).to(device)
     if variant == "manual":
         return manual_step(model, x, y, opt, world)
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=1 if variant == "tiny_buckets" else 25)
