@@ -15,7 +15,6 @@ CASES = [
     ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), b_f("h2d_copy")),
     ("launch", lambda br, fx: checks.check_launch_fixed(br, fx, 4.0), b_f("launch_overhead", "broken", "graphs")),
     ("sync", lambda br, fx: checks.check_sync_fixed(br, fx), b_f("sync_stall")),
-    ("comm", lambda br, fx: checks.check_comm_fixed(br, fx, 1.2), b_f("communication", "manual", "ddp", "cpu")),
     ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), b_f("mystery")),
 ]
 
