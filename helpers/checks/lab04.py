@@ -222,8 +222,8 @@ def check_comm_hook(plain: Trace, hooked: Trace) -> str:
     if not nccl.empty:
         half = nccl["name"].str.contains(r"_(?:b?f16|half|bfloat16)", case=False, regex=True)
         if not half.any():
-            _check("comm", name, False, f"Your hooked trace's all-reduce kernels are {nccl['name'].iloc[0]}: full "
-                   "precision. Is the hook registered on the module your function returns?")
+            _check("comm", name, False, f"Your hooked trace's all-reduce kernels are {nccl['name'].iloc[0]}: the buckets "
+                   "still go over the wire in fp32. Is the hook registered on the module your function returns?")
     else:
         c_plain, c_hook = _cast_ms(plain), _cast_ms(hooked)
         if c_hook < max(3 * c_plain, 0.5):

@@ -8,7 +8,7 @@ The variants, for recording (``tools/record_traces.py``):
 manual:       no DDP; after backward every gradient is all-reduced by hand, one call per tensor.
 ddp:          DistributedDataParallel with its default 25 MB buckets.
 tiny_buckets: DDP with bucket_cap_mb=1.
-bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (gloo has no bf16 all-reduce).
+bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (PyTorch documents its bf16 hook for NCCL).
 no_sync:      the same per-rank batch in ACCUM micro-batches, ``no_sync()`` on all but the last:
               still one all-reduce a step, so it only adds work here (it pays off when the
               micro-batches are what fits in memory and the accumulation replaces more steps).
@@ -185,7 +185,7 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
     if variant == "bf16_hook":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        # gloo has no bf16 all-reduce: on gloo this is the fp16 hook (half the bytes either way).
+        # PyTorch documents bf16_compress_hook for NCCL (>= 2.9.6): on gloo the fp16 hook (half the bytes either way).
         hook = default_hooks.bf16_compress_hook if dist.get_backend() == "nccl" else default_hooks.fp16_compress_hook
         ddp.register_comm_hook(dist.group.WORLD, hook)
     micro = ACCUM if variant == "no_sync" else 1
