@@ -341,7 +341,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
 
 
 def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmup: int, out_dir: str | None,
-               result_dir: str, learner: dict[str, Any] | None = None) -> None:
+               result_dir: str, learner: dict[str, Any] | None = None, pin_cores: bool = True) -> None:
     os.environ.update(SAFE_ENV)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
@@ -351,7 +351,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
     else:
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         per_rank = max(1, len(cores) // world)
-        if len(cores) >= world:  # each rank on cores of its own, as CPU jobs should be run
+        if pin_cores and len(cores) >= world:  # each rank on cores of its own, as the recordings ran
             os.sched_setaffinity(0, set(cores[rank * per_rank:(rank + 1) * per_rank]))
         torch.set_num_threads(per_rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
@@ -417,13 +417,15 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
 
 
 def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
-        *, wrap: Callable | None = None, shard: Callable | None = None, **options: Any) -> dict:
+        *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool = True, **options: Any) -> dict:
     """Run the job in ``world_size`` fresh processes; returns per-rank step times (and the trace folder).
 
     ``variant`` picks one of :data:`VARIANTS` (default ``manual``). Or run your own code in the ranks:
     ``wrap(model, **options)`` returns the module to train (your DDP configuration); ``shard(n, rank,
     world)`` returns the (start, stop) rows of the global batch each rank trains on (DDP with its
-    defaults unless ``wrap`` is given too). Every rank is stopped if one fails or on Ctrl-C: no process
+    defaults unless ``wrap`` is given too). On CPUs, ``pin_cores`` gives each rank cores of its own (as
+    the recordings ran); ``False`` lets the ranks share all cores, so that a core busy with other work
+    slows both ranks alike rather than one. Every rank is stopped if one fails or on Ctrl-C: no process
     is left behind; a rank's own error is raised here.
     """
     learner = None
@@ -450,7 +452,7 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     result_dir = Path(out_dir) if out_dir else Path(new_run_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "comm-results", name))
     os.environ.update(SAFE_ENV)  # inherited by the spawned ranks too
     ctx = mp.start_processes(_rank_main, args=(variant or "", world_size, free_port(), steps, warmup, out_dir,
-                                               str(result_dir), learner),
+                                               str(result_dir), learner, pin_cores),
                              nprocs=world_size, join=False, start_method="spawn")
     try:
         while not ctx.join():
