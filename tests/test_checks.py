@@ -21,7 +21,7 @@ CASES = [
     ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0), mine(b_f("data_stall"))),
     ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), mine(b_f("h2d_copy"))),
     # launch and sync: their fix checks refuse the course's recorded traces; tests/test_lab02.py, test_lab03.py
-    ("comm", lambda br, fx: checks.check_comm_fixed(br, fx, 1.2), b_f("communication", "manual", "ddp", "cpu")),
+    # comm: its fix check refuses recorded traces; tests/test_lab04.py runs it on live two-rank jobs
     ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), b_f("mystery")),
 ]
 

@@ -1,64 +1,317 @@
-"""Lab 04: communication and uneven load across ranks."""
+"""Lab 04: data-parallel training across ranks: the all-reduce and the split of work.
+
+The fix checks judge the learner's own traces (``learner_trace_problem`` refuses the course's
+recordings) from what the timeline shows structurally: when each all-reduce starts relative to the
+rank's backward compute, how many all-reduces a step, the casts a compression hook adds, the rows
+each rank trains on. Times (exposed communication, step time, compute spread) are reported beside
+the verdict; with gloo on one core per rank they move with the machine's load.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
 from .. import metrics as m
-from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "comm": {"gpu": ("check_read_exposed_comm", "check_comm_fixed"), "cpu": ("check_read_exposed_comm", "check_comm_fixed")},
-    # the imbalance exercise needs the learner's own fix (issue 9): until it exists the item cannot be earned
-    "imbalance": {"gpu": ("check_imbalance_fixed",), "cpu": ("check_imbalance_fixed",)},
+    "comm": {t: ("check_reading[comm]", "check_comm_fixed", "check_bucket_sweep") for t in ("gpu", "cpu")},
+    "imbalance": {t: ("check_reading[imbalance]", "check_imbalance_fixed") for t in ("gpu", "cpu")},
 }
 
+#: A rank's backward compute: the autograd engine's per-node functions (host side, Kineto traces).
+_AUTOGRAD = "autograd::engine::evaluate_function"
+_ROWS = re.compile(r"^rows (\d+):(\d+) of (\d+)$")
+_CASTS = ("aten::_to_copy",)
 
-# --- lab 04 ----------------------------------------------------------------------------------
+
+# --- what the learner's traces show ----------------------------------------------------------
+def _collectives(trace: Trace) -> pd.DataFrame:
+    ev = trace.events
+    return ev[ev["kind"] == "collective"]
+
+
+def collectives_per_step(trace: Trace) -> float:
+    """All-reduces (collective events) per step on one rank, averaged over ranks and steps."""
+    coll = _collectives(trace)
+    coll = coll[coll["step"] >= 0]
+    steps = len(trace.steps) or 1
+    return float(len(coll) / steps)
+
+
+def _host_start(trace: Trace, coll: pd.DataFrame) -> np.ndarray:
+    """When the host started each collective: its own start for gloo ranges, the launch call's for NCCL kernels."""
+    start = coll["start_us"].to_numpy(dtype=float).copy()
+    on_gpu = (coll["device"] >= 0).to_numpy()
+    if on_gpu.any():
+        ev = trace.events
+        rt = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
+        launch = dict(zip(zip(rt["rank"], rt["correlation"]), rt["start_us"]))
+        for i in np.flatnonzero(on_gpu):
+            start[i] = launch.get((int(coll["rank"].iloc[i]), int(coll["correlation"].iloc[i])), start[i])
+    return start
+
+
+def overlap_starts(trace: Trace) -> dict[int, dict[str, float]]:
+    """Per rank: all-reduces per step, how many start before that step's backward compute has ended, and
+    how long after it ends the first all-reduce starts (ms, mean over steps; 0 when one starts before)."""
+    ev = trace.events
+    coll = _collectives(trace)
+    coll = coll[coll["step"] >= 0]
+    starts = _host_start(trace, coll)
+    auto = ev[(ev["kind"] == "cpu_op") & ev["name"].str.startswith(_AUTOGRAD) & (ev["step"] >= 0)]
+    back_end = auto.groupby(["rank", "step"])["end_us"].max()
+    out: dict[int, dict[str, float]] = {}
+    for rank in trace.ranks:
+        mine = (coll["rank"] == rank).to_numpy()
+        steps = sorted(set(trace.steps.loc[trace.steps["rank"] == rank, "step"].astype(int)))
+        early, total, lags = 0, 0, []
+        for step in steps:
+            sel = mine & (coll["step"] == step).to_numpy()
+            total += int(sel.sum())
+            end = back_end.get((rank, step))
+            if end is None or not sel.any():
+                continue
+            s = starts[sel]
+            early += int((s < end).sum())
+            lags.append(max(0.0, float(s.min() - end)) / 1e3)
+        n = len(steps) or 1
+        out[rank] = {"per_step": total / n, "early_per_step": early / n,
+                     "lag_ms": float(np.mean(lags)) if lags else float("nan")}
+    return out
+
+
+def _exposed_ms(trace: Trace) -> float:
+    cs = m.comm_stats(trace)
+    return float(cs["exposed_us"].mean() / 1e3) if not cs.empty else 0.0
+
+
+def _per_rank(trace: Trace) -> pd.DataFrame:
+    cs = m.comm_stats(trace)
+    return (cs.groupby("rank")[["window_us", "compute_us", "exposed_us", "collective_us"]].mean() / 1e3) if not cs.empty \
+        else pd.DataFrame(columns=["window_us", "compute_us", "exposed_us", "collective_us"])
+
+
+def _step_ms(trace: Trace) -> float:
+    w = m.windows(trace)
+    return float(w["dur_us"].mean() / 1e3) if not w.empty else float("nan")
+
+
+def _ranks_word(n: int) -> str:
+    return "both ranks" if n == 2 else f"all {n} ranks" if n > 2 else "the rank"
+
+
+def _refuse(item: str, name: str, *traces: Trace) -> None:
+    problem = learner_trace_problem(*traces)
+    if problem:
+        _record(item, name, False)
+        raise CheckFailed(problem)
+
+
+# --- the checks --------------------------------------------------------------------------------
 def check_comm_diagnosed(trace: Trace) -> str:
+    """The diagnosis of a trace names communication (reads a trace; earns no credit on its own)."""
     found = [f.pattern for f in diagnose(trace)]
     return _check("comm", "check_comm_diagnosed", "communication" in found or "load_imbalance" in found,
                   f"Findings: {found}; expected communication. Compare the gloo/NCCL lane with the compute "
                   "lanes: is all-reduce time hidden under backward or sitting alone?")
 
 
-def check_read_exposed_comm(answer_ms: float, trace: Trace, rank: int = 0) -> str:
-    """Exposed collective time per step on ``rank``, in milliseconds (20% tolerance)."""
-    cs = m.comm_stats(trace)
-    want = float(cs.loc[cs["rank"] == rank, "exposed_us"].mean() / 1e3)
-    return _check("comm", "check_read_exposed_comm", _close(float(answer_ms), want, 0.20, 0.5),
-                  f"{answer_ms} ms is off for rank {rank}. Exposed = time on the collective lane during which the "
-                  "rank's compute lane (its main CPU thread, or its compute stream on a GPU) is empty, per step.")
+def check_comm_fixed(before: Trace, after: Trace) -> str:
+    """Your DDP job's all-reduce starts while backward still computes, on every rank.
 
-
-def check_comm_fixed(before: Trace, after: Trace, min_gain: float = th.PASS_EXPOSED_COMM_DROP) -> str:
-    """After the fix: exposed collective time per unit of compute down by at least ``min_gain`` x.
-
-    A ratio of two times from the same steps, so a slower (busier) machine stretches both alike.
+    Judged from ``after``'s timeline: each all-reduce's start (on the host) against the end of that
+    step's backward compute. Exposed communication and step time before -> after are reported.
     """
-    def exposed_per_compute(t: Trace) -> float:
-        cs = m.comm_stats(t)
-        return float(cs["exposed_us"].sum() / (cs["compute_us"].sum() or 1.0))
+    name = "check_comm_fixed"
+    _refuse("comm", name, before, after)
+    ov = overlap_starts(after)
+    if not ov or all(v["per_step"] == 0 for v in ov.values()):
+        _check("comm", name, False,
+               "Your trace has no all-reduce on any rank: the gradients are never averaged, so each rank trains a "
+               "model of its own. The module your function returns must all-reduce the gradients during backward.")
+    late = [r for r, v in ov.items() if v["per_step"] > 0 and v["early_per_step"] == 0]
+    if late:
+        lag = np.nanmean([ov[r]["lag_ms"] for r in late])
+        who = _ranks_word(len(ov)) if len(late) == len(ov) else f"rank {late[0]}"
+        _check("comm", name, False,
+               f"The all-reduce still starts after backward ends on {who}: no overlap ({ov[late[0]]['per_step']:.0f} "
+               f"all-reduces a step, the first {lag:.1f} ms after backward's last op). The gradients must go out "
+               "while backward is still computing the earlier layers.")
+    early = min(v["early_per_step"] / v["per_step"] for v in ov.values() if v["per_step"])
+    _record("comm", name, True)
+    return (f"passed: {name} (on every rank {early:.0%} or more of the {max(v['per_step'] for v in ov.values()):.0f} "
+            "all-reduces a step start while backward still computes). Reported, not judged: exposed communication "
+            f"{_exposed_ms(before):.1f} -> "
+            f"{_exposed_ms(after):.1f} ms a step, step {_step_ms(before):.1f} -> {_step_ms(after):.1f} ms (profiled).")
 
-    rb, ra = exposed_per_compute(before), exposed_per_compute(after)
-    if ra * min_gain <= rb:
-        return _check("comm", "check_comm_fixed", True, "")
-    # A busy machine stretches compute and gloo's threads unevenly; DDP's reducer ranges show the
-    # buckets' all-reduce is launched from backward, which is the fix, whatever the timing did.
-    ddp = bool(after.events["name"].str.contains("reducer::", regex=False).any())
-    if ddp and ra < rb:
-        _record("comm", "check_comm_fixed", True)
-        return (f"passed: check_comm_fixed (exposed per ms of compute {rb:.2f} -> {ra:.2f}, less than the {min_gain}x "
-                "a quiet machine shows: this machine is too busy to judge the timing; DDP's reducer all-reduces "
-                "buckets during backward)")
-    return _check("comm", "check_comm_fixed", False,
-                  f"Exposed communication per ms of compute {rb:.2f} -> {ra:.2f} (want {min_gain}x less). Let DDP "
-                  "all-reduce buckets while backward still runs (default buckets), or all-reduce less often (no_sync).")
+
+def _rows_of_sweep(sweep: Any) -> list[Mapping[str, Any]]:
+    if isinstance(sweep, pd.DataFrame):
+        return sweep.to_dict("records")
+    if isinstance(sweep, Iterable) and not isinstance(sweep, (str, bytes, Mapping)):
+        return list(sweep)
+    raise CheckFailed("sweep must be a list of dicts (or a DataFrame), one per run: "
+                      "{'bucket_cap_mb': ..., 'step_ms': ..., 'exposed_ms': ..., 'trace': ...}")
+
+
+def check_bucket_sweep(sweep: Any) -> str:
+    """Your ``bucket_cap_mb`` sweep: at least three sizes spanning 10x, each run your own trace; the
+    ``exposed_ms`` you plotted matches that run's trace; all-reduces per step fall as buckets grow."""
+    name = "check_bucket_sweep"
+    rows = _rows_of_sweep(sweep)
+    keys = ("bucket_cap_mb", "step_ms", "exposed_ms", "trace")
+    bad = [k for k in keys if any(k not in r for r in rows)] if rows else list(keys)
+    if bad or not all(isinstance(r["trace"], Trace) for r in rows):
+        _check("comm", name, False, f"each run needs {', '.join(keys)} (the trace as helpers.load returned it); "
+               f"missing: {', '.join(bad) or 'a Trace in trace'}")
+    _refuse("comm", name, *[r["trace"] for r in rows])
+    sizes = sorted({float(r["bucket_cap_mb"]) for r in rows})
+    if len(sizes) < 3 or sizes[0] <= 0 or sizes[-1] / sizes[0] < 10:
+        _check("comm", name, False, f"your sweep covers bucket_cap_mb {sizes}: run at least three sizes spanning 10x or "
+               "more (say 1 to 100 MB) to see where the per-call cost and the overlap balance")
+    problems = []
+    for r in rows:
+        want = _exposed_ms(r["trace"])
+        got = float(r["exposed_ms"])
+        if not _close(got, want, 0.25, 1.0):
+            problems.append(f"your exposed_ms for {r['bucket_cap_mb']:g} MB is {got:.1f}, but that run's trace shows "
+                            f"{want:.1f} ms a step of all-reduce with no compute beside it")
+    if problems:
+        _check("comm", name, False, "; ".join(problems[:2]))
+    counts = sorted((float(r["bucket_cap_mb"]), collectives_per_step(r["trace"])) for r in rows)
+    smallest, largest = counts[0], counts[-1]
+    if smallest[1] <= largest[1]:
+        shows = (f"your {smallest[0]:g} MB and {largest[0]:g} MB runs both show {smallest[1]:.0f} all-reduces a step"
+                 if smallest[1] == largest[1] else
+                 f"your {smallest[0]:g} MB run shows {smallest[1]:.0f} all-reduces a step, no more than your "
+                 f"{largest[0]:g} MB run's {largest[1]:.0f}")
+        _check("comm", name, False, f"{shows}: the bucket size is not reaching DDP (does your function pass "
+               "bucket_cap_mb on?)")
+    table = ", ".join(f"{mb:g} MB: {n:.0f} all-reduces" for mb, n in counts)
+    _record("comm", name, True)
+    return f"passed: {name} ({table} a step, per rank)"
+
+
+def _cast_ms(trace: Trace) -> float:
+    ev = trace.events
+    casts = ev[(ev["kind"] == "cpu_op") & ev["name"].isin(_CASTS) & (ev["step"] >= 0)]
+    return float(casts["dur_us"].sum() / 1e3 / max(1, len(trace.steps)))
+
+
+def check_comm_hook(plain: Trace, hooked: Trace) -> str:
+    """Your compression hook is in effect: the hooked job still all-reduces every step, in half precision
+    (NCCL kernels named f16/bf16 on GPUs; on gloo, the casts to and from fp16 on the rank's own thread)."""
+    name = "check_comm_hook"
+    _refuse("comm", name, plain, hooked)
+    n_plain, n_hook = collectives_per_step(plain), collectives_per_step(hooked)
+    if n_hook == 0:
+        _check("comm", name, False, "Your hooked trace has no all-reduce: the hook returns without averaging the "
+               "gradients across ranks (its future must come from dist.all_reduce(..., async_op=True)).")
+    coll = _collectives(hooked)
+    nccl = coll[coll["device"] >= 0]
+    if not nccl.empty:
+        half = nccl["name"].str.contains(r"_(?:b?f16|half|bfloat16)", case=False, regex=True)
+        if not half.any():
+            _check("comm", name, False, f"Your hooked trace's all-reduce kernels are {nccl['name'].iloc[0]}: the buckets "
+                   "still go over the wire in fp32. Is the hook registered on the module your function returns?")
+    else:
+        c_plain, c_hook = _cast_ms(plain), _cast_ms(hooked)
+        if c_hook < max(3 * c_plain, 0.5):
+            _check("comm", name, False,
+                   f"Your hooked trace casts for {c_hook:.2f} ms a step ({c_plain:.2f} ms without the hook): the buckets "
+                   "still go over the wire in fp32. Is the hook registered on the module your function returns?")
+    pp, ph = _per_rank(plain), _per_rank(hooked)
+    _record("comm", name, True)
+    return (f"passed: {name} ({n_hook:.0f} all-reduces a step, {n_plain:.0f} without the hook). Reported: all-reduce "
+            f"{pp['collective_us'].mean():.1f} -> {ph['collective_us'].mean():.1f} ms a step, casts "
+            f"{_cast_ms(plain):.1f} -> {_cast_ms(hooked):.1f} ms a step, step {_step_ms(plain):.1f} -> "
+            f"{_step_ms(hooked):.1f} ms (profiled)")
+
+
+def shard_rows(trace: Trace) -> dict[int, tuple[int, int, int]]:
+    """Per rank, the rows of the global batch it trained on, from the ``rows a:b of n`` ranges the
+    course's job writes into each step (empty for traces without them)."""
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & ev["name"].str.startswith("rows ")]
+    out: dict[int, tuple[int, int, int]] = {}
+    for rank, nm in zip(ann["rank"], ann["name"]):
+        mt = _ROWS.match(nm)
+        if mt:
+            out[int(rank)] = (int(mt.group(1)), int(mt.group(2)), int(mt.group(3)))
+    return out
+
+
+def _spread_words(trace: Trace) -> tuple[float, str]:
+    imb = m.rank_imbalance(trace)
+    per = imb["per_rank"]
+    if per is None or len(per) < 2:
+        return 0.0, "one rank only"
+    comp = per.set_index("rank")["compute_us"]
+    slow, fast = int(comp.idxmax()), int(comp.idxmin())
+    ratio = float(comp.max() / comp.min()) if comp.min() > 0 else math.inf
+    return imb["compute_spread"], f"rank {slow} computes {ratio:.1f}x rank {fast}"
+
+
+def check_imbalance_fixed(before: Trace, after: Trace) -> str:
+    """Your split gives every rank the same work: judged from your trace's rows per rank (every row of the
+    global batch once, counts within one row) and reported with the compute spread and the fast rank's
+    wait in the all-reduce, before -> after. Traces without row ranges are judged by the compute spread."""
+    name = "check_imbalance_fixed"
+    _refuse("imbalance", name, before, after)
+    spread_b, words_b = _spread_words(before)
+    spread_a, words_a = _spread_words(after)
+    pb, pa = _per_rank(before), _per_rank(after)
+    wait_b = float(pb["exposed_us"].max()) if not pb.empty else float("nan")
+    wait_a = float(pa["exposed_us"].max()) if not pa.empty else float("nan")
+    rows = shard_rows(after)
+    report = (f"compute spread {spread_b:.0%} -> {spread_a:.0%} ({words_a}), the waiting rank's exposed all-reduce "
+              f"{wait_b:.1f} -> {wait_a:.1f} ms a step")
+    if rows:
+        n = max(v[2] for v in rows.values())
+        spans = sorted((a, b, r) for r, (a, b, _) in rows.items())
+        covered, holes, twice = 0, [], []
+        for a, b, _r in spans:
+            if a > covered:
+                holes.append(f"{covered}:{a}")
+            elif a < covered:
+                twice.append(f"{a}:{min(b, covered)}")
+            covered = max(covered, b)
+        if covered < n:
+            holes.append(f"{covered}:{n}")
+        given = ", ".join(f"rank {r} rows {a}:{b}" for a, b, r in spans)
+        if holes or twice:
+            what = "; ".join(filter(None, [f"rows {', '.join(holes)} are never trained on" if holes else "",
+                                           f"rows {', '.join(twice)} twice" if twice else ""]))
+            _check("imbalance", name, False, f"Your split gives {given} of {n}: {what}. Every row of the global batch "
+                   "must go to exactly one rank.")
+        counts = {r: b - a for r, (a, b, _) in rows.items()}
+        if max(counts.values()) - min(counts.values()) > 1:
+            big = max(counts, key=counts.get)
+            small = min(counts, key=counts.get)
+            _check("imbalance", name, False,
+                   f"Spread still {spread_a:.0%}: {words_a}. Your split gives rank {big} {counts[big]} of {n} rows and "
+                   f"rank {small} {counts[small]}; the others wait for it in the all-reduce every step.")
+        _record("imbalance", name, True)
+        note = "" if spread_a < 0.25 else (" The compute spread left is this machine, not your split: the ranks do the "
+                                           "same work, one of them got less of its core.")
+        return f"passed: {name} ({given} of {n}). Reported: {report}.{note}"
+    ok = spread_a < 0.25 and spread_a < 0.5 * spread_b
+    return _check("imbalance", name, ok, f"Spread still {spread_a:.0%}: {words_a} (before: {spread_b:.0%}, {words_b}). "
+                  "The fast rank waits in the all-reduce for the slow one; give every rank the same work.")
 
 
 def check_imbalance_diagnosed(trace: Trace) -> str:
+    """The diagnosis of a trace names load imbalance (reads a trace; earns no credit on its own)."""
     imb = m.rank_imbalance(trace)
     found = [f.pattern for f in diagnose(trace)]
     return _check("imbalance", "check_imbalance_diagnosed", "load_imbalance" in found,

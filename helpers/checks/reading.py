@@ -277,8 +277,14 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
 def _what_the_trace_shows(sg: dict[str, Any], trace: Trace) -> str:
     """The trace's figures in words, without naming a pattern: the learner must still name it."""
     if not sg.get("has_gpu"):
-        return (f"the loop waits for its next batch {sg.get('cpu_data_wait_share', 0):.0%} of each step; "
+        text = (f"the loop waits for its next batch {sg.get('cpu_data_wait_share', 0):.0%} of each step; "
                 f"{sg.get('comm_exposed_share', 0):.0%} of it is exposed communication")
+        if len(trace.ranks) > 1 and "imbalance_spread" in sg:  # a multi-rank job: how far apart the ranks compute
+            per = m.rank_imbalance(trace)["per_rank"]
+            if len(per):
+                each = ", ".join(f"rank {int(r)} {c / 1e3:.1f} ms" for r, c in zip(per["rank"], per["compute_us"]))
+                text += f"; the ranks compute {each} a step (spread {sg['imbalance_spread']:.0%})"
+        return text
     idle = sg.get("gpu_idle_ms_per_step", {})
     words = {"data_wait": "while the host is in the DataLoader", "sync": "just after a host sync",
              "launch": "while the host launches kernels", "collective": "in collectives",

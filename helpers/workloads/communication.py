@@ -1,28 +1,50 @@
-"""Communication bottleneck and uneven load in data-parallel training (torch.distributed).
+"""Data-parallel training across ranks (torch.distributed): the course's two-rank jobs.
 
-Runs as a real multi-process job: one process per rank (NCCL on GPUs, gloo on CPUs).
+Runs as a real multi-process job: one process per rank (NCCL when the machine has a GPU per rank,
+else gloo on CPU tensors, one core per rank where the machine has them).
 
-manual:      no DDP; after backward every gradient is all-reduced by hand, one at a time,
-             so nothing overlaps and every tensor pays the collective's fixed cost.
-ddp:         DistributedDataParallel with its default 25 MB buckets, all-reduced while
-             backward is still running (overlap).
-tiny_buckets: DDP with bucket_cap_mb=1: many small all-reduces.
-bf16_hook:   DDP with a bf16 compression hook (fp16 on gloo): half the bytes on the wire.
-no_sync:     gradient accumulation over ACCUM micro-batches with ``no_sync()``: one all-reduce
-             per ACCUM micro-batches.
-imbalance:   DDP, but the last rank gets IMBALANCE x the batch: the others wait for it.
+The variants, for recording (``tools/record_traces.py``):
+
+manual:       no DDP; after backward every gradient is all-reduced by hand, one call per tensor.
+ddp:          DistributedDataParallel with its default 25 MB buckets.
+tiny_buckets: DDP with bucket_cap_mb=1.
+bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (PyTorch documents its bf16 hook for NCCL).
+no_sync:      the same per-rank batch in ACCUM micro-batches, ``no_sync()`` on all but the last:
+              still one all-reduce a step, so it only adds work here (it pays off when the
+              micro-batches are what fits in memory and the accumulation replaces more steps).
+imbalance:    DDP, but the last rank gets IMBALANCE x the batch.
+
+The lab's second job is DDP on one global batch split by :func:`split_rows` (``run(shard=split_rows)``).
+
+The learner's own code runs in the ranks too: ``run(wrap=fn, **options)`` trains the same model on
+``wrap(model, **options)`` (their DDP configuration), ``run(shard=fn)`` splits the global batch with
+``fn(n_rows, rank, world) -> (start, stop)``. Spawned ranks cannot unpickle a function defined in a
+notebook, so :func:`portable` sends its source (and what it uses from the notebook) and each rank
+rebuilds it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import builtins
 import contextlib
+import dis
+import importlib
+import inspect
 import json
+import linecache
 import os
+import pickle
 import socket
 import sys
+import textwrap
 import time
+import traceback
+import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -50,34 +72,120 @@ def make_model(width: int) -> nn.Module:
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(LAYERS)])
 
 
-def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: int):
+#: Rows per rank in the second job's global batch, and the world size its split was written for.
+SHARD_ROWS, SPLIT_FOR_WORLD = 288, 16
+
+
+def global_rows(world: int) -> int:
+    """Rows in the second job's global batch: SHARD_ROWS for each rank."""
+    return SHARD_ROWS * world
+
+
+def split_rows(n: int, rank: int, world: int) -> tuple[int, int]:
+    """The rows of the global batch this rank trains on (the second job's split of its batch)."""
+    per_rank = n // SPLIT_FOR_WORLD  # the shard size of the 16-rank job this code came from
+    start = rank * per_rank
+    stop = n if rank == world - 1 else start + per_rank
+    return start, stop
+
+
+def manual_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer, world: int):
+    """The first job's training step: no DDP; the gradients are averaged by hand after backward."""
+    def step(_: int) -> None:
+        with annotate("forward"):
+            loss = F.mse_loss(model(x), y)
+        with annotate("backward"):
+            loss.backward()
+        with annotate("all-reduce gradients"):
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= world
+        with annotate("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return step
+
+
+def learner_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer):
+    """The step ``run(wrap=...)`` and ``run(shard=...)`` train with: forward, backward, optimizer on the
+    module ``wrap`` returned, no all-reduce of its own."""
+    def step(_: int) -> None:
+        with annotate("forward"):
+            loss = F.mse_loss(module(x), y)
+        with annotate("backward"):
+            loss.backward()
+        with annotate("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return step
+
+
+def _batch(rank: int, world: int, device: torch.device, width: int, rows: tuple[int, int] | None):
+    if rows is None:  # a batch of BATCH rows of the rank's own
+        g = torch.Generator().manual_seed(rank)
+        return torch.randn(BATCH, width, generator=g).to(device), torch.randn(BATCH, width, generator=g).to(device)
+    g = torch.Generator().manual_seed(1234)  # one global batch, the same on every rank
+    n = global_rows(world)
+    xs, ys = torch.randn(n, width, generator=g), torch.randn(n, width, generator=g)
+    return xs[rows[0]:rows[1]].to(device), ys[rows[0]:rows[1]].to(device)
+
+
+def _rows_of(value: Any, n: int, who: str) -> tuple[int, int]:
+    """(start, stop) from what a shard function returned: a pair, a range or a slice of [0, n)."""
+    if isinstance(value, (range, slice)):
+        if value.step not in (None, 1):
+            raise ValueError(f"{who} returned {value!r}: give a contiguous stretch of rows, (start, stop)")
+        value = (value.start or 0, n if value.stop is None else value.stop)
+    try:
+        start, stop = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{who} returned {value!r}; it must return (start, stop), the rows of the global batch "
+                         "this rank trains on") from None
+    if not 0 <= start <= stop <= n:
+        raise ValueError(f"{who} returned ({start}, {stop}); rows must lie in 0..{n} with start <= stop")
+    return start, stop
+
+
+def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: int,
+             learner: dict[str, Any] | None = None):
     torch.manual_seed(0)
     model = make_model(width).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    if learner:
+        rows = None
+        if learner.get("shard"):
+            n = global_rows(world)
+            rows = _rows_of(materialize(learner["shard"])(n, rank, world), n, learner["shard"]["name"])
+        x, y = _batch(rank, world, device, width, rows)
+        if learner.get("wrap"):
+            module = materialize(learner["wrap"])(model, **learner.get("options", {}))
+            if not isinstance(module, nn.Module):
+                raise TypeError(f"{learner['wrap']['name']} returned {type(module).__name__}; return the module "
+                                "the step should call (the model, wrapped)")
+        else:
+            module = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        opt = torch.optim.SGD(module.parameters(), lr=1e-3)
+        step = learner_step(module, x, y, opt)
+        if rows is None:
+            return step
+        label = f"rows {rows[0]}:{rows[1]} of {global_rows(world)}"
+
+        def step_with_rows(i: int) -> None:  # the rows show in the trace: the checks read them there
+            with annotate(label):
+                step(i)
+        return step_with_rows
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = BATCH * (IMBALANCE if variant == "imbalance" and rank == world - 1 else 1)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(batch, width, generator=g).to(device)
     y = torch.randn(batch, width, generator=g).to(device)
     if variant == "manual":
-        def step(_: int) -> None:
-            with annotate("forward"):
-                loss = F.mse_loss(model(x), y)
-            with annotate("backward"):
-                loss.backward()
-            with annotate("all-reduce gradients"):
-                for p in model.parameters():  # one blocking collective per tensor, after backward
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
-            with annotate("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        return step
-    ids = [device.index] if device.type == "cuda" else None
+        return manual_step(model, x, y, opt, world)
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=1 if variant == "tiny_buckets" else 25)
     if variant == "bf16_hook":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        # bf16 all-reduce needs NCCL; on gloo the fp16 hook halves the bytes the same way.
+        # PyTorch documents bf16_compress_hook for NCCL (>= 2.9.6): on gloo the fp16 hook (half the bytes either way).
         hook = default_hooks.bf16_compress_hook if dist.get_backend() == "nccl" else default_hooks.fp16_compress_hook
         ddp.register_comm_hook(dist.group.WORLD, hook)
     micro = ACCUM if variant == "no_sync" else 1
@@ -97,8 +205,143 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
     return step
 
 
+def rank_table(trace) -> Any:
+    """Per rank, ms a step: the step, its forward and backward ranges, compute (the rank's PyTorch ops),
+    all-reduce time, and all-reduce time with no compute beside it (exposed)."""
+    import pandas as pd
+
+    from .. import metrics
+
+    cs = metrics.comm_stats(trace).groupby("rank")[["window_us", "compute_us", "collective_us", "exposed_us"]].mean() / 1e3
+    ev = trace.events
+    ranges = ev[(ev["kind"] == "annotation") & ev["name"].isin(("forward", "backward")) & (ev["step"] >= 0)]
+    steps = trace.steps.groupby("rank").size()
+    phases = ranges.groupby(["rank", "name"])["dur_us"].sum().unstack(fill_value=0.0).div(steps, axis=0) / 1e3
+    table = pd.DataFrame({"step": cs["window_us"], "forward": phases.get("forward"), "backward": phases.get("backward"),
+                          "compute": cs["compute_us"], "all-reduce": cs["collective_us"], "exposed": cs["exposed_us"]})
+    table.index.name = "rank"
+    return table
+
+
+# --- the learner's functions, sent to spawned ranks as source ----------------------------------
+_SIMPLE = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _loaded_globals(code: types.CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _loaded_globals(const)
+    return names
+
+
+def _importable(obj: Any) -> tuple[str, str] | None:
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not mod or not qual or mod == "__main__" or "<" in qual:
+        return None
+    try:
+        target: Any = importlib.import_module(mod)
+        for part in qual.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError):
+        return None
+    return (mod, qual) if target is obj else None
+
+
+def portable(fn: Callable) -> dict[str, Any]:
+    """``fn`` as something a spawned rank can rebuild: its source, the sources of the notebook functions
+    it calls, and the modules and values they use. Raises ValueError naming what cannot be sent."""
+    spec: dict[str, Any] = {"name": getattr(fn, "__name__", repr(fn)), "sources": {}, "globals": {}}
+    _collect(fn, spec)
+    return spec
+
+
+def _collect(fn: Callable, spec: dict[str, Any]) -> None:
+    if not inspect.isfunction(fn):
+        raise ValueError(f"{fn!r} is not a function: pass a function defined with def")
+    name = fn.__name__
+    if name == "<lambda>" or "<locals>" in fn.__qualname__ or fn.__closure__:
+        raise ValueError(f"{fn.__qualname__} cannot be sent to the ranks: define it with def at the top level of a cell")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        raise ValueError(f"the source of {name} cannot be found: define it with def in a notebook cell or a file") from None
+    spec["sources"][name] = None  # being collected: a function that calls this one back stops here
+    needed = _loaded_globals(fn.__code__)
+    optional = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for g in sorted(needed | optional):
+        if g == name or g in spec["globals"] or g in spec["sources"]:
+            continue
+        if g not in fn.__globals__:
+            if g in needed and not hasattr(builtins, g):
+                raise ValueError(f"{name} uses {g!r}, which is not defined yet: run the cell that defines it first")
+            continue
+        value = fn.__globals__[g]
+        if inspect.isfunction(value) and value.__globals__ is fn.__globals__ and _importable(value) is None:
+            _collect(value, spec)  # another function of the notebook: its source travels too
+            continue
+        try:
+            spec["globals"][g] = _portable_value(value)
+        except ValueError as exc:
+            if g in needed:
+                raise ValueError(f"{name} uses {g!r} ({type(value).__name__}) from the notebook, which the rank "
+                                 f"processes cannot receive ({exc}): create it inside {name}, or pass it as an option") from None
+    del spec["sources"][name]
+    spec["sources"][name] = source  # after the functions it uses
+
+
+def _portable_value(value: Any) -> tuple[str, Any]:
+    if isinstance(value, types.ModuleType):
+        return ("module", value.__name__)
+    ref = _importable(value)
+    if ref is not None:
+        return ("import", ref)
+    if isinstance(value, (*_SIMPLE, tuple, list, dict, frozenset, set)):
+        try:
+            return ("value", pickle.dumps(value))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure means it cannot travel
+            raise ValueError(str(exc)) from None
+    raise ValueError("only modules, importable functions and classes, other functions of the notebook and plain "
+                     "values travel")
+
+
+def materialize(spec: dict[str, Any]) -> Callable:
+    """Rebuild a function :func:`portable` described (in the rank process)."""
+    ns: dict[str, Any] = {"__name__": "__learner__", "__builtins__": builtins}
+    for g, (kind, payload) in spec["globals"].items():
+        if kind == "module":
+            ns[g] = importlib.import_module(payload)
+        elif kind == "import":
+            target: Any = importlib.import_module(payload[0])
+            for part in payload[1].split("."):
+                target = getattr(target, part)
+            ns[g] = target
+        else:
+            ns[g] = pickle.loads(payload)
+    for fname, src in spec["sources"].items():
+        filename = f"<your {fname}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        exec(compile(src, filename, "exec"), ns)  # noqa: S102 - the learner's own code, in their own rank
+    return ns[spec["name"]]
+
+
+# --- the job -------------------------------------------------------------------------------------
+def _error_record(exc: BaseException) -> dict[str, Any]:
+    rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc),
+                           "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+    if type(exc).__name__ == "ExerciseNotDone":
+        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"))
+    else:
+        try:
+            rec["pickled"] = pickle.dumps(exc).hex()
+            pickle.loads(bytes.fromhex(rec["pickled"]))
+        except Exception:  # noqa: BLE001 - an exception that does not survive pickling travels as text
+            rec.pop("pickled", None)
+    return rec
+
+
 def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmup: int, out_dir: str | None,
-               result_dir: str) -> None:
+               result_dir: str, learner: dict[str, Any] | None = None, pin_cores: bool = True) -> None:
     os.environ.update(SAFE_ENV)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
@@ -108,7 +351,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
     else:
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         per_rank = max(1, len(cores) // world)
-        if len(cores) >= world:  # each rank on cores of its own, as CPU jobs should be run
+        if pin_cores and len(cores) >= world:  # each rank on cores of its own, as the recordings ran
             os.sched_setaffinity(0, set(cores[rank * per_rank:(rank + 1) * per_rank]))
         torch.set_num_threads(per_rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
@@ -116,7 +359,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         if os.environ.get("HELPERS_CRASH_RANK") == str(rank):  # fault injection for the tests
             raise RuntimeError(f"rank {rank} crashed on purpose")
         width = 4096 if cuda else 1024
-        step = _step_fn(variant, rank, world, device, width)
+        step = _step_fn(variant, rank, world, device, width, learner)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         for i in range(warmup):
             step(i)
@@ -143,28 +386,78 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
             trace_path = str(save_trace(prof, Path(out_dir) / f"rank{rank}.json.gz"))
         Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
             {"rank": rank, "step_ms": ms, "device": str(device), "backend": dist.get_backend(), "trace": trace_path}))
+    except BaseException as exc:
+        Path(result_dir, f"rank{rank}.error.json").write_text(json.dumps(_error_record(exc)))
+        raise
     finally:
         dist.destroy_process_group()
 
 
-def run(variant: str, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None) -> dict:
+def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
+    """Raise the first rank's own error in the notebook (an unfinished exercise stays one line)."""
+    for r in range(world):
+        path = result_dir / f"rank{r}.error.json"
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        if rec.get("type") == "ExerciseNotDone":
+            from ..course import ExerciseNotDone
+
+            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code")) from None
+        exc: BaseException | None = None
+        if rec.get("pickled"):
+            with contextlib.suppress(Exception):
+                exc = pickle.loads(bytes.fromhex(rec["pickled"]))
+        if not isinstance(exc, BaseException):
+            exc = RuntimeError(f"{rec.get('type')}: {rec.get('message')}")
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"(raised in rank {r}; its traceback:)\n{rec.get('traceback', '')}")
+        raise exc from None
+    raise original
+
+
+def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
+        *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool = True, **options: Any) -> dict:
     """Run the job in ``world_size`` fresh processes; returns per-rank step times (and the trace folder).
 
-    Every rank is stopped if one fails or on Ctrl-C: no process is left behind.
+    ``variant`` picks one of :data:`VARIANTS` (default ``manual``). Or run your own code in the ranks:
+    ``wrap(model, **options)`` returns the module to train (your DDP configuration); ``shard(n, rank,
+    world)`` returns the (start, stop) rows of the global batch each rank trains on (DDP with its
+    defaults unless ``wrap`` is given too). On CPUs, ``pin_cores`` gives each rank cores of its own (as
+    the recordings ran); ``False`` lets the ranks share all cores, so that a core busy with other work
+    slows both ranks alike rather than one. Every rank is stopped if one fails or on Ctrl-C: no process
+    is left behind; a rank's own error is raised here.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    learner = None
+    if wrap is not None or shard is not None:
+        if variant is not None:
+            raise ValueError("give either a variant or your own wrap=/shard= functions, not both")
+        learner = {"wrap": portable(wrap) if wrap is not None else None,
+                   "shard": portable(shard) if shard is not None else None, "options": options}
+        try:
+            pickle.dumps(options)
+        except Exception as exc:  # noqa: BLE001
+            raise ValueError(f"the options {sorted(options)} must be plain values the ranks can receive ({exc})") from None
+        name = "-".join(f.__name__ for f in (wrap, shard) if f is not None)
+    else:
+        if options:
+            raise ValueError(f"options {sorted(options)} go to your wrap= function; a variant takes none")
+        variant = variant or "manual"
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        name = variant
     if steps < 1 or world_size < 1:
         raise ValueError("steps and world_size must be at least 1")
-    out_dir = str(new_run_dir(profile_dir, f"{variant}-ws{world_size}")) if profile_dir else None
-    result_dir = Path(out_dir) if out_dir else Path(new_run_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "comm-results", variant))
+    out_dir = str(new_run_dir(profile_dir, f"{name}-ws{world_size}")) if profile_dir else None
+    result_dir = Path(out_dir) if out_dir else Path(new_run_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "comm-results", name))
     os.environ.update(SAFE_ENV)  # inherited by the spawned ranks too
-    ctx = mp.start_processes(_rank_main, args=(variant, world_size, free_port(), steps, warmup, out_dir, str(result_dir)),
+    ctx = mp.start_processes(_rank_main, args=(variant or "", world_size, free_port(), steps, warmup, out_dir,
+                                               str(result_dir), learner, pin_cores),
                              nprocs=world_size, join=False, start_method="spawn")
     try:
         while not ctx.join():
             pass
-    except BaseException:
+    except BaseException as exc:
         for p in ctx.processes:
             if p.is_alive():
                 p.terminate()
@@ -172,11 +465,13 @@ def run(variant: str, world_size: int = 2, steps: int = 10, warmup: int = 3, pro
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+        if isinstance(exc, Exception):
+            _reraise(result_dir, world_size, exc)
         raise
     ranks = [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(world_size)]
     for r in range(world_size):
         (result_dir / f"rank{r}.json").unlink()
-    return {"variant": variant, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
+    return {"variant": variant or name, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
             "per_rank_ms": [r["step_ms"] for r in ranks], "backend": ranks[0]["backend"], "trace_dir": out_dir}
 
 

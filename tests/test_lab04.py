@@ -1,0 +1,232 @@
+"""Lab 04's checks: each passes on the reference work, fails on the unsolved stub, and fails on a
+plausible wrong answer with a message naming what that trace shows. The learner's functions run in
+real 2-rank gloo jobs of a few steps (spawned ranks: the functions travel as source)."""
+
+from __future__ import annotations
+
+import linecache
+import multiprocessing as mp_std
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import helpers
+from helpers import checks, course
+from helpers.course import recorded
+from helpers.diagnosis import signals
+from helpers.plots import time_origin_us
+from helpers.selfcheck import item_status
+from helpers.workloads import communication
+
+RUN = dict(world_size=2, steps=2, warmup=1, pin_cores=False)  # as the lab runs them
+
+# --- the learner's code, as a notebook cell would define it: in __main__, with no file -----------------
+NOTEBOOK_CELL = '''
+BUCKETS = 25
+
+def fp16_hook(state, bucket):
+    buffer = bucket.buffer()
+    half = buffer.to(torch.float16).div_(dist.get_world_size())
+    future = dist.all_reduce(half, async_op=True).get_future()
+
+    def back_to_fp32(fut):
+        buffer.copy_(fut.value()[0])
+        return buffer
+    return future.then(back_to_fp32)
+
+
+def my_hooked_wrap(model):
+    ddp = DDP(model, bucket_cap_mb=BUCKETS)
+    ddp.register_comm_hook(None, fp16_hook)
+    return ddp
+'''
+
+
+def notebook_functions() -> dict:
+    filename = "<ipython-input-7-lab04>"
+    linecache.cache[filename] = (len(NOTEBOOK_CELL), None, NOTEBOOK_CELL.splitlines(True), filename)
+    ns = {"__name__": "__main__", "torch": torch, "dist": dist, "DDP": DDP}
+    exec(compile(NOTEBOOK_CELL, filename, "exec"), ns)
+    return ns
+
+
+# --- reference answers and plausible wrong ones ---------------------------------------------------
+def my_wrap(model, bucket_cap_mb=25):
+    return DDP(model, bucket_cap_mb=bucket_cap_mb)
+
+
+def wrap_forgets_ddp(model, bucket_cap_mb=25):  # wrong: the model goes back unwrapped
+    return model
+
+
+def stub_wrap(model, bucket_cap_mb=25):  # what labs/ ships
+    raise course.ExerciseNotDone(2, "your code")
+
+
+def my_split(n, rank, world):
+    return rank * n // world, (rank + 1) * n // world
+
+
+def split_swapped(n, rank, world):  # wrong: the big share moved to rank 0
+    per = n // 16
+    return (0, n - per) if rank == 0 else (n - per, n)
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("lab04-runs"))
+
+    def go(**kw):
+        return helpers.load(communication.run(profile_dir=out, **RUN, **kw)["trace_dir"])
+
+    nb = notebook_functions()
+    return {"manual": go(), "ddp": go(wrap=my_wrap), "plain": go(wrap=wrap_forgets_ddp),
+            "mb1": go(wrap=my_wrap, bucket_cap_mb=1), "mb100": go(wrap=my_wrap, bucket_cap_mb=100),
+            "hooked": go(wrap=nb["my_hooked_wrap"]), "uneven": go(shard=communication.split_rows),
+            "even": go(shard=my_split), "swapped": go(shard=split_swapped)}
+
+
+def truthful(trace, pattern: str) -> checks.Reading:
+    from helpers import diagnose
+
+    f = next(f for f in diagnose(trace) if f.pattern == pattern)
+    o = time_origin_us(trace)
+    fig = checks.EVIDENCE[pattern][0]
+    return checks.Reading(pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(signals(trace)[fig])}, f.cost)
+
+
+# --- Exercise 1 and 5: the readings ----------------------------------------------------------------
+def test_readings_pass_when_true_and_fail_naming_the_trace(jobs):
+    for name, pattern, item, wrong in (("manual", "communication", "comm", "data_stall"),
+                                       ("uneven", "load_imbalance", "imbalance", "communication")):
+        t = jobs[name]
+        assert checks.check_reading(truthful(t, pattern), t, item, item).startswith(f"passed: check_reading[{item}]")
+        good = truthful(t, pattern)
+        with pytest.raises(checks.CheckFailed, match=r"is not what holds this loop back.*exposed communication; the ranks compute rank 0 [\d.]+ ms, rank 1 [\d.]+ ms a step \(spread"):
+            checks.check_reading(checks.Reading(wrong, good.window_ms, {checks.EVIDENCE[wrong][0]: 0.5}, good.cost), t, item, item)
+        with pytest.raises(checks.CheckFailed, match="not complete"):
+            checks.check_reading(None, t, item, item)  # the stub leaves no reading
+
+
+# --- Exercise 2: the learner's DDP --------------------------------------------------------------
+def test_comm_fixed_passes_on_your_ddp_and_says_what_the_trace_shows(jobs):
+    assert checks.check_comm_fixed(jobs["manual"], jobs["ddp"]).startswith("passed: check_comm_fixed")
+    with pytest.raises(checks.CheckFailed, match="still starts after backward ends on both ranks: no overlap"):
+        checks.check_comm_fixed(jobs["manual"], jobs["manual"])  # unsolved: the hand-written loop again
+    with pytest.raises(checks.CheckFailed, match="no all-reduce on any rank"):
+        checks.check_comm_fixed(jobs["manual"], jobs["plain"])
+    with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
+        checks.check_comm_fixed(recorded("communication", "manual", "cpu"), recorded("communication", "ddp", "cpu"))
+
+
+def test_the_unsolved_stub_stops_in_the_notebook_as_one_line():
+    before = set(mp_std.active_children())
+    with pytest.raises(course.ExerciseNotDone, match="Exercise 2 is not done yet"):
+        communication.run(wrap=stub_wrap, **RUN)
+    assert set(mp_std.active_children()) <= before
+
+
+# --- Exercise 3: the sweep -----------------------------------------------------------------------
+def _entry(mb, t, exposed=None):
+    from helpers import metrics
+
+    e = float(metrics.comm_stats(t)["exposed_us"].mean() / 1e3) if exposed is None else exposed
+    return {"bucket_cap_mb": mb, "step_ms": 1.0, "exposed_ms": e, "trace": t}
+
+
+def test_bucket_sweep(jobs):
+    good = [_entry(1, jobs["mb1"]), _entry(25, jobs["ddp"]), _entry(100, jobs["mb100"])]
+    out = checks.check_bucket_sweep(good)
+    assert out.startswith("passed: check_bucket_sweep") and "1 MB: 8 all-reduces" in out
+    with pytest.raises(checks.CheckFailed, match="each run needs"):
+        checks.check_bucket_sweep([])  # the stub's empty sweep
+    # wrong: the bucket size never reaches DDP, every run is the default
+    ignored = [_entry(1, jobs["ddp"]), _entry(25, jobs["ddp"]), _entry(100, jobs["ddp"])]
+    with pytest.raises(checks.CheckFailed, match="runs both show 2 all-reduces a step: the bucket size is not reaching DDP"):
+        checks.check_bucket_sweep(ignored)
+    with pytest.raises(checks.CheckFailed, match=r"exposed_ms for 1 MB is 999.0, but that run's trace shows"):
+        checks.check_bucket_sweep([_entry(1, jobs["mb1"], 999.0)] + good[1:])
+    with pytest.raises(checks.CheckFailed, match="spanning 10x"):
+        checks.check_bucket_sweep(good[1:])
+
+
+# --- Exercise 4: the hook -------------------------------------------------------------------------
+def test_comm_hook(jobs):
+    out = checks.check_comm_hook(jobs["ddp"], jobs["hooked"])
+    assert out.startswith("passed: check_comm_hook") and "casts" in out
+    with pytest.raises(checks.CheckFailed, match="still go over the wire in fp32"):
+        checks.check_comm_hook(jobs["ddp"], jobs["ddp"])  # unsolved / hook never registered
+    with pytest.raises(checks.CheckFailed, match="hooked trace has no all-reduce"):
+        checks.check_comm_hook(jobs["ddp"], jobs["plain"])
+
+
+# --- Exercise 6: the split -----------------------------------------------------------------------
+def test_imbalance_fixed(jobs):
+    assert checks.shard_rows(jobs["even"]) == {0: (0, 288, 576), 1: (288, 576, 576)}
+    out = checks.check_imbalance_fixed(jobs["uneven"], jobs["even"])
+    assert out.startswith("passed: check_imbalance_fixed") and "compute spread" in out
+    with pytest.raises(checks.CheckFailed, match=r"Spread still \d+%: rank 1 computes [\d.]+x rank 0\. Your split gives rank 1 540"):
+        checks.check_imbalance_fixed(jobs["uneven"], jobs["uneven"])  # unsolved
+    with pytest.raises(checks.CheckFailed, match=r"Spread still \d+%: rank 0 computes [\d.]+x rank 1\. Your split gives rank 0 540"):
+        checks.check_imbalance_fixed(jobs["uneven"], jobs["swapped"])
+    # wrong: both ranks take the first half (equal work, half the batch never trained on)
+    both_first = jobs["even"].window(-1e18, 1e18)
+    ev = both_first.events
+    ev.loc[ev["name"] == "rows 288:576 of 576", "name"] = "rows 0:288 of 576"
+    with pytest.raises(checks.CheckFailed, match="rows 288:576 are never trained on; rows 0:288 twice"):
+        checks.check_imbalance_fixed(jobs["uneven"], both_first)
+    with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
+        checks.check_imbalance_fixed(recorded("communication", "imbalance", "cpu"), jobs["even"])
+
+
+def test_credit_needs_the_readings_and_the_fixes():
+    assert set(checks.CREDIT["comm"]["cpu"]) == {"check_reading[comm]", "check_comm_fixed", "check_bucket_sweep"}
+    assert set(checks.CREDIT["imbalance"]["gpu"]) == {"check_reading[imbalance]", "check_imbalance_fixed"}
+    only_fix = {"checks": {"check_imbalance_fixed": True}, "track": "cpu"}
+    assert not item_status("imbalance", only_fix)[0]
+    both = {"checks": {"check_imbalance_fixed": True, "check_reading[imbalance]": True}, "track": "cpu"}
+    assert item_status("imbalance", both)[0]
+
+
+# --- the learner's functions travel to the ranks ------------------------------------------------
+def test_notebook_functions_travel_as_source_with_what_they_use():
+    nb = notebook_functions()
+    spec = communication.portable(nb["my_hooked_wrap"])
+    assert list(spec["sources"]) == ["fp16_hook", "my_hooked_wrap"]
+    assert spec["globals"]["BUCKETS"][0] == "value" and spec["globals"]["torch"] == ("module", "torch")
+    assert callable(communication.materialize(spec))
+
+
+def test_what_cannot_travel_is_one_clear_error():
+    with pytest.raises(ValueError, match="define it with def at the top level"):
+        communication.portable(lambda model: model)
+
+    def inner(model):
+        return model
+    with pytest.raises(ValueError, match="define it with def at the top level"):
+        communication.portable(inner)
+    ns = notebook_functions()
+    src = "def uses_lock(model):\n    return LOCK\n"
+    linecache.cache["<cell-lock>"] = (len(src), None, src.splitlines(True), "<cell-lock>")
+    import threading
+
+    ns["LOCK"] = threading.Lock()
+    exec(compile(src, "<cell-lock>", "exec"), ns)
+    with pytest.raises(ValueError, match=re.escape("uses_lock uses 'LOCK' (lock) from the notebook")):
+        communication.portable(ns["uses_lock"])
+    with pytest.raises(ValueError, match="not both"):
+        communication.run("ddp", wrap=my_wrap)
+
+
+def test_a_failing_learner_function_raises_its_own_error_and_leaves_no_process():
+    before = set(mp_std.active_children())
+    with pytest.raises(ValueError, match=r"returned \(0, 9999\)"):
+        communication.run(shard=bad_split, **RUN)
+    assert set(mp_std.active_children()) <= before
+
+
+def bad_split(n, rank, world):
+    return 0, 9999
