@@ -85,9 +85,9 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
     if cause and trace.has_gpu:
         g = m.idle_gaps(trace)
-        if pattern == "sync_stall":
+        if pattern != "host_bound":
             g = g[g["cause"] == cause]
-        else:  # a gap after a sync is also what the host did next (metrics.idle_cost_by_cause moves it there)
+        else:  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
             frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
             then = m._blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
             g = g[(g["cause"] == cause).to_numpy() | ((g["cause"] == "sync").to_numpy() & (then == cause))]
