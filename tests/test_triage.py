@@ -157,7 +157,8 @@ def _own_loop_cells() -> list[str]:
 def test_own_loop_template_writes_its_report_without_clobbering(tmp_path):
     import torch
 
-    def tiny(sleep_every: int):
+    def tiny(seed: int):
+        torch.manual_seed(seed)
         w = torch.randn(32, 32)
         opt = torch.optim.SGD([w.requires_grad_()], lr=0.01)
 
@@ -175,15 +176,19 @@ def test_own_loop_template_writes_its_report_without_clobbering(tmp_path):
 
     template, report = _own_loop_cells()
     assert "my_step_before" in template and "write_output" in report
-    (tmp_path / "my_loop_report.md").write_text("the learner's earlier report\n")
-    env = {"__name__": "own_loop"}
-    exec(template, env)  # the learner's cell, as shipped: it points at the lab's loops; we repoint it
-    env.update(my_step_before=tiny(1), my_step_after=tiny(2), STEPS=3)
+    env = {"__name__": "own_loop", "device": "cpu", "my_mystery_step": lambda device: tiny(2),
+           "mystery": type("Loops", (), {"make_step": staticmethod(lambda variant, device: tiny(1))})}
+    exec(template, env)  # the learner's cell as shipped (here its lab loops are tiny CPU steps)
+    env.update(STEPS=3, WARMUP=1)
+    exec("import helpers\nfrom helpers import metrics, plots", env)
+    first = Path(env["REPORT"])
+    first.parent.mkdir(parents=True, exist_ok=True)
+    first.write_text("the learner's earlier report\n")
     exec(report, env)
     exec(report, env)
-    assert (tmp_path / "my_loop_report.md").read_text() == "the learner's earlier report\n"
-    written = sorted(p.name for p in tmp_path.glob("my_loop_report*.md"))
-    assert written == ["my_loop_report-2.md", "my_loop_report-3.md", "my_loop_report.md"], written
-    text = (tmp_path / "my_loop_report-2.md").read_text()
+    assert first.read_text() == "the learner's earlier report\n"
+    written = sorted(p.name for p in first.parent.glob(f"{first.stem}*.md"))
+    assert written == [f"{first.stem}-2.md", f"{first.stem}-3.md", first.name], written
+    text = (first.parent / f"{first.stem}-2.md").read_text()
     assert "before" in text and "after" in text and "step" in text
-    assert (tmp_path / "my_loop_report-2-timelines.png").exists()
+    assert (first.parent / f"{first.stem}-2-timelines.png").exists()
