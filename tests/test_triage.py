@@ -192,3 +192,13 @@ def test_own_loop_template_writes_its_report_without_clobbering(tmp_path):
     text = (first.parent / f"{first.stem}-2.md").read_text()
     assert "before" in text and "after" in text and "step" in text
     assert (first.parent / f"{first.stem}-2-timelines.png").exists()
+
+
+def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
+    from helpers.course import recorded
+
+    monkeypatch.setattr(lab05, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    broken, fixed = recorded("mystery", "broken", "cpu"), recorded("mystery", "fixed", "cpu")
+    assert checks.check_capstone(broken, fixed, 1.3).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="Data wait"):  # no worker processes: busy or not, not fixed
+        checks.check_capstone(broken, broken, 1.3)
