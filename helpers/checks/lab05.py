@@ -257,7 +257,7 @@ TRIAGE: dict[str, Case] = {
     "t7": Case(("data_stall", "sync_stall"), "two problems at once", {"sync_stall": _not_the_costliest},
                second=("you found the costliest problem, and this loop has two: with the loader fixed the step is still held "
                        "back. Look at what the host does after the optimizer each step (the 'logging' range) and what the GPU "
-                       "does meanwhile, and pass that reading too: check_triage('t7', first, second)")),
+                       "does meanwhile, and hand in both readings, the costliest first: [first, second]")),
     "t8": Case(("launch_overhead",)),
     "t9": Case(("h2d_copy",), "", {"gpu_bound": _copies_not_kernels}),
     "t10": Case(("host_bound",), "a sync in front of host work", {"sync_stall": _blocked_little},
@@ -311,8 +311,11 @@ def _part_problems(reading: Reading, trace: Trace, sg: dict) -> list[str]:
     return problems
 
 
-def check_triage(trace_id: str, reading: Reading, *more: Reading, source: str = "profiler") -> str:
+def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading, source: str = "profiler") -> str:
     """Your reading of triage trace ``trace_id``: the costliest problem first, then any other it has.
+
+    ``reading`` is one :class:`Reading`, or a list of them (the costliest first) for a loop with more
+    than one problem; further readings may also follow as arguments.
 
     Each reading is verified from the trace (:func:`check_reading` for the first: pattern, window,
     figure, cost); the patterns named must be the trace's problems; a reading that falls for the
@@ -324,7 +327,9 @@ def check_triage(trace_id: str, reading: Reading, *more: Reading, source: str = 
     name = f"check_triage[{trace_id}]"
     case = TRIAGE[trace_id]
     trace = triage_trace(trace_id, source)
-    readings = (reading, *more)
+    readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
+    if not readings:
+        readings = (None,)
 
     def fail(message: str) -> None:
         _record("workflow", name, False)
