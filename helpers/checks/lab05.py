@@ -377,7 +377,8 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     done = _triage_passed()
     _record("workflow", "check_triage", len(done) >= TRIAGE_NEEDED)
     second = verdict.split("Second opinion, ", 1)[-1] if "Second opinion" in verdict else ""
-    extra = f" Note: {case.note}" if case.note else ""
+    extra = f" The look-alike in this trace: {case.decoy}." if case.decoy else ""
+    extra += f" Note: {case.note}" if case.note else ""
     return (f"passed: {name} ({len(done)} of {len(TRIAGE_IDS)} traces triaged; the workflow item needs {TRIAGE_NEEDED}). "
             f"Second opinion, {second}{extra}")
 
