@@ -21,6 +21,7 @@ import numpy as np
 from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import PATTERNS, RULES, Finding, diagnose, signals
+from ..metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
 from ..model import Trace
 from ._core import CheckFailed, _record
 
@@ -85,7 +86,14 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
     if cause and trace.has_gpu:
         g = m.idle_gaps(trace)
-        g = g[_continues_sync_gap(g)] if pattern == "sync_stall" else g[g["cause"] == cause]
+        if pattern == "sync_stall":
+            g = g[_continues_sync_gap(g)]
+        elif pattern != "host_bound":
+            g = g[g["cause"] == cause]
+        else:  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
+            frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+            then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
+            g = g[(g["cause"] == cause).to_numpy() | ((g["cause"] == "sync").to_numpy() & (then == cause))]
         s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
         if pattern == "sync_stall":  # the host's blocked calls are where it shows too
             sync = ev[m.is_sync_call(trace)]

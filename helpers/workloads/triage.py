@@ -3,7 +3,12 @@
 What each case really is lives in ``TRUTH`` (and in data/manifest.json), for the checks and the
 instructor only. Several are decoys an eager reader gets wrong: a GPU-bound loop with harmless
 syncs, pinned copies that already overlap compute, two streams whose white space is not idle
-time, a CUDA-Graph replay of many small kernels.
+time, a loop held up by NumPy/Python work on the host, a CUDA-Graph replay of many small kernels,
+two problems at once.
+
+Lab 07 (``helpers.checks.lab05.TRIAGE``) grades readings of the recordings against this truth, except
+where the recorded trace overrules it and the check says why: in t10 the host waits in the sync only
+microseconds a step, so its cost is the host work alone.
 """
 
 from __future__ import annotations
