@@ -122,7 +122,8 @@ def _reference_reading(t) -> checks.Reading:
     syncs = ev[metrics.is_sync_call(t) & (ev["step"] >= 0)]
     gap = gaps.sort_values("dur_us").iloc[-1]
     return checks.Reading("sync_stall", ((gap.start_us - origin) / 1e3, (gap.end_us - origin) / 1e3),
-                          {"sync_points_per_step": len(syncs) / n_steps}, 1.0 - metrics.gpu_utilization(t))
+                          {"sync_points_per_step": len(syncs) / n_steps},
+                          metrics.idle_cost_by_cause(t)["sync"] / t.steps["dur_us"].sum())
 
 
 def test_reading_reference_passes_and_wrong_readings_say_what_the_trace_shows():
