@@ -62,7 +62,9 @@ CPU_PLAN = [
 TIMED_STEPS = {"data_stall": 30, "mystery": 30, "communication": 10}
 # DataLoader workers need a few batches to fill their prefetch queues before the steady state
 # (triage: some of its cases are those loaders).
-WARMUP = {"data_stall": 10, "mystery": 10, "triage": 10}
+WARMUP = {"data_stall": 10, "mystery": 10, "triage": 10,
+          # the fixed sync loop took ~5 steps to settle on the H200 on 2026-12-03 (24.5 -> 13.3 ms)
+          "sync_stall": 10}
 
 
 def record_one(workload: str, variant: str, active: int, tag: str, out: Path, timed_steps: int) -> dict:
@@ -87,7 +89,7 @@ def record_one(workload: str, variant: str, active: int, tag: str, out: Path, ti
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             step = mod.make_step(variant, device)
             step_ms = time_steps(step, steps=timed_steps, warmup=WARMUP.get(workload, 3))
-            trace = capture(step, steps=active, warmup=2, wait=1, out_dir=tmp, name=name)
+            trace = capture(step, steps=active, warmup=max(2, WARMUP.get(workload, 2)), wait=1, out_dir=tmp, name=name)
             del step
             gc.collect()
             target = out / f"{name}.json.gz"
