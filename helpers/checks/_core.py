@@ -21,7 +21,7 @@ SELF_CHECK = {
     "h2d": ("(course) Spot long host-to-device copies and hide them", "labs/01_data_loading_stall.ipynb"),
     "sync": ("(course) Find and remove hidden synchronizations", "labs/03_sync_stall.ipynb"),
     "imbalance": ("(course) Recognise uneven load across ranks", "labs/04_communication.ipynb"),
-    "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/05_workflow_capstone.ipynb"),
+    "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/07_blind_triage.ipynb, labs/05_workflow_capstone.ipynb"),
     "nsight": ("(course) Read nsys stats/analyze next to the diagnosis; Nsight Compute for a GPU-bound loop",
                "labs/06_nsight_reports.ipynb"),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Callable
 
@@ -18,26 +19,48 @@ CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 # --- lab 00 ----------------------------------------------------------------------------------
-TOOL_ANSWERS = {
-    "Which phase of my training step takes the time, and is the GPU ever idle?": "nsys",
-    "Why is this one attention kernel slow: is it compute-bound or memory-bound?": "ncu",
-    "Which PyTorch operators take the most time, with their input shapes?": "torch",
-    "Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?": "nsys",
-    "How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?": "ncu",
-    "What is the operator breakdown of forward vs backward in my model, from inside Python?": "torch",
+#: The tool-choice questions. Their answers are kept as digests, so the lab holds no importable answer key.
+TOOL_QUESTIONS: tuple[str, ...] = (
+    'Which phase of my training step takes the time, and is the GPU ever idle?',
+    'Why is this one attention kernel slow: is it compute-bound or memory-bound?',
+    'Which PyTorch operators take the most time, with their input shapes?',
+    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?',
+    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?',
+    'What is the operator breakdown of forward vs backward in my model, from inside Python?',
+)
+_TOOL_KEY = {  # sha256(f"{question}|{tool}")[:16]
+    'Which phase of my training step takes the time, and is the GPU ever idle?': '085898e03224abb0',
+    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': '2a54e8b8375ade83',
+    'Which PyTorch operators take the most time, with their input shapes?': '9e4fdd13386fbc75',
+    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': 'd5d3119cbf408c32',
+    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': 'c1ba1e6f9d3d54bc',
+    'What is the operator breakdown of forward vs backward in my model, from inside Python?': '580ff5f5804d9a3a',
 }
-_TOOL_WHY = {"nsys": "Nsight Systems shows the whole timeline: CPU threads, CUDA API, kernels, copies, NVTX ranges.",
-             "ncu": "Nsight Compute dives into one kernel: its throughput, memory traffic, occupancy and stalls.",
-             "torch": "The PyTorch profiler speaks in operators (aten::...), shapes and Python call sites."}
+#: What each question needs to see (the failure message's hint; it names no tool).
+_TOOL_NEEDS = {
+    'Which phase of my training step takes the time, and is the GPU ever idle?': 'a timeline of the host and the GPU together',
+    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': "the inside of one kernel: its throughput against the hardware's limits",
+    'Which PyTorch operators take the most time, with their input shapes?': "the framework's own view: operators and their shapes",
+    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': "the host's threads and CUDA calls lined up with the GPU's work",
+    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': "one kernel's resources and occupancy, read from hardware counters",
+    'What is the operator breakdown of forward vs backward in my model, from inside Python?': 'operators seen from inside Python, by phase',
+}
+TOOLS = ("nsys", "ncu", "torch")
+
+
+def _tool_is_right(question: str, answer: object) -> bool:
+    tool = str(answer).strip().lower()
+    return hashlib.sha256(f"{question}|{tool}".encode()).hexdigest()[:16] == _TOOL_KEY[question]
 
 
 def check_tool_choice(answers: dict[str, str]) -> str:
-    """Each question answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
-    wrong = [q for q, tool in TOOL_ANSWERS.items() if str(answers.get(q, "")).strip().lower() != tool]
-    hint = "; ".join(f"{q!r} -> think: {_TOOL_WHY[TOOL_ANSWERS[q]].split(':')[0]}?" for q in wrong[:2])
+    """Each question of :data:`TOOL_QUESTIONS` answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
+    if not isinstance(answers, dict):
+        return _check("tools", "check_tool_choice", False, "Return a dict: {question: 'nsys' | 'ncu' | 'torch'}.")
+    wrong = [q for q in TOOL_QUESTIONS if not _tool_is_right(q, answers.get(q, ""))]
+    hint = "; ".join(f"{q!r} needs {_TOOL_NEEDS[q]}" for q in wrong[:2])
     return _check("tools", "check_tool_choice", not wrong,
-                  f"{len(wrong)} of {len(TOOL_ANSWERS)} tool choices are off. {hint}. Timeline questions -> nsys, "
-                  "one kernel's insides -> ncu, operators and shapes -> torch.")
+                  f"{len(wrong)} of {len(TOOL_QUESTIONS)} tool choices are off. {hint}. Which tool shows that?")
 
 
 def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "backward", "optimizer")) -> str:

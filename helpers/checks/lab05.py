@@ -45,17 +45,6 @@ TRIAGE_NEEDED = 8
 
 
 # --- lab 05 ----------------------------------------------------------------------------------
-NEXT_STEPS = {"kernel": "ncu", "cpu": "cpu_profiler", "gap": "gap_fix", "communication": "distributed"}
-
-
-def check_next_steps(answers: dict[str, str]) -> str:
-    """Retired from the labs (a name-to-match quiz; lab 05 asks it as a Question now) and from CREDIT."""
-    wrong = [k for k, v in NEXT_STEPS.items() if answers.get(k) != v]
-    return _check("workflow", "check_next_steps", not wrong,
-                  f"Rethink {wrong}: a kernel's insides need Nsight Compute; CPU time needs a CPU profiler; "
-                  "an empty GPU lane means a sync or launch problem; long collectives need a distributed fix.")
-
-
 def _cores_busy() -> str:
     """Why this machine cannot show a loader's gain now (its load average fills every core), or ''."""
     try:
