@@ -5,6 +5,7 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import stat
 import subprocess
 import tempfile
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -34,7 +36,7 @@ MAX_EVENTS = 4_000_000
 # A folder whose trace files add up to more than this (on disk) is read by several processes at once;
 # below it, starting the processes costs more than it saves.
 _PARALLEL_FROM_BYTES = 8 << 20
-_CHUNK = 1 << 20
+_CHUNK = 4 << 20  # bytes read (or decompressed) at a time
 
 
 def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes: int = MAX_BYTES,
@@ -91,9 +93,10 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS)
         events, metadata = nsys.read(p)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
-        raw = _gunzip(p, max_bytes)
-        if raw.startswith(SQLITE_MAGIC):
-            return _read_sqlite_bytes(p, raw)
+        blocks = _gunzip_blocks(p, max_bytes)
+        first = _take(blocks, len(SQLITE_MAGIC))
+        if first.startswith(SQLITE_MAGIC):
+            return _read_sqlite_bytes(p, first + b"".join(blocks))
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -103,46 +106,73 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS)
         if info.st_size > max_bytes:
             raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
-    raw = _as_utf8(raw, p)
-    if not raw.lstrip()[:1] == b"{":
+        blocks = _file_blocks(p)
+        first = _take(blocks, 4)
+    # JSON: read as a stream of blocks, never whole (kineto.parse_stream).
+    first, blocks = _as_utf8(first, blocks, p)
+    while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
+        first += more
+    if not first.lstrip()[:1] == b"{":
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse(raw, p, max_events)
+    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events)
     return events, metadata, "kineto"
 
 
-def _as_utf8(raw: bytes, p: Path) -> bytes:
-    """JSON text as UTF-8 without a byte-order mark (editors on Windows write BOMs and UTF-16)."""
-    if raw.startswith(b"\xef\xbb\xbf"):
-        return raw[3:]
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and (raw[0] == 0) != (raw[1] == 0)):
+def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
+    """The next blocks of ``blocks``, joined, until there are ``at_least`` bytes or no more."""
+    out = b""
+    for block in blocks:
+        out += block
+        if len(out) >= at_least:
+            break
+    return out
+
+
+def _file_blocks(p: Path) -> Iterator[bytes]:
+    try:
+        with open(p, "rb") as fh:
+            while block := fh.read(_CHUNK):
+                yield block
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _as_utf8(first: bytes, blocks: Iterator[bytes], p: Path) -> tuple[bytes, Iterator[bytes]]:
+    """JSON text as UTF-8 without a byte-order mark (editors on Windows write BOMs and UTF-16).
+
+    ``first`` is the stream's first bytes (at least 4 unless the stream is shorter), ``blocks`` the rest.
+    """
+    if first.startswith(b"\xef\xbb\xbf"):
+        return first[3:], blocks
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(first) > 1 and (first[0] == 0) != (first[1] == 0)):
+        raw = first + b"".join(blocks)  # rare and small in practice: decoded whole
         try:
             codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if raw[0] == 0 else "utf-16-le")
-            return raw.decode(codec).encode("utf-8")
+            return raw.decode(codec).encode("utf-8"), iter(())
         except UnicodeError:
             raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
-    return raw
+    return first, blocks
 
 
-def _gunzip(p: Path, max_bytes: int) -> bytes:
+def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
     """Decompress in bounded chunks: a gzip bomb stops at ``max_bytes`` instead of filling memory."""
-    out = bytearray()
+    total = 0
     d = zlib.decompressobj(wbits=31)
     try:
         with open(p, "rb") as fh:
             data = fh.read(_CHUNK)
             while data:
-                out += d.decompress(data, max_bytes + 1 - len(out))  # never 0, which would mean unbounded
-                if len(out) > max_bytes:
+                out = d.decompress(data, min(_CHUNK, max_bytes + 1 - total))  # never 0, which would mean unbounded
+                total += len(out)
+                if total > max_bytes:
                     raise TraceError(
                         f"{p}: expands to over {max_bytes / 2**20:,.0f} MB; if the trace is really this big "
                         "raise the limit with --max-mb (API: max_bytes=)")
+                if out:
+                    yield out
                 data = d.unconsumed_tail
                 if d.eof:  # another gzip member may follow; anything else after the end is ignored
                     data = d.unused_data + fh.read(_CHUNK)
@@ -159,7 +189,6 @@ def _gunzip(p: Path, max_bytes: int) -> bytes:
         ) from None
     except OSError as exc:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
-    return bytes(out)
 
 
 def _read_sqlite_bytes(p: Path, raw: bytes) -> tuple[pd.DataFrame, dict, str]:
