@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
@@ -72,8 +73,12 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     return Trace(events, str(p), fmt, metadata)
 
 
-def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
-    """Read one file into (events, metadata, format name) without step labelling."""
+def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS, *,
+              table: bool = True) -> tuple[pd.DataFrame | dict, dict, str]:
+    """Read one file into (events, metadata, format name) without step labelling.
+
+    ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
+    """
     try:
         info = os.stat(p)
     except OSError as exc:
@@ -117,7 +122,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS)
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events)
+    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
 
 
@@ -233,8 +238,8 @@ def _is_trace_file(f: Path) -> bool:
     return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
 
 
-def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame, dict, str]:
-    return read_file(f, max_bytes, max_events)
+def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame | dict, dict, str]:
+    return read_file(f, max_bytes, max_events, table=False)  # one table is built for all ranks
 
 
 def _workers(n_files: int) -> int:
@@ -266,7 +271,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_read_for_folder, files, [max_bytes] * len(files), [max_events] * len(files)))
     else:
-        results = [read_file(f, max_bytes, max_events) for f in files]
+        results = [_read_for_folder(f, max_bytes, max_events) for f in files]
     tables, metadata = [], {"files": [str(f) for f in files], "ranks": {}}
     used_ranks: set[int] = set()
     for i, (f, (events, meta, _)) in enumerate(zip(files, results)):
@@ -279,15 +284,17 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
                 f"{d}: two files claim rank {rank} (second: {f.name}); keep one trace per rank in the folder"
             )
         used_ranks.add(rank)
-        events["rank"] = rank
+        if isinstance(events, pd.DataFrame):
+            events = {c: events[c].to_numpy() for c in events.columns if c != "end_us"}
+        events["rank"] = np.full(len(events["name"]), rank, dtype=np.int64)
         # Keep each file's absolute clock so ranks line up; build_events re-zeroes below.
-        events["start_us"] += meta.get("origin_us", 0.0)
+        events["start_us"] = events["start_us"] + meta.get("origin_us", 0.0)
         tables.append(events)
         metadata["ranks"][rank] = {k: v for k, v in meta.items() if k != "origin_us"}
         for key in ("device_names", "torch_version"):
             metadata.setdefault(key, meta.get(key))
-    combined = pd.concat(tables, ignore_index=True)
-    events = build_events({c: combined[c].to_numpy() for c in combined.columns if c != "end_us"})
+    keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
+    events = build_events({c: np.concatenate([t[c] for t in tables]) for c in keys})
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps

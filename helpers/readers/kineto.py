@@ -71,7 +71,8 @@ def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.Dat
     return parse_stream(iter((raw,)), path, max_events)
 
 
-def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = None) -> tuple[pd.DataFrame, dict]:
+def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = None, *,
+                 table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
     """Parse Chrome-trace JSON arriving as consecutive byte blocks (a file read piece by piece, a gzip
     stream), without ever holding the whole document or one Python dict per event of it.
 
@@ -80,14 +81,15 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
     that parse fail, and the piece simply grows until it ends where an event ends. Each piece's events
     go straight into column arrays and are dropped. Anything this scanner does not recognise (no
     top-level ``"traceEvents": [``) is parsed whole, so every document reads exactly as ``json.loads``
-    would read it.
+    would read it. With ``table=False`` the result is the columns for :func:`helpers.model.build_events`
+    instead (times not yet shifted, rows not sorted), for a folder reader that builds one table of all ranks.
     """
     cols = _Columns(path, max_events)
     gc_was_on = gc.isenabled()
     gc.disable()  # the pieces' dicts die by reference counting; collecting would only rescan them
     try:
         doc = _scan(iter(blocks), path, cols)
-        return cols.finish(doc)
+        return cols.finish(doc, table)
     finally:
         if gc_was_on:
             gc.enable()
@@ -260,7 +262,7 @@ class _Columns:
                             ("bytes", nbytes)):
             self.parts[col].append(values)
 
-    def finish(self, doc: dict) -> tuple[pd.DataFrame, dict]:
+    def finish(self, doc: dict, table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
         c = {col: np.concatenate(parts) if parts else np.zeros(0, dtype=_PART_DTYPES[col])
              for col, parts in self.parts.items()}
         self.parts = {}
@@ -291,21 +293,27 @@ class _Columns:
         lanes = _lanes(kind, c["device"], c["stream"], c["tid"])
         ts = c["start_us"]
         origin = float(ts.min()) if n else 0.0
-        events = build_events({
+        columns = {
             "kind": kinds, "lane": lanes, "name": names, "start_us": ts, "dur_us": c["dur_us"],
             "device": c["device"], "stream": c["stream"], "pid": c["pid"], "tid": c["tid"],
             "correlation": c["correlation"], "bytes": c["bytes"], "copy_kind": copy_kind, "host_memory": host_memory,
-        })
-        return events, _metadata(doc, events, origin)
+        }
+        metadata = _metadata(doc, origin)
+        rank = metadata["distributed"].get("rank")
+        if not table:
+            columns["rank"] = np.full(n, rank or 0, dtype=np.int64)
+            return columns, {**metadata, "origin_us": 0.0}  # times left absolute
+        events = build_events(columns)
+        if rank is not None:
+            events["rank"] = rank
+        return events, metadata
 
 
-def _metadata(doc: dict, events: pd.DataFrame, origin: float) -> dict:
+def _metadata(doc: dict, origin: float) -> dict:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
         dist.pop("rank", None)
-    if "rank" in dist:
-        events["rank"] = dist["rank"]
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []
     return {
