@@ -244,10 +244,11 @@ def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataF
 
 
 def _workers(n_files: int) -> int:
-    """Processes to read a folder with: one per file, up to the usable cores; 1 on two cores or fewer,
-    where parallel processes measured no faster than one after another (tools/benchmark.py)."""
+    """Processes to read a folder with: one per file, up to the usable cores. On 2 cores, 2 processes read
+    the 8-rank benchmark folder in 2.7-3.2 s against 3.5-3.8 s one after another when the second core
+    was free, and 10% slower when it was busy (docs/benchmarks.md): a free second core is the common case."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(n_files, cores) if cores > 2 else 1
+    return max(1, min(n_files, cores))
 
 
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
