@@ -1,12 +1,17 @@
-"""Benchmark the helpers: the real launch-bound H200 trace, and synthetic traces of growing size.
+"""Benchmark the helpers: a 2M-event trace, an 8-rank folder, the real launch-bound H200 trace, and
+synthetic traces of growing size. Results and the commands that made them: docs/benchmarks.md.
 
-    python tools/benchmark.py                 # everything (about a minute on 2 cores)
-    python tools/benchmark.py --skip-scaling  # only the real trace
+    python tools/benchmark.py --big             # 2M events (~407 MB of JSON): diagnose, plot, export
+    python tools/benchmark.py --folder          # 8 ranks: load + diagnose, ranks in parallel vs one by one
+    python tools/benchmark.py --real            # the recorded trace, helpers vs HTA's load
+    python tools/benchmark.py --scaling         # 10k, 100k, 1M synthetic events
+    python tools/benchmark.py                   # all of the above
 
-For the real trace it times, side by side in one process: parsing the file's JSON alone (gunzip +
-json.loads), helpers.load + every metric (metrics.summary) + diagnose, and Holistic Trace Analysis
-0.5.0's TraceAnalysis load (when installed: pip install HolisticTraceAnalysis==0.5.0), and prints the
-ratios. For 10k, 100k and 1M synthetic events it reports time and peak memory, each in a fresh process.
+Each command-line figure comes from a fresh ``python -m helpers ...`` process: wall time, CPU time
+(user + system, its child processes included) and peak RSS from os.wait4. The machine's load average
+is printed beside every figure: on a shared machine wall time is only meaningful when the load is
+below the core count, and CPU time is the figure to compare then. HTA figures need
+``pip install -r tools/bench-requirements.txt``.
 """
 
 from __future__ import annotations
@@ -101,6 +106,93 @@ def scaling() -> None:
             print(f"  {n:>9,} events: {secs:6.2f} s, peak RSS {rss_kb / 1024:7.0f} MB")
 
 
+_KERNELS = [f"void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, op{i}>" for i in range(40)]
+
+
+def kineto_like(n_events: int, path: Path) -> int:
+    """A launch-bound trace of exactly ``n_events`` trace events in the shape and spacing torch.profiler
+    writes: per launch an operator, a cudaLaunchKernel, its kernel (with Kineto's kernel args) and the
+    two flow events that link them; a ProfilerStep#N range every 1,000 launches. Returns the bytes written."""
+    rng = random.Random(0)
+    out = []
+    written, n, t, corr, step = 0, 0, 5375593353828.372, 0, 0
+    with (gzip.open(path, "wb", compresslevel=1) if path.name.endswith(".gz") else open(path, "wb")) as fh:
+        head = ('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109880320, '
+                '"computeMajor": 9, "computeMinor": 0, "numSms": 132}], "distributedInfo": {"backend": "nccl", "rank": 0, '
+                '"world_size": 1}, "displayTimeUnit": "ms", "traceEvents": [\n')
+        fh.write(head.encode())
+        written += len(head)
+        step_start, launches = t, 0
+        while n < n_events:
+            if launches == 1000 or n_events - n < 5:
+                e = (f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 1319, "tid": 1319, '
+                     f'"ts": {step_start:.3f}, "dur": {t - step_start:.3f}, "args": {{"External id": {corr}, "Record function id": 0}}}}')
+                out.append(e)
+                n, step, step_start, launches = n + 1, step + 1, t, 0
+                continue
+            corr += 1
+            launches += 1
+            k = rng.randrange(len(_KERNELS))
+            kd = rng.uniform(1, 4)
+            out.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1319, "tid": 1319, "ts": {t:.3f}, '
+                       f'"dur": 6.120, "args": {{"External id": {corr}, "Record function id": 0, "Ev Idx": {corr}}}}}')
+            out.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1319, "tid": 1319, '
+                       f'"ts": {t + 1:.3f}, "dur": 4.211, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}')
+            out.append(f'{{"ph": "s", "id": {corr}, "pid": 1319, "tid": 1319, "ts": {t + 1:.3f}, "cat": "ac2g", "name": "ac2g"}}')
+            out.append(f'{{"ph": "X", "cat": "kernel", "name": "{_KERNELS[k]}", "pid": 0, "tid": 7, "ts": {t + 8:.3f}, '
+                       f'"dur": {kd:.3f}, "args": {{"External id": {corr}, "device": 0, "context": 1, "stream": 7, '
+                       f'"correlation": {corr}, "registers per thread": 16, "shared memory": 0, '
+                       f'"grid": [128, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 6}}}}')
+            out.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": 7, "ts": {t + 8:.3f}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            n += 5
+            t += 9.0
+            if len(out) >= 50_000:
+                text = ",\n".join(out) + ",\n"
+                fh.write(text.encode())
+                written += len(text)
+                out = []
+        tail = ",\n".join(out) + '\n], "traceName": "kineto_like"}\n'
+        fh.write(tail.encode())
+        written += len(tail)
+    return written
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
+
+
+def run_cli(argv: list[str]) -> tuple[float, float, float, int]:
+    """``python -m helpers ARGV`` in a fresh process: (wall s, CPU s, peak RSS MB, exit status)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "helpers", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        print(f"    (exit {proc.returncode}: {err.strip()[:200]})")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode
+
+
+def big_trace(n_events: int, repeat: int, keep: Path | None) -> None:
+    """The 2M-event trace through diagnose, plot and export, each in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = keep if keep is not None else Path(tmp) / "big.json"
+        if not path.exists():
+            size = kineto_like(n_events, path)
+            print(f"generated {path} ({n_events:,} events, {size / 1e6:.0f} MB of JSON)")
+        print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events")
+        for _ in range(repeat):
+            for name, argv in (("diagnose", ["diagnose", str(path)]),
+                               ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
+                               ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])):
+                before = _load()
+                wall, cpu, rss, _ = run_cli(argv)
+                print(f"  {name:9s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MB   ({before} before)")
+
+
 def rank_folder(folder: Path, ranks: int = 8) -> None:
     """``ranks`` copies of the recorded trace, each saying which rank it is, as a profiler's folder."""
     doc = json.loads(gzip.decompress(BENCH_TRACE.read_bytes()))
@@ -110,30 +202,42 @@ def rank_folder(folder: Path, ranks: int = 8) -> None:
             fh.write(json.dumps(doc).encode())
 
 
-def folder_of_ranks(repeat: int) -> None:
-    """An 8-rank folder: helpers.load reading the ranks in parallel processes, one after another, and HTA."""
-    import helpers
-    import helpers.readers as readers
+_FORCE_WORKERS = ("import sys, helpers.readers as r, helpers.cli as c; w = int(sys.argv[1]); "
+                  "r._workers = lambda n: min(n, w); sys.exit(c.main(sys.argv[2:]))")
 
+
+def folder_of_ranks(repeat: int) -> None:
+    """An 8-rank folder through ``diagnose``: ranks read one after another, and in 2 processes."""
     with tempfile.TemporaryDirectory() as tmp:
         rank_folder(Path(tmp))
-        workers = readers._workers
+        print(f"8-rank folder ({BENCH_TRACE.name} x 8, {sum(f.stat().st_size for f in Path(tmp).iterdir()) / 1e6:.0f} MB "
+              "gzipped), diagnose in a fresh process:")
+        for _ in range(repeat):
+            for label, workers in (("one after another", 1), ("2 processes", 2)):
+                before = _load()
+                t0 = time.perf_counter()
+                proc = subprocess.Popen([sys.executable, "-c", _FORCE_WORKERS, str(workers), "diagnose", tmp], cwd=ROOT,
+                                        stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                _, status, usage = os.wait4(proc.pid, 0)
+                wall = time.perf_counter() - t0
+                print(f"  {label:18s} wall {wall:5.2f} s  CPU {usage.ru_utime + usage.ru_stime:5.2f} s  "
+                      f"peak RSS {usage.ru_maxrss / 1024:5.0f} MB   ({before} before)")
         try:
-            readers._workers = lambda n: min(n, os.cpu_count() or 1)  # parallel even on two cores ...
-            parallel = median_of(lambda: helpers.diagnose(helpers.load(tmp)), repeat)
-            readers._workers = lambda n: 1  # ... and one after another, for comparison
-            serial = median_of(lambda: helpers.diagnose(helpers.load(tmp)), repeat)
-        finally:
-            readers._workers = workers
-        print(f"8-rank folder ({BENCH_TRACE.name} x 8), load + diagnose, median of {repeat}:")
-        print(f"  ranks read in parallel processes: {parallel:.2f} s; one after another: {serial:.2f} s")
-        try:
-            from hta.trace_analysis import TraceAnalysis
+            import hta.trace_analysis  # noqa: F401
         except ImportError:
-            print("  Holistic Trace Analysis: not installed (pip install -r tools/bench-requirements.txt)")
+            print("  Holistic Trace Analysis: not installed (pip install -r tools/bench-requirements.txt); "
+                  "issue 12 measured its load of this folder at 8.8 s")
             return
-        hta = median_of(lambda: TraceAnalysis(trace_dir=tmp), repeat)
-        print(f"  HTA 0.5.0 TraceAnalysis(trace_dir) load: {hta:.2f} s (ours is {hta / parallel:.2f}x faster)")
+        for _ in range(repeat):  # HTA's load alone, in a fresh process too (it reads ranks in its own processes)
+            before = _load()
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-c", "import sys; from hta.trace_analysis import TraceAnalysis; "
+                                     "TraceAnalysis(trace_dir=sys.argv[1])", tmp], cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - t0
+            print(f"  {'HTA 0.5.0 load':18s} wall {wall:5.2f} s  CPU {usage.ru_utime + usage.ru_stime:5.2f} s  "
+                  f"peak RSS {usage.ru_maxrss / 1024:5.0f} MB   ({before} before; TraceAnalysis(trace_dir) alone)")
 
 
 def median_of(fn, repeat: int = 3) -> float:
@@ -148,16 +252,28 @@ def median_of(fn, repeat: int = 3) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-scaling", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only-folder", action="store_true", help="only the 8-rank folder benchmark")
+    parser.add_argument("--big", action="store_true", help="the 2M-event trace: diagnose, plot, export")
+    parser.add_argument("--events", type=int, default=2_000_000, help="events in the --big trace")
+    parser.add_argument("--keep", type=Path, help="write (or reuse) the --big trace at this path")
+    parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
+    parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
+    parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only-folder", action="store_true", help=argparse.SUPPRESS)  # older name of --folder
+    parser.add_argument("--skip-scaling", action="store_true", help=argparse.SUPPRESS)  # older: all but --scaling
     args = parser.parse_args()
-    if args.only_folder:
+    args.folder |= args.only_folder
+    if args.skip_scaling:
+        args.big = args.folder = args.real = True
+    everything = not (args.big or args.folder or args.real or args.scaling)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
+    if args.big or everything:
+        big_trace(args.events, args.repeat, args.keep)
+    if args.folder or everything:
         folder_of_ranks(args.repeat)
-        return 0
-    real_trace(args.repeat)
-    folder_of_ranks(args.repeat)
-    if not args.skip_scaling:
+    if args.real or everything:
+        real_trace(max(args.repeat, 3))
+    if args.scaling or everything:
         scaling()
     return 0
 

@@ -5,6 +5,7 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -12,9 +13,11 @@ import stat
 import subprocess
 import tempfile
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
@@ -27,14 +30,15 @@ _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db", ".sqlite.gz", ".nsys-rep")
 # Limits that keep a hostile or mistaken input from exhausting memory; both can be raised
 # (CLI --max-mb / --max-events, API max_bytes= / max_events=). The course's largest benchmark trace,
-# 2M events, is 371 MB of JSON: the defaults admit it with room to spare. Parsed JSON costs about
-# 1.7 KB an event (issue 12's measurement), so 4M events is about 7 GB at the peak.
+# 2M events, is about 400 MB of JSON: the defaults admit it with room to spare. The JSON is streamed
+# into columns (kineto.parse_stream), so reading costs about 270 bytes an event at the peak (2M events:
+# 0.54 GB for diagnose, docs/benchmarks.md); 4M events is about 1.1 GB.
 MAX_BYTES = 1 << 30
 MAX_EVENTS = 4_000_000
 # A folder whose trace files add up to more than this (on disk) is read by several processes at once;
 # below it, starting the processes costs more than it saves.
 _PARALLEL_FROM_BYTES = 8 << 20
-_CHUNK = 1 << 20
+_CHUNK = 4 << 20  # bytes read (or decompressed) at a time
 
 
 def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes: int = MAX_BYTES,
@@ -70,8 +74,12 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     return Trace(events, str(p), fmt, metadata)
 
 
-def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
-    """Read one file into (events, metadata, format name) without step labelling."""
+def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS, *,
+              table: bool = True) -> tuple[pd.DataFrame | dict, dict, str]:
+    """Read one file into (events, metadata, format name) without step labelling.
+
+    ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
+    """
     try:
         info = os.stat(p)
     except OSError as exc:
@@ -91,9 +99,10 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS)
         events, metadata = nsys.read(p)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
-        raw = _gunzip(p, max_bytes)
-        if raw.startswith(SQLITE_MAGIC):
-            return _read_sqlite_bytes(p, raw)
+        blocks = _gunzip_blocks(p, max_bytes)
+        first = _take(blocks, len(SQLITE_MAGIC))
+        if first.startswith(SQLITE_MAGIC):
+            return _read_sqlite_bytes(p, first + b"".join(blocks))
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -103,46 +112,73 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS)
         if info.st_size > max_bytes:
             raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
-    raw = _as_utf8(raw, p)
-    if not raw.lstrip()[:1] == b"{":
+        blocks = _file_blocks(p)
+        first = _take(blocks, 4)
+    # JSON: read as a stream of blocks, never whole (kineto.parse_stream).
+    first, blocks = _as_utf8(first, blocks, p)
+    while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
+        first += more
+    if not first.lstrip()[:1] == b"{":
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse(raw, p, max_events)
+    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
 
 
-def _as_utf8(raw: bytes, p: Path) -> bytes:
-    """JSON text as UTF-8 without a byte-order mark (editors on Windows write BOMs and UTF-16)."""
-    if raw.startswith(b"\xef\xbb\xbf"):
-        return raw[3:]
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) > 1 and (raw[0] == 0) != (raw[1] == 0)):
+def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
+    """The next blocks of ``blocks``, joined, until there are ``at_least`` bytes or no more."""
+    out = b""
+    for block in blocks:
+        out += block
+        if len(out) >= at_least:
+            break
+    return out
+
+
+def _file_blocks(p: Path) -> Iterator[bytes]:
+    try:
+        with open(p, "rb") as fh:
+            while block := fh.read(_CHUNK):
+                yield block
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _as_utf8(first: bytes, blocks: Iterator[bytes], p: Path) -> tuple[bytes, Iterator[bytes]]:
+    """JSON text as UTF-8 without a byte-order mark (editors on Windows write BOMs and UTF-16).
+
+    ``first`` is the stream's first bytes (at least 4 unless the stream is shorter), ``blocks`` the rest.
+    """
+    if first.startswith(b"\xef\xbb\xbf"):
+        return first[3:], blocks
+    if first.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(first) > 1 and (first[0] == 0) != (first[1] == 0)):
+        raw = first + b"".join(blocks)  # rare and small in practice: decoded whole
         try:
             codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if raw[0] == 0 else "utf-16-le")
-            return raw.decode(codec).encode("utf-8")
+            return raw.decode(codec).encode("utf-8"), iter(())
         except UnicodeError:
             raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
-    return raw
+    return first, blocks
 
 
-def _gunzip(p: Path, max_bytes: int) -> bytes:
+def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
     """Decompress in bounded chunks: a gzip bomb stops at ``max_bytes`` instead of filling memory."""
-    out = bytearray()
+    total = 0
     d = zlib.decompressobj(wbits=31)
     try:
         with open(p, "rb") as fh:
             data = fh.read(_CHUNK)
             while data:
-                out += d.decompress(data, max_bytes + 1 - len(out))  # never 0, which would mean unbounded
-                if len(out) > max_bytes:
+                out = d.decompress(data, min(_CHUNK, max_bytes + 1 - total))  # never 0, which would mean unbounded
+                total += len(out)
+                if total > max_bytes:
                     raise TraceError(
                         f"{p}: expands to over {max_bytes / 2**20:,.0f} MB; if the trace is really this big "
                         "raise the limit with --max-mb (API: max_bytes=)")
+                if out:
+                    yield out
                 data = d.unconsumed_tail
                 if d.eof:  # another gzip member may follow; anything else after the end is ignored
                     data = d.unused_data + fh.read(_CHUNK)
@@ -159,7 +195,6 @@ def _gunzip(p: Path, max_bytes: int) -> bytes:
         ) from None
     except OSError as exc:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
-    return bytes(out)
 
 
 def _read_sqlite_bytes(p: Path, raw: bytes) -> tuple[pd.DataFrame, dict, str]:
@@ -204,15 +239,16 @@ def _is_trace_file(f: Path) -> bool:
     return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
 
 
-def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame, dict, str]:
-    return read_file(f, max_bytes, max_events)
+def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame | dict, dict, str]:
+    return read_file(f, max_bytes, max_events, table=False)  # one table is built for all ranks
 
 
 def _workers(n_files: int) -> int:
-    """Processes to read a folder with: one per file, up to the usable cores; 1 on two cores or fewer,
-    where parallel processes measured no faster than one after another (tools/benchmark.py)."""
+    """Processes to read a folder with: one per file, up to the usable cores. On 2 cores, 2 processes read
+    the 8-rank benchmark folder in 2.7-3.2 s against 3.5-3.8 s one after another when the second core
+    was free, and 10% slower when it was busy (docs/benchmarks.md): a free second core is the common case."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(n_files, cores) if cores > 2 else 1
+    return max(1, min(n_files, cores))
 
 
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
@@ -237,7 +273,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_read_for_folder, files, [max_bytes] * len(files), [max_events] * len(files)))
     else:
-        results = [read_file(f, max_bytes, max_events) for f in files]
+        results = [_read_for_folder(f, max_bytes, max_events) for f in files]
     tables, metadata = [], {"files": [str(f) for f in files], "ranks": {}}
     used_ranks: set[int] = set()
     for i, (f, (events, meta, _)) in enumerate(zip(files, results)):
@@ -250,15 +286,17 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
                 f"{d}: two files claim rank {rank} (second: {f.name}); keep one trace per rank in the folder"
             )
         used_ranks.add(rank)
-        events["rank"] = rank
+        if isinstance(events, pd.DataFrame):
+            events = {c: events[c].to_numpy() for c in events.columns if c != "end_us"}
+        events["rank"] = np.full(len(events["name"]), rank, dtype=np.int64)
         # Keep each file's absolute clock so ranks line up; build_events re-zeroes below.
-        events["start_us"] += meta.get("origin_us", 0.0)
+        events["start_us"] = events["start_us"] + meta.get("origin_us", 0.0)
         tables.append(events)
         metadata["ranks"][rank] = {k: v for k, v in meta.items() if k != "origin_us"}
         for key in ("device_names", "torch_version"):
             metadata.setdefault(key, meta.get(key))
-    combined = pd.concat(tables, ignore_index=True)
-    events = build_events({c: combined[c].to_numpy() for c in combined.columns if c != "end_us"})
+    keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
+    events = build_events({c: np.concatenate([t[c] for t in tables]) for c in keys})
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps

@@ -7,16 +7,19 @@ memory kinds, e.g. ``Memcpy HtoD (Pageable -> Device)``.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import COPY_DIRECTION, build_events, host_memory_of, is_collective_kernel, lane_name
+from ..model import COPY_DIRECTION, KINDS, build_events, host_memory_of, is_collective_kernel, lane_name
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -43,100 +46,286 @@ _CATEGORY_KIND = {
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
+_CODE = {k: i for i, k in enumerate(KINDS)}  # kind -> its number in the columns being filled
+_KIND_NAMES = np.array(KINDS, dtype=object)
+_CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
+_ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
+_MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
+_NO_ARGS: dict = {}
+_PART_DTYPES = {"kind": np.int8, "name": np.int64, "start_us": np.float64, "dur_us": np.float64, "device": np.int64,
+                "stream": np.int64, "pid": np.int64, "tid": np.int64, "correlation": np.int64, "bytes": np.float64}
+_PART_COLUMNS = tuple(_PART_DTYPES)
+
+# The streaming scanner (parse_stream): the top-level key that opens the events, and a place where one
+# event may end and the next begin. A piece is about _PIECE bytes of events; the head before the events
+# is looked for in at most _HEAD_LIMIT bytes; the list's closing bracket in at most _END_TRIES places.
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_PIECE = 4 << 20
+_HEAD_LIMIT = 64 << 20
+_END_TRIES = 64
+
 
 def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.DataFrame, dict]:
     """Parse Chrome-trace JSON bytes; more than ``max_events`` trace events is refused with TraceError."""
+    return parse_stream(iter((raw,)), path, max_events)
+
+
+def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = None, *,
+                 table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
+    """Parse Chrome-trace JSON arriving as consecutive byte blocks (a file read piece by piece, a gzip
+    stream), without ever holding the whole document or one Python dict per event of it.
+
+    The ``traceEvents`` list is cut into pieces of about ``_PIECE`` bytes at ``}, {`` and each piece is
+    parsed on its own (``[`` + piece + ``]``); a cut that falls inside a string or a nested value makes
+    that parse fail, and the piece simply grows until it ends where an event ends. Each piece's events
+    go straight into column arrays and are dropped. Anything this scanner does not recognise (no
+    top-level ``"traceEvents": [``) is parsed whole, so every document reads exactly as ``json.loads``
+    would read it. With ``table=False`` the result is the columns for :func:`helpers.model.build_events`
+    instead (times not yet shifted, rows not sorted), for a folder reader that builds one table of all ranks.
+    """
+    cols = _Columns(path, max_events)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # the pieces' dicts die by reference counting; collecting would only rescan them
+    try:
+        doc = _scan(iter(blocks), path, cols)
+        return cols.finish(doc, table)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
+    """Feed every trace event to ``cols``; return the document's other top-level members."""
+    buf, eof = b"", False
+
+    def more(keep_from: int = 0) -> bool:
+        """Append the next block to ``buf``, dropping the ``keep_from`` bytes already used."""
+        nonlocal buf, eof
+        for block in blocks:
+            if block:
+                buf = buf[keep_from:] + block
+                return True
+        eof = True
+        return False
+
+    # The head: everything before the top-level "traceEvents": [ ...
+    search_from = 0
+    while True:
+        m = _EVENTS_KEY.search(buf, search_from)
+        if m is not None:
+            head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
+            if type(head) is dict:
+                break
+            search_from = m.start() + 1
+            continue
+        searched = len(buf)
+        if searched > _HEAD_LIMIT or not more():
+            return _whole(buf + b"".join(blocks), path, cols)
+        search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
+    # ... then the events, piece by piece ...
+    pos, piece = m.end(), _PIECE
+    while True:
+        cut = _CUT.search(buf, pos + piece) if len(buf) > pos + piece else None
+        if cut is None:
+            if more(pos):
+                pos = 0
+                continue
+            tail = _last_piece(buf[pos:], path, cols)
+            break
+        events = _try_loads(b"[" + buf[pos:cut.start() + 1] + b"]")
+        if events is None:  # the cut fell inside a string or a nested value: take a longer piece
+            piece *= 2
+            continue
+        cols.add(events)
+        pos, piece = cut.end() - 1, _PIECE
+    # ... and the members after the list.
+    if tail.get("traceEvents") is not None:
+        raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
+    head.pop("traceEvents")
+    tail.pop("traceEvents")
+    head.update(tail)
+    return head
+
+
+def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
+    """``rest`` is the list's last events, its ``]`` and the rest of the document: find that ``]``."""
+    j, tries, why = len(rest), 0, "the document ends early"
+    while tries < _END_TRIES:
+        j = rest.rfind(b"]", 0, j)
+        if j < 0:
+            break
+        tries += 1
+        tail = _try_loads(b'{"traceEvents":null' + rest[j + 1:])
+        if type(tail) is dict:
+            try:
+                events = _loads(b"[" + rest[:j] + b"]")
+            except _DecodeError as exc:
+                why = str(exc).splitlines()[0][:80]
+                continue
+            cols.add(events)
+            return tail
+    raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
+
+
+def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
+    """The fallback: parse the document in one go, then feed its events in pieces."""
     try:
         doc = _loads(raw)
     except _DecodeError as exc:
         raise TraceError(
-            f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: "
-            "record or copy it again"
+            f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: record or copy it again"
         ) from None
+    del raw
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON without a 'traceEvents' list, so not a PyTorch-profiler trace; "
             "write one with prof.export_chrome_trace(...) or tensorboard_trace_handler"
         )
-    raw_events = doc["traceEvents"]
-    if max_events is not None and len(raw_events) > max_events:
-        raise TraceError(f"{path}: {len(raw_events):,} events, over the limit of {max_events:,}; "
-                         "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
-    kind_of = _CATEGORY_KIND
-    evs = [e for e in raw_events
-           if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
-    names = [e.get("name") for e in evs]
-    ts = _times(evs, "ts", path)
-    dur = _times(evs, "dur", path)
-    bad_name = [i for i, n in enumerate(names) if type(n) is not str]
-    if bad_name:
-        _damaged(path, raw_events, evs[bad_name[0]], "lacks a 'name'")
-    if (dur < 0).any() or not np.isfinite(ts).all() or not np.isfinite(dur).all():
-        i = int(np.flatnonzero((dur < 0) | ~np.isfinite(ts) | ~np.isfinite(dur))[0])
-        _damaged(path, raw_events, evs[i], "has a negative or infinite time")
-    kinds = np.array([kind_of[e["cat"]] for e in evs], dtype=object)
-    args = [a if type(a := e.get("args")) is dict else {} for e in evs]
-    on_device = np.isin(kinds, ("kernel", "memcpy", "memset", "sync", "gpu_annotation"))
-    n = len(evs)
-    device = np.full(n, -1, dtype=np.int64)
-    stream = np.full(n, -1, dtype=np.int64)
-    pid = np.full(n, -1, dtype=np.int64)
-    tid = np.full(n, -1, dtype=np.int64)
-    dev_idx = np.flatnonzero(on_device)
-    host_idx = np.flatnonzero(~on_device)
-    device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx], path, "args.device")
-    stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx], path, "args.stream")
-    pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx], path, "pid")
-    tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx], path, "tid")
-    correlation = _ints([a.get("correlation", -1) for a in args], path, "args.correlation")
-    nbytes = np.full(n, math.nan)
-    copy_kind = np.full(n, "", dtype=object)
-    host_memory = np.full(n, "", dtype=object)
-    names_arr = np.array(names, dtype=object)
-    # Work per distinct name, not per event: traces repeat a few hundred names many times.
-    for kind, fix in (("kernel", _kernel_kind), ("runtime", _runtime_name), ("annotation", _annotation_kind)):
-        idx = np.flatnonzero(kinds == kind)
-        if idx.size:
-            uniq, inv = np.unique(names_arr[idx], return_inverse=True)
-            mapped = [fix(u) for u in uniq]
-            if kind == "runtime":
-                names_arr[idx] = np.array(mapped, dtype=object)[inv]
-            else:
-                kinds[idx] = np.array(mapped, dtype=object)[inv]
-    for i in np.flatnonzero((kinds == "memcpy") | (kinds == "memset")):
-        nbytes[i] = _as_float(args[i].get("bytes"))
-    mc = np.flatnonzero(kinds == "memcpy")
-    if mc.size:
-        uniq, inv = np.unique(names_arr[mc], return_inverse=True)
-        parsed = [_memcpy_kind(u) for u in uniq]
-        copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[inv]
-        host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[inv]
-    lanes = _lanes(kinds, device, stream, tid)
-    origin = float(ts.min()) if n else 0.0
-    events = build_events({
-        "kind": kinds, "lane": lanes, "name": names_arr, "start_us": ts, "dur_us": dur, "device": device,
-        "stream": stream, "pid": pid, "tid": tid, "correlation": correlation, "bytes": nbytes,
-        "copy_kind": copy_kind, "host_memory": host_memory,
-    })
+    events = doc.pop("traceEvents")
+    for i in range(0, len(events), 50_000):
+        cols.add(events[i:i + 50_000])
+    return doc
+
+
+def _try_loads(data: bytes) -> Any:
+    try:
+        return _loads(data)
+    except _DecodeError:
+        return None
+
+
+class _Columns:
+    """The events table's columns, filled one parsed piece of ``traceEvents`` at a time."""
+
+    def __init__(self, path: Path, max_events: int | None) -> None:
+        self.path, self.max_events = path, max_events
+        self.seen = 0  # trace events of any kind so far (what max_events counts)
+        self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
+
+    def add(self, raw_events: list) -> None:
+        path = self.path
+        base = self.seen
+        self.seen += len(raw_events)
+        if self.max_events is not None and self.seen > self.max_events:
+            raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
+                             "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
+        kind_of = _CATEGORY_KIND
+        try:  # the common case: every event an object (JSON parsers make only dicts have .get), every category hashable
+            evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in kind_of]
+        except (AttributeError, TypeError):
+            evs = [e for e in raw_events
+                   if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
+        if not evs:
+            return
+        ts = _times(evs, "ts", path)
+        dur = _times(evs, "dur", path)
+        names = [e.get("name") for e in evs]
+        bad = next((i for i, n in enumerate(names) if type(n) is not str), None)
+        if bad is not None:
+            _damaged(path, raw_events, evs[bad], "lacks a 'name'", base)
+        if (dur < 0).any() or not np.isfinite(ts).all() or not np.isfinite(dur).all():
+            i = int(np.flatnonzero((dur < 0) | ~np.isfinite(ts) | ~np.isfinite(dur))[0])
+            _damaged(path, raw_events, evs[i], "has a negative or infinite time", base)
+        ids = self.name_ids
+        name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
+        code_of = _CATEGORY_CODE
+        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
+        on_device = _ON_DEVICE[kind]
+        n = len(evs)
+        device = np.full(n, -1, dtype=np.int64)
+        stream = np.full(n, -1, dtype=np.int64)
+        pid = np.full(n, -1, dtype=np.int64)
+        tid = np.full(n, -1, dtype=np.int64)
+        if on_device.all():
+            device[:] = _ints([a.get("device", e.get("pid")) for a, e in zip(args, evs)], path, "args.device")
+            stream[:] = _ints([a.get("stream", e.get("tid")) for a, e in zip(args, evs)], path, "args.stream")
+        elif on_device.any():
+            dev_idx = np.flatnonzero(on_device).tolist()
+            device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx], path, "args.device")
+            stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx], path, "args.stream")
+        if not on_device.any():
+            pid[:] = _ints([e.get("pid") for e in evs], path, "pid")
+            tid[:] = _ints([e.get("tid") for e in evs], path, "tid")
+        elif not on_device.all():
+            host_idx = np.flatnonzero(~on_device).tolist()
+            pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx], path, "pid")
+            tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx], path, "tid")
+        correlation = _ints([a.get("correlation", -1) for a in args], path, "args.correlation")
+        nbytes = np.full(n, math.nan)
+        for i in np.flatnonzero(_MOVES_BYTES[kind]).tolist():
+            nbytes[i] = _as_float(args[i].get("bytes"))
+        for col, values in (("kind", kind), ("name", name_code), ("start_us", ts), ("dur_us", dur), ("device", device),
+                            ("stream", stream), ("pid", pid), ("tid", tid), ("correlation", correlation),
+                            ("bytes", nbytes)):
+            self.parts[col].append(values)
+
+    def finish(self, doc: dict, table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
+        c = {col: np.concatenate(parts) if parts else np.zeros(0, dtype=_PART_DTYPES[col])
+             for col, parts in self.parts.items()}
+        self.parts = {}
+        kind, code = c["kind"], c["name"]
+        uniq = np.empty(len(self.name_ids), dtype=object)
+        uniq[:] = list(self.name_ids)
+        self.name_ids = {}
+        # Work per distinct name, not per event: traces repeat a few hundred names many times.
+        collective = np.array([is_collective_kernel(u) for u in uniq], dtype=bool)
+        gloo = np.array([u.startswith("gloo:") for u in uniq], dtype=bool)
+        kind[(kind == _CODE["kernel"]) & collective[code]] = _CODE["collective"]
+        kind[(kind == _CODE["annotation"]) & gloo[code]] = _CODE["collective"]
+        names = uniq[code]
+        runtime = np.flatnonzero(kind == _CODE["runtime"])
+        if runtime.size:
+            renamed = np.empty(len(uniq), dtype=object)
+            renamed[:] = [_VERSION_SUFFIX.sub("", u) for u in uniq]
+            names[runtime] = renamed[code[runtime]]
+        n = len(kind)
+        copy_kind = np.full(n, "", dtype=object)
+        host_memory = np.full(n, "", dtype=object)
+        mc = np.flatnonzero(kind == _CODE["memcpy"])
+        if mc.size:
+            parsed = [_memcpy_kind(u) for u in uniq]
+            copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[code[mc]]
+            host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[code[mc]]
+        kinds = _KIND_NAMES[kind]
+        lanes = _lanes(kind, c["device"], c["stream"], c["tid"])
+        ts = c["start_us"]
+        origin = float(ts.min()) if n else 0.0
+        columns = {
+            "kind": kinds, "lane": lanes, "name": names, "start_us": ts, "dur_us": c["dur_us"],
+            "device": c["device"], "stream": c["stream"], "pid": c["pid"], "tid": c["tid"],
+            "correlation": c["correlation"], "bytes": c["bytes"], "copy_kind": copy_kind, "host_memory": host_memory,
+        }
+        metadata = _metadata(doc, origin)
+        rank = metadata["distributed"].get("rank")
+        if not table:
+            columns["rank"] = np.full(n, rank or 0, dtype=np.int64)
+            return columns, {**metadata, "origin_us": 0.0}  # times left absolute
+        events = build_events(columns)
+        if rank is not None:
+            events["rank"] = rank
+        return events, metadata
+
+
+def _metadata(doc: dict, origin: float) -> dict:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
         dist.pop("rank", None)
-    if "rank" in dist:
-        events["rank"] = dist["rank"]
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []
-    metadata = {
+    return {
         "origin_us": origin,
         "device_names": [str(p.get("name", "")) for p in props if isinstance(p, dict)],
         "distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist},
         "torch_version": str(doc.get("torch_version", "")),
     }
-    return events, metadata
 
 
-def _damaged(path: Path, raw_events: list, ev: dict, problem: str) -> None:
-    index = next(i for i, e in enumerate(raw_events) if e is ev)
+def _damaged(path: Path, raw_events: list, ev: dict, problem: str, base: int = 0) -> None:
+    index = base + next(i for i, e in enumerate(raw_events) if e is ev)
     raise TraceError(f"{path}: event #{index} ({str(ev.get('name'))[:40]!r}) {problem}; the trace is damaged: record it again")
 
 
@@ -175,18 +364,6 @@ def _ints(values: list, path: Path, field: str) -> np.ndarray:
     return np.array(ints, dtype=np.int64)
 
 
-def _kernel_kind(name: str) -> str:
-    return "collective" if is_collective_kernel(name) else "kernel"
-
-
-def _runtime_name(name: str) -> str:
-    return _VERSION_SUFFIX.sub("", name)
-
-
-def _annotation_kind(name: str) -> str:
-    return "collective" if name.startswith("gloo:") else "annotation"
-
-
 def _memcpy_kind(name: str) -> tuple[str, str]:
     m = _MEMCPY.match(name)
     if not m:
@@ -195,16 +372,32 @@ def _memcpy_kind(name: str) -> tuple[str, str]:
     return direction, host_memory_of(direction, m.group(2), m.group(3))
 
 
-def _lanes(kinds: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """Lane names, built once per distinct (kind, device, stream, thread)."""
-    cache: dict[tuple, str] = {}
-    out = np.empty(len(kinds), dtype=object)
-    for i, key in enumerate(zip(kinds.tolist(), device.tolist(), stream.tolist(), tid.tolist())):
-        lane = cache.get(key)
-        if lane is None:
-            lane = cache[key] = lane_name(*key)
-        out[i] = lane
-    return out
+    n = len(kind)
+    if not n:
+        return np.empty(0, dtype=object)
+    key = np.zeros(n, dtype=np.int64)
+    radix, uniques = 1, []
+    for values in (kind, device, stream, tid):
+        codes, uniq = pd.factorize(values)
+        uniques.append(uniq)
+        key += codes.astype(np.int64) * radix
+        radix *= len(uniq)
+        if radix >= 2**62:  # absurdly many distinct threads: name the lanes one event at a time
+            return np.array([lane_name(KINDS[k], d, s, t) for k, d, s, t in
+                             zip(kind.tolist(), device.tolist(), stream.tolist(), tid.tolist())], dtype=object)
+    group, keys = pd.factorize(key)
+    names = []
+    for k in keys.tolist():
+        parts = []
+        for uniq in uniques:
+            parts.append(uniq[k % len(uniq)])
+            k //= len(uniq)
+        names.append(lane_name(KINDS[int(parts[0])], int(parts[1]), int(parts[2]), int(parts[3])))
+    out = np.empty(len(names), dtype=object)
+    out[:] = names
+    return out[group]
 
 
 def _is_number(value: object) -> bool:

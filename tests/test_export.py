@@ -1,0 +1,91 @@
+"""helpers.export writes the document its per-event definition says, and it reads back as the same table."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from synth import host_bound_loop, two_step_loop, write_json
+
+import helpers
+from helpers import export as ex
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _reference(trace) -> dict:
+    """The document, one dict per event: the definition the fast writer must match."""
+    events: list[dict] = []
+    lanes = sorted({(int(r), ln) for r, ln in zip(trace.events["rank"], trace.events["lane"])})
+    lane_id = {rl: i + 1 for i, rl in enumerate(lanes)}
+    for rank in sorted({r for r, _ in lanes}):
+        events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
+    for (rank, lane), tid in lane_id.items():
+        events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": lane}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
+    for row in trace.events.itertuples():
+        args = {"step": int(row.step)}
+        if row.device >= 0:
+            args.update(device=int(row.device), stream=int(row.stream))
+        if row.correlation >= 0:
+            args["correlation"] = int(row.correlation)
+        if row.bytes == row.bytes:
+            args["bytes"] = float(row.bytes)
+        events.append({"ph": "X", "cat": ex._category(row.kind, int(row.device)), "name": row.name, "pid": int(row.rank),
+                       "tid": lane_id[(int(row.rank), row.lane)], "ts": round(float(row.start_us), 3),
+                       "dur": round(float(row.dur_us), 3), "args": args})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": {"source": trace.source, "format": trace.format}}
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a))  # numpy's and Python's rounding may differ in the last bit
+    return type(a) is type(b) and a == b
+
+
+def _traces(tmp_path):
+    yield helpers.load(write_json(two_step_loop(), tmp_path / "a.json"))
+    yield helpers.load(write_json(host_bound_loop(sync=True), tmp_path / "b.json"))
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in range(2):
+        write_json(two_step_loop(), folder / f"rank{r}.json", rank=r, world=2)
+    yield helpers.load(folder)
+    for name in ("triage__t2__h200.json.gz", "triage__t7__h200.json.gz", "bench/launch_overhead_long__h200.json.gz"):
+        if (DATA / name).exists():
+            yield helpers.load(DATA / name)
+
+
+def test_document_matches_its_definition(tmp_path):
+    for trace in _traces(tmp_path):
+        assert _close(_reference(trace), ex.to_chrome_trace(trace)), trace.source
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_export_reads_back_as_the_same_table(tmp_path, suffix):
+    for i, trace in enumerate(_traces(tmp_path)):
+        out = ex.export(trace, tmp_path / f"out{i}{suffix}")
+        raw = out.read_bytes()
+        json.loads(gzip.decompress(raw) if suffix.endswith(".gz") else raw)  # strict JSON
+        back = helpers.load(out).events
+        # Times are written to the nanosecond, so events that tie after rounding may swap rows: compare sorted.
+        cols = ["kind", "name", "device", "stream", "correlation", "copy_kind", "host_memory", "dur_us"]
+
+        def rows(ev, cols=cols):
+            ev = ev[cols].assign(kind=ev["kind"].astype(str), dur_us=ev["dur_us"].round(3))
+            return ev.sort_values(cols).reset_index(drop=True)
+
+        pd.testing.assert_frame_equal(rows(back), rows(trace.events), check_dtype=False, atol=1.5e-3)
+
+
+def test_empty_trace_exports(tmp_path):
+    trace = helpers.load(write_json(two_step_loop(), tmp_path / "a.json"))
+    empty = helpers.Trace(trace.events.iloc[:0], "empty", "kineto", {})
+    assert ex.to_chrome_trace(empty)["traceEvents"] == []

@@ -1,0 +1,105 @@
+"""The streaming Kineto reader reads every document exactly as parsing it whole does.
+
+``kineto.parse_stream`` cuts ``traceEvents`` into pieces at ``}, {`` and parses each on its own; these
+tests cut as small as possible (pieces of one byte, blocks of a few bytes) and put the cut marks and
+the key inside strings and nested values, then compare with the whole-document parse.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fuzz import event, values
+
+import helpers
+from helpers import TraceError
+from helpers.readers import kineto
+
+TRICKY = ['}, {', '"traceEvents": [', '}]', '] }', '\\"}, {\\"', '{"a": [}, {]}']
+
+
+def _read(data: bytes, stream: bool, block: int = 7):
+    """(events, metadata) or the TraceError, streamed in ``block``-byte blocks or parsed whole."""
+    path = Path("t.json")
+    try:
+        if stream:
+            return kineto.parse_stream((data[i:i + block] for i in range(0, len(data), block)), path, 10_000)
+        cols = kineto._Columns(path, 10_000)
+        return cols.finish(kineto._whole(data, path, cols))
+    except TraceError as exc:
+        return exc
+
+
+def _same(a, b) -> None:
+    if isinstance(a, TraceError) or isinstance(b, TraceError):
+        assert isinstance(a, TraceError) and isinstance(b, TraceError), (a, b)
+        return
+    pd.testing.assert_frame_equal(a[0], b[0])
+    assert a[1] == b[1]
+
+
+@pytest.fixture(autouse=True)
+def _tiny_pieces(monkeypatch):
+    monkeypatch.setattr(kineto, "_PIECE", 1)
+
+
+tricky_event = st.fixed_dictionaries({"ph": st.just("X"), "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime"]),
+                                      "name": st.sampled_from(TRICKY) | st.text(max_size=6), "pid": st.integers(0, 3),
+                                      "tid": st.integers(0, 3), "ts": st.floats(0, 1e6), "dur": st.floats(0, 100)},
+                                     optional={"args": st.dictionaries(st.sampled_from(TRICKY + ["device", "stream"]), values, max_size=3)})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(event | tricky_event | values, max_size=8), st.dictionaries(st.sampled_from(TRICKY + ["distributedInfo"]), values, max_size=2),
+       st.dictionaries(st.sampled_from(TRICKY + ["deviceProperties"]), values, max_size=2), st.sampled_from(["", " ", "\n  "]),
+       st.integers(1, 9))
+def test_stream_reads_as_whole(events, before, after, space, block):
+    doc = {**before, "traceEvents": events, **after}
+    text = json.dumps(doc, allow_nan=True, separators=("," + space, ":" + space))
+    data = text.encode()
+    _same(_read(data, stream=True, block=block), _read(data, stream=False))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(tricky_event, min_size=1, max_size=6), st.integers(0, 200), st.integers(1, 9))
+def test_stream_cut_anywhere(events, cut, block):
+    """Truncated documents fail the same way streamed or whole."""
+    data = json.dumps({"traceEvents": events, "traceName": "x"}).encode()
+    data = data[:cut % (len(data) + 1)]
+    _same(_read(data, stream=True, block=block), _read(data, stream=False))
+
+
+def test_stream_matches_whole_on_a_recorded_trace(tmp_path, monkeypatch):
+    src = Path(__file__).resolve().parents[1] / "data" / "bench" / "launch_overhead_long__h200.json.gz"
+    if not src.exists():
+        pytest.skip("no benchmark trace")
+    monkeypatch.setattr(kineto, "_PIECE", 4096)
+    import gzip
+    data = gzip.decompress(src.read_bytes())
+    rng = random.Random(0)
+    sizes = [rng.randrange(1, 1 << 16) for _ in range(4)]
+    whole = _read(data, stream=False)
+    for size in sizes:
+        _same(_read(data, stream=True, block=size), whole)
+    # and through helpers.load, from a file and from gzip
+    (tmp_path / "t.json").write_bytes(data)
+    t = helpers.load(tmp_path / "t.json")
+    pd.testing.assert_frame_equal(t.events, helpers.load(src).events)
+
+
+def test_event_limit_stops_the_stream_early():
+    data = json.dumps({"traceEvents": [{}] * 50}).encode()
+    with pytest.raises(TraceError, match="over the limit"):
+        kineto.parse_stream(iter([data]), Path("t.json"), 10)
+
+
+def test_two_event_lists_are_refused():
+    data = b'{"traceEvents": [], "traceEvents": []}'
+    with pytest.raises(TraceError, match="two 'traceEvents'"):
+        kineto.parse_stream(iter([data]), Path("t.json"))
