@@ -1,0 +1,217 @@
+"""Print what a learner sees for the common wrong answers, lab by lab, on the course's recorded traces.
+
+    python docs/instructors/wrong_answers.py          # every lab
+    python docs/instructors/wrong_answers.py 03 07    # some labs
+
+Each wrong answer is one the tests (tests/test_labNN.py, tests/test_triage.py) hold the checks to;
+here it is fed to the real check and the message the learner would read is printed. The readings are
+judged on the H200 recordings in data/, which is exactly what the CPU track shows; on the GPU track a
+learner's own capture gives its own figures in the same words. Check results are written to a
+throw-away folder, never to the learner's .selfcheck.json.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def _said(fn, *args, **kw) -> str:
+    from helpers import checks
+
+    try:
+        return "PASSES (not a wrong answer): " + str(fn(*args, **kw))[:200]
+    except checks.CheckFailed as exc:
+        return str(exc)
+
+
+def _ms(trace, start_us: float, end_us: float) -> tuple[float, float]:
+    from helpers.plots import time_origin_us
+
+    o = time_origin_us(trace)
+    return (start_us - o) / 1e3, (end_us - o) / 1e3
+
+
+def lab00() -> list[tuple[str, str]]:
+    from helpers import checks, metrics
+    from helpers.course import recorded
+
+    t = recorded("sync_stall", "broken")
+    swapped = dict(checks.TOOL_ANSWERS)
+    first = next(iter(swapped))
+    swapped[first] = "torch"  # the timeline question given to the operator profiler
+    longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
+    return [
+        ("tool choice: the timeline question answered with the PyTorch profiler", _said(checks.check_tool_choice, swapped)),
+        ("idle share: the GPU's busy share handed in instead of its idle share",
+         _said(checks.check_gpu_idle_share, metrics.gpu_utilization, t)),
+        ("longest gap given in microseconds", _said(checks.check_longest_gap, longest * 1e3, t)),
+        ("nsys: a time window with no --duration, and a capture range without --nsys-range",
+         _said(checks.check_nsys_commands, {
+             "capture range": "nsys profile --trace=cuda,nvtx -o r --capture-range=cudaProfilerApi python -m helpers.workloads.data_stall",
+             "time window": "nsys profile --trace=cuda,nvtx -o r --delay=10 python -m helpers.workloads.data_stall",
+             "gpu metrics": "nsys profile --trace=cuda,nvtx -o r --gpu-metrics-devices=0 python -m helpers.workloads.data_stall"})),
+    ]
+
+
+def lab01() -> list[tuple[str, str]]:
+    from helpers import checks, diagnose
+    from helpers.course import recorded
+
+    out = []
+    t = recorded("data_stall", "broken")
+    f = next(f for f in diagnose(t) if f.pattern == "data_stall")
+    w = _ms(t, *f.window)
+    out.append(("first loop read as launch overhead (the tiny kernels after the wait)",
+                _said(checks.check_reading, checks.Reading("launch_overhead", w, {"kernels_per_step": 45.0}, 0.1), t, "data", "data")))
+    out.append(("first loop: right pattern, cost of one step's wait over the whole capture",
+                _said(checks.check_reading, checks.Reading("data_stall", w, {"data_stall_share": 0.85}, f.cost / 5), t, "data", "data")))
+    h = recorded("h2d_copy", "broken")
+    g = next(f for f in diagnose(h) if f.pattern == "h2d_copy")
+    out.append(("second loop read as GPU-bound (the GPU lane looks full)",
+                _said(checks.check_reading, checks.Reading("gpu_bound", _ms(h, *g.window), {"gpu_bound_busy": 0.97}, 0.97), h, "h2d", "h2d")))
+    out.append(("bandwidth in MB/s instead of GB/s", _said(checks.check_read_h2d_bandwidth, 6689.58, h, "pageable")))
+    out.append(("copies said to come from pinned memory", _said(checks.check_read_h2d_bandwidth, 6.69, h, "pinned")))
+    out.append(("the course's own fixed trace passed as the learner's fix",
+                _said(checks.check_data_stall_fixed, t, recorded("data_stall", "fixed"), 3.0)))
+    return out
+
+
+def lab02() -> list[tuple[str, str]]:
+    from helpers import checks, metrics, plots
+    from helpers.course import recorded
+
+    t = recorded("launch_overhead", "broken")
+    origin, second = plots.time_origin_us(t), t.steps.iloc[1]
+    w = ((second.start_us - origin) / 1e3 + 1.0, (second.start_us - origin) / 1e3 + 3.0)
+    gaps = metrics.idle_gaps(t)
+    share = float(gaps.loc[gaps["cause"] == "launch", "dur_us"].sum() / metrics.windows(t)["dur_us"].sum())
+    good = {"launch_idle_share": share}
+    return [
+        ("white space read as a data stall", _said(checks.check_reading, checks.Reading("data_stall", w, {"data_stall_share": 0.87}, 0.87), t, "launch")),
+        ("the GPU's busy share given as the cost", _said(checks.check_reading, checks.Reading("launch_overhead", w, good, 0.04), t, "launch")),
+        ("kernels per step counted in one zoom, not the whole step",
+         _said(checks.check_reading, checks.Reading("launch_overhead", w, {"kernels_per_step": 200}, share), t, "launch")),
+        ("the course's graph recording passed as the learner's own",
+         _said(checks.check_launch_fixed, t, recorded("launch_overhead", "graphs"))),
+    ]
+
+
+def lab03() -> list[tuple[str, str]]:
+    from helpers import checks, metrics
+    from helpers.course import recorded
+
+    t = recorded("sync_stall", "broken")
+    gaps = metrics.idle_gaps(t)
+    gap = gaps.sort_values("dur_us").iloc[-1]
+    w = _ms(t, gap.start_us, gap.end_us)
+    ev = t.events
+    n_sync = float((metrics.is_sync_call(t) & (ev["step"] >= 0)).sum() / len(t.steps))
+    cost = float(metrics.idle_cost_by_cause(t)["sync"] / t.steps["dur_us"].sum())
+    return [
+        ("the white stretch in 'prepare batch' read as a data stall",
+         _said(checks.check_reading, checks.Reading("data_stall", w, {"host_data_wait_ms_per_step": 5.6}, 0.3), t, "sync")),
+        ("a window over the forward pass, where the GPU is busy",
+         _said(checks.check_reading, checks.Reading("sync_stall", (w[1] + 0.5, w[1] + 2.5), {"sync_points_per_step": n_sync}, cost), t, "sync")),
+        ("the host's blocked share given as the cost",
+         _said(checks.check_reading, checks.Reading("sync_stall", w, {"sync_points_per_step": n_sync}, 0.80), t, "sync")),
+        ("the course's fixed recording passed as the learner's own", _said(checks.check_sync_fixed, t, recorded("sync_stall", "fixed"))),
+    ]
+
+
+def lab04() -> list[tuple[str, str]]:
+    from helpers import checks, diagnose
+    from helpers.course import recorded
+
+    out = []
+    for variant, pattern, item, wrong in (("manual", "communication", "comm", "data_stall"),
+                                          ("imbalance", "load_imbalance", "imbalance", "communication")):
+        t = recorded("communication", variant, tag="cpu")
+        f = next((f for f in diagnose(t) if f.pattern == pattern), None)
+        if f is None:
+            continue
+        w = _ms(t, *f.window)
+        out.append((f"{variant} job read as {wrong}",
+                    _said(checks.check_reading, checks.Reading(wrong, w, {checks.EVIDENCE[wrong][0]: 0.5}, f.cost), t, item, item)))
+    out.append(("the course's ddp recording passed as the learner's DDP",
+                _said(checks.check_comm_fixed, recorded("communication", "manual", tag="cpu"), recorded("communication", "ddp", tag="cpu"))))
+    return out
+
+
+def lab05() -> list[tuple[str, str]]:
+    from helpers import checks, diagnose
+    from helpers.course import recorded
+    from helpers.diagnosis import signals
+
+    t = recorded("mystery", "broken")
+    found = {f.pattern: f for f in diagnose(t)}
+    s = found["sync_stall"]
+    return [("the syncs named first (they are real, but not the biggest gap)",
+             _said(checks.check_reading, checks.Reading("sync_stall", _ms(t, *s.window), {"sync_points_per_step": float(signals(t)["sync_points_per_step"])}, s.cost), t, "workflow", "mystery")),
+            ("the data stall named with the GPU's idle share as its cost",
+             _said(checks.check_reading, checks.Reading("data_stall", _ms(t, *found["data_stall"].window),
+                                                        {"data_stall_share": found["data_stall"].cost}, 0.65), t, "workflow", "mystery")),
+            ("fix: only the loader fixed (the H200 recording of that stage)",
+             _said(checks.check_capstone, t, recorded("mystery", "data_fixed"), 2.0)),
+            ("fix: nothing changed (the CPU recording of the broken loop, twice)",
+             _said(checks.check_capstone, recorded("mystery", "broken", "cpu"), recorded("mystery", "broken", "cpu"), 1.3))]
+
+
+def lab06() -> list[tuple[str, str]]:
+    import helpers
+    from helpers import checks, course, metrics
+    from helpers.readers.ncu import read_ncu
+
+    stall = course.shipped_nsys_export("data_stall", "broken")
+    ncu_entry = course.shipped_ncu_entries()[0]  # as the lab picks it
+    bound_torch = helpers.load(course.DATA / ncu_entry["torch_twin"])
+    bound_fired = checks.analyze_findings(course.nsight_text(ncu_entry["workload"], ncu_entry["variant"], "nsys_analyze"))
+    ncu_table = read_ncu(course.DATA / ncu_entry["ncu_csv"])
+    return [("stats: the NVTX range with the most time given as the top API call",
+             _said(checks.check_stats_reading, {"top_api_call": "data", "top_kernel": "wgrad_alg0_engine"}, stall)),
+            ("analyze: every warning on the GPU-bound loop called one that matters",
+             _said(checks.check_analyze_verdicts, {r: True for r in bound_fired}, list(bound_fired), bound_torch, "sync_stall:fixed")),
+            ("ncu: the kernel called memory-bound", _said(checks.check_kernel_limiter, "memory", ncu_table)),
+            ("ncu: the kernel called latency-bound (low occupancy)", _said(checks.check_kernel_limiter, "latency", ncu_table)),
+            ("data-wait share: the GPU's whole idle share (data wait and the rest) handed in",
+             _said(checks.check_data_wait_share, 1 - metrics.gpu_utilization(stall), stall, "nsys"))]
+
+
+def lab07() -> list[tuple[str, str]]:
+    from helpers.checks.lab05 import TRIAGE, triage_lesson
+
+    return [(f"{tid} misread as {p if p != '*' else 'host_bound (any wrong pattern)'}",
+             "Not yet (" + tid + "): " + triage_lesson(tid, p if p != "*" else "host_bound"))
+            for tid, case in TRIAGE.items() for p in (case.lessons or {})]
+
+
+LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07}
+
+
+def main(argv: list[str] | None = None) -> int:
+    wanted = (argv if argv is not None else sys.argv[1:]) or list(LABS)
+    unknown = [w for w in wanted if w.zfill(2) not in LABS]
+    if unknown:
+        print(f"error: no lab {', '.join(unknown)}; labs are {', '.join(LABS)}", file=sys.stderr)
+        return 2
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="wrong-answers-") as scratch:
+        os.chdir(scratch)  # the checks note results in ./.selfcheck.json: keep them out of the learner's folder
+        try:
+            for lab in wanted:
+                print(f"## Lab {lab.zfill(2)}")
+                for what, message in LABS[lab.zfill(2)]():
+                    print(f"- {what}:\n    {message}")
+                print()
+        finally:
+            os.chdir(here)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
