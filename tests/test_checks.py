@@ -26,7 +26,7 @@ CASES = [
     ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), mine(b_f("h2d_copy"))),
     # launch and sync: their fix checks refuse the course's recorded traces; tests/test_lab02.py, test_lab03.py
     # comm: its fix check refuses recorded traces; tests/test_lab04.py runs it on live two-rank jobs
-    ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), b_f("mystery")),
+    ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), mine(b_f("mystery"))),
 ]
 
 
@@ -82,7 +82,9 @@ def test_fix_checks_judge_structure_not_timing():
     broken, fixed = mine(b_f("data_stall"))
     verdict = checks.check_data_stall_fixed(broken, fixed, 1000.0)
     assert verdict.startswith("passed") and "timing is not judged" in verdict
-    assert checks.check_capstone(*b_f("mystery"), 1000.0).startswith("passed")
+    assert checks.check_capstone(*mine(b_f("mystery")), 1000.0).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
+        checks.check_capstone(*b_f("mystery"), 2.0)
     with pytest.raises(checks.CheckFailed) as info:
         checks.check_data_stall_fixed(broken, broken, 1.0)
     assert "DataLoader" in str(info.value)

@@ -24,8 +24,9 @@ LAB_WORKLOADS = {
     "02 · launch overhead": ("launch_overhead",),
     "03 · sync stall": ("sync_stall",),
     "04 · communication, uneven load": ("communication",),
-    "05 · workflow capstone": ("mystery", "host_bound"),
+    "05 · workflow capstone": ("mystery",),
     "07 · blind triage (answers: keep them from the room)": ("triage",),
+    "(no lab) the host-bound workload, recorded for the diagnosis's tests and triage t2/t10's design": ("host_bound",),
 }
 
 

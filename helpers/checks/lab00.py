@@ -81,24 +81,48 @@ def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "
                   "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
 
 
+def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
+    """The idle shares the common mistakes give on ``trace``, to name the one a learner made."""
+    ev = trace.events
+    steps = float(trace.steps["dur_us"].sum()) if not trace.steps.empty else float(m.windows(trace)["dur_us"].sum())
+    gpu = ev[(ev["device"] >= 0) & ev["kind"].isin(("kernel", "memcpy", "memset", "collective")) & (ev["step"] >= 0)]
+    util = m.gpu_utilization(trace)
+    out = {"the busy share, not the idle share": util}
+    if steps > 0:
+        out["summing GPU events without merging overlaps"] = 1.0 - float(gpu["dur_us"].sum()) / steps
+    span = trace.span_us
+    if span > 0:
+        us, ue = m.merge_intervals(gpu["start_us"].to_numpy(), gpu["end_us"].to_numpy())
+        out["dividing by the whole capture instead of the steps"] = 1.0 - float((ue - us).sum()) / span
+    return out
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
     got = float(fn(trace))
-    return _check("gaps", "check_gpu_idle_share", _close(got, want, 0.0, 0.02),
-                  f"Your idle share is {got:.3f}, the trace says {want:.3f}. Merge overlapping GPU events "
-                  "(kernel, memcpy, memset, collective) into one busy union first, clip it to the step windows "
-                  "(trace.steps), and divide idle time by step time.")
+    ok = _close(got, want, 0.0, 0.02)
+    why = ""
+    if not ok:
+        near = [name for name, v in _idle_share_mistakes(trace).items() if _close(got, v, 0.0, 0.01) and not _close(v, want, 0.0, 0.02)]
+        why = f" Your figure is what {near[0]} gives on this trace." if near else ""
+    return _check("gaps", "check_gpu_idle_share", ok,
+                  f"Your idle share is {got:.3f}, the trace says {want:.3f}.{why} Merge overlapping GPU events "
+                  "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
+                  "(trace.steps), and divide the idle time by the steps' time.")
 
 
 def check_longest_gap(answer_ms: float, trace: Trace) -> str:
     """The longest GPU idle gap inside the profiled steps, read off the timeline (10% tolerance)."""
     gaps = m.idle_gaps(trace)
     want = float(gaps["dur_us"].max() / 1e3) if not gaps.empty else 0.0
-    return _check("gaps", "check_longest_gap", _close(float(answer_ms), want, 0.10, 0.05),
-                  f"{answer_ms} ms is not the longest gap. Look for the widest white space on the GPU lane "
-                  "inside one step (zoom with helpers.plots.timeline(trace, step=...)); it is about "
-                  f"{'long' if want > 1 else 'short'}er than a millisecond.")
+    answer = float(answer_ms)
+    longer = int((gaps["dur_us"] / 1e3 > answer * 1.1).sum()) if not gaps.empty else 0
+    seen = (f"{longer} gaps on the GPU lanes are longer than {answer:g} ms" if longer else
+            f"no GPU gap in the steps is as long as {answer:g} ms: you may be measuring a stretch that holds a kernel")
+    return _check("gaps", "check_longest_gap", _close(answer, want, 0.10, 0.05),
+                  f"{answer:g} ms is not the longest gap: {seen}. Zoom into each step "
+                  "(plots.timeline(trace, step=k)) and measure the widest white stretch on the GPU lane.")
 
 
 # --- Nsight ------------------------------------------------------------------------------------

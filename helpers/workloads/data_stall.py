@@ -55,16 +55,10 @@ def make_model(width: int = 32) -> nn.Module:
     )
 
 
-def single_thread_worker(_: int) -> None:
-    """Does nothing a DataLoader worker does not already do: kept only because lab 05 still names it.
-
-    Every worker process runs ``torch.set_num_threads(1)`` before it loads a sample (PyTorch's
-    ``_worker_loop``; :func:`threads_in_workers` shows it). What can oversubscribe the cores from
-    inside workers is a native library with its own thread pool: NumPy's BLAS (matrix products,
-    ``linalg``), OpenCV, numexpr. Limit those in a ``worker_init_fn`` (``threadpoolctl.threadpool_limits(1)``,
-    ``cv2.setNumThreads(0)``) when your transforms use them; this module's augmentation is
-    element-wise NumPy, which runs on one thread anyway.
-    """
+# (Former single_thread_worker, removed: every DataLoader worker already runs torch.set_num_threads(1)
+# before it loads a sample (threads_in_workers shows it). What can oversubscribe the cores from inside
+# workers is a native library with its own thread pool: NumPy's BLAS, OpenCV, numexpr; limit those in a
+# worker_init_fn (threadpoolctl.threadpool_limits(1), cv2.setNumThreads(0)) when transforms use them.)
 
 
 def _worker_threads(_: int) -> tuple[int, int]:
