@@ -77,7 +77,10 @@ def test_steady_state_from_ranges_matches_the_marked_steps(key):
     info = m.summary(bare)["steps_inferred"]
     assert info and info["source"] == "ranges", info
     assert top(bare) == top(stepped)
-    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(stepped), rel=0.05)
+    # within 5%, or within the marked steps' own spread when they vary more than that
+    d = stepped.steps["dur_us"]
+    spread = float(d.std() / d.mean()) if len(d) > 1 else 0.0
+    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(stepped), rel=max(0.05, spread))
     findings = helpers.diagnose(bare)
     assert all(f.evidence["steps_inferred"] == info for f in findings)  # every finding says where its steps came from
 

@@ -56,6 +56,15 @@ def test_idle_capture_gets_capture_window_and_nothing_else(tmp_path):
         assert findings[0].evidence["capture_ms"] > 30_000
 
 
+def test_recorded_gpu_idle_capture_gets_capture_window_and_nothing_else():
+    """Recorded on the H200 (data/manifest.json says how): 20 matmuls with 0.5 s of sleep after each, no steps."""
+    from helpers.course import recorded
+
+    findings = helpers.diagnose(recorded("idle_capture", "sleepy"))
+    assert [f.pattern for f in findings] == ["capture_window"]
+    assert findings[0].evidence["capture_ms"] > 5_000 and findings[0].evidence["gpu_utilization"] < 0.05
+
+
 def test_both_formats_give_the_same_top_finding(tmp_path):
     for i, events in enumerate((host_bound_loop(), host_bound_loop(gpu_us=2000, host_us=20), idle_capture(), two_step_loop())):
         a, b = _both(events, tmp_path, f"t{i}")
@@ -81,10 +90,7 @@ def _manifest_pairs():
 #: run the loader's workers did not keep up (7-14 ms of data wait in every profiled step, falling step by
 #: step: data_stall 36%) while its nsys run was GPU-bound. The test fails if another pair disagrees, and
 #: if this one starts to agree (then take it off the list).
-#: And the fixed sync loop re-recorded 2026-12-03 sits at the gpu_bound bar: its twin is busy 88% (gpu_bound);
-#: its nsys run 84% (nothing found: step 0 of the export starts as the capture range opens, 39% busy).
-#: Neither names a host-side bottleneck.
-KNOWN_DISAGREEMENTS = {"mystery__fixed__h200@2026-12-03", "sync_stall__fixed__h200@2026-12-03"}
+KNOWN_DISAGREEMENTS = {"mystery__fixed__h200@2026-12-03"}
 
 
 def test_recorded_pairs_agree():
