@@ -270,10 +270,11 @@ def test_the_lab_stub_for_the_update_is_not_done():
 
 # --- credit and the lab's text ----------------------------------------------------------------
 def test_credit_is_the_reading_and_the_fix_on_both_tracks():
-    assert checks.CREDIT["launch"] == {"gpu": ("check_reading", "check_launch_fixed"), "cpu": ("check_reading", "check_launch_fixed")}
+    want = ("check_reading[broken loop]", "check_launch_fixed")
+    assert checks.CREDIT["launch"] == {"gpu": want, "cpu": want}
     assert not hasattr(checks, "LAUNCH_FIX_ANSWERS") and not hasattr(checks, "check_launch_fixes")
     assert not item_status("launch", {"checks": {"check_launch_diagnosed": True}, "track": "cpu"})[0]
-    assert not item_status("launch", {"checks": {"check_reading": True}, "track": "gpu"})[0]
+    assert not item_status("launch", {"checks": {"check_reading[broken loop]": True}, "track": "gpu"})[0]
 
 
 def test_the_lab_names_no_pattern_before_the_reading():

@@ -153,8 +153,10 @@ def test_scan_passes_the_reference_and_names_the_cpu_line_left():
         checks.check_sync_scan_clean(cpu_left_step)
     with pytest.raises(checks.CheckFailed, match=r"item_every_step still sync.*loss\.item\(\)"):
         checks.check_sync_scan_clean(item_every_step)
-    with pytest.raises(checks.CheckFailed, match=r"5 line\(s\) of broken_step"):
+    with pytest.raises(checks.CheckFailed, match=r"broken_step is the course's own code, not yours"):
         checks.check_sync_scan_clean(sync_stall.broken_step)
+    with pytest.raises(checks.CheckFailed, match=r"fixed_step is the course's own code"):
+        checks.check_sync_scan_clean(sync_stall.fixed_step)  # an importable reference earns nothing
     with pytest.raises(checks.CheckFailed, match="pass your step function itself"):
         checks.check_sync_scan_clean(syncscan.scan(reference_step))
 
@@ -264,7 +266,7 @@ def test_the_batch_preparation_is_not_a_data_range(tmp_path, cpu_before):
 
 
 def test_credit_is_reading_scan_and_fix():
-    want = ("check_reading", "check_sync_scan_clean", "check_sync_fixed")
+    want = ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed")
     assert checks.CREDIT["sync"] == {"gpu": want, "cpu": want}
     assert not item_status("sync", {"checks": {"check_sync_scan_clean": True, "check_sync_fixed": True}, "track": "cpu"})[0]
     assert item_status("sync", {"checks": dict.fromkeys(want, True), "track": "cpu"})[0]

@@ -86,3 +86,19 @@ def test_untouched_labs_earn_nothing_from_recorded_results(tmp_path, capsys):
     checks.check_imbalance_diagnosed(recorded("communication", "imbalance", "cpu"))
     assert run_selfcheck(Path(".")) == 1
     assert "0/" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_every_reading_in_the_solutions_earns_its_item():
+    """The name each solution's check_reading(..., item, label) records is on that item's CREDIT list."""
+    import re
+
+    from conftest import ROOT
+
+    calls = []
+    for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
+        src = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        calls += [(nb.name, item, label) for item, label in re.findall(r'check_reading\(\w+, \w+, "(\w+)", "([^"]+)"\)', src)]
+    assert len(calls) >= 7
+    for name, item, label in calls:
+        for track in ("gpu", "cpu"):
+            assert f"check_reading[{label}]" in checks.CREDIT[item][track], (name, item, label, track)

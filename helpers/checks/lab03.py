@@ -22,8 +22,8 @@ from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "sync": {"gpu": ("check_reading", "check_sync_scan_clean", "check_sync_fixed"),
-             "cpu": ("check_reading", "check_sync_scan_clean", "check_sync_fixed")},
+    "sync": {"gpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed"),
+             "cpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed")},
 }
 
 #: What each op that syncs looks like in the learner's code.
@@ -106,6 +106,10 @@ def check_sync_scan_clean(fn: Callable) -> str:
     if not callable(fn):
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed("pass your step function itself (check_sync_scan_clean(my_fixed_step)); the check scans its source")
+    if str(getattr(fn, "__module__", "")).startswith("helpers."):
+        _record("sync", "check_sync_scan_clean", False)
+        raise CheckFailed(f"{getattr(fn, '__name__', fn)} is the course's own code, not yours: write your step in a cell "
+                          "and scan that; the course's functions earn no credit")
     try:
         source = inspect.getsource(fn)
         sites = syncscan.every_step(syncscan.scan(fn))

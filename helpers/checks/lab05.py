@@ -39,7 +39,8 @@ from .reading import (
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "workflow": {"gpu": ("check_triage", "check_capstone"), "cpu": ("check_triage", "check_capstone")},
+    "workflow": {"gpu": ("check_reading[mystery]", "check_triage", "check_capstone"),
+                 "cpu": ("check_reading[mystery]", "check_triage", "check_capstone")},
 }
 TRIAGE_NEEDED = 8
 
