@@ -258,8 +258,11 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def gap_histogram(trace: Trace, bins: int = 30):
-    """GPU idle gaps by duration (log scale), stacked by what the host was doing."""
+def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
+    """GPU idle gaps by duration (log scale), stacked by what the host was doing.
+
+    ``by_cause=False`` draws the gaps in one colour: the figure to read before any cause is named.
+    """
     plt = _plt()
     gaps = m.idle_gaps(trace)
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
@@ -267,20 +270,29 @@ def gap_histogram(trace: Trace, bins: int = 30):
         ax.text(0.5, 0.5, "no GPU idle gaps (or no GPU activity in this trace)", ha="center", transform=ax.transAxes)
         return fig
     edges = np.logspace(np.log10(max(gaps["dur_us"].min(), 0.1)), np.log10(gaps["dur_us"].max() * 1.01), bins)
-    data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
-    colors = [PATTERN_COLORS.get({"sync": "sync_stall", "data_wait": "data_stall", "collective": "communication",
-                                  "launch": "launch_overhead"}.get(c, ""), "#999999") for c in m.CAUSES]
-    ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
+    if by_cause:
+        data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
+        colors = [PATTERN_COLORS.get({"sync": "sync_stall", "data_wait": "data_stall", "collective": "communication",
+                                      "launch": "launch_overhead"}.get(c, ""), "#999999") for c in m.CAUSES]
+        ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
+    else:
+        d = gaps["dur_us"].to_numpy()
+        ax.hist(d, bins=edges, color="#999999", weights=d / 1e3)
     ax.set_xscale("log")
     ax.set_xlabel("gap length (µs)")
     ax.set_ylabel("idle time in gaps of this length (ms)")
-    ax.legend(title="host was", fontsize=8)
+    if by_cause:
+        ax.legend(title="host was", fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def step_breakdown(trace: Trace):
-    """Stacked bars: where each step's time went."""
+def step_breakdown(trace: Trace, by_cause: bool = True):
+    """Stacked bars: where each step's time went.
+
+    ``by_cause=False`` splits each step only into GPU busy and GPU idle (host-only traces: the step as a
+    whole): the figure to read before any cause is named.
+    """
     plt = _plt()
     table = m.step_breakdown(trace)
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
@@ -295,9 +307,15 @@ def step_breakdown(trace: Trace):
               "collective_us": "exposed communication", "other_us": "other"}
     x = np.arange(len(table))
     bottom = np.zeros(len(table))
-    for p in parts:
-        vals = table[p].fillna(0).to_numpy() / 1e3
-        ax.bar(x, vals, bottom=bottom, label=labels[p])
+    if not by_cause:  # busy and idle only: what each idle stretch was is the reader's to find
+        total = sum(table[p].fillna(0).to_numpy() for p in parts) / 1e3
+        busy = table["gpu_busy_us"].fillna(0).to_numpy() / 1e3 if "gpu_busy_us" in parts else np.zeros(len(table))
+        series = [("GPU busy", busy), ("GPU idle" if "gpu_busy_us" in parts else "step", total - busy)]
+        series = [(lab, v) for lab, v in series if v.any() or lab != "GPU busy"]
+    else:
+        series = [(labels[p], table[p].fillna(0).to_numpy() / 1e3) for p in parts]
+    for label, vals in series:
+        ax.bar(x, vals, bottom=bottom, label=label, color="#bbbbbb" if label in ("GPU idle", "step") else None)
         bottom += vals
     ax.set_xticks(x, [f"r{r}·s{s}" if table["rank"].nunique() > 1 else f"step {s}" for r, s in zip(table["rank"], table["step"])],
                   fontsize=8, rotation=45 if len(x) > 8 else 0)
