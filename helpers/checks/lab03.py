@@ -60,8 +60,7 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
     else:
         sel = _in_steps(trace, ev[(ev["kind"] == "cpu_op") & ev["name"].isin(m.SYNCING_OPS)])
         sel = sel[~m._inside_ranges(sel, ev, m.OPTIMIZER_RANGE)]
-        if (sel["name"] == "aten::item").any():
-            sel = sel[sel["name"] != "aten::_local_scalar_dense"]
+        sel = m.outermost_ops(sel)  # `if t:` is aten::is_nonzero calling aten::item: one sync, named once
         sel = sel.assign(op=sel["name"])
     if sel.empty:
         return {}

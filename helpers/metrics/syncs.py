@@ -33,8 +33,9 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", _SYNCING_OP_SET.__contains__)]
     ops = ops[ops["step"] >= 0] if (win["step"] >= 0).any() else ops
     ops = ops[~_inside_ranges(ops, ev, OPTIMIZER_RANGE)]
-    # aten::item calls aten::_local_scalar_dense: count the outermost of each nest once.
-    outer = ops[ops["name"] != "aten::_local_scalar_dense"] if (ops["name"] == "aten::item").any() else ops
+    # aten::item calls aten::_local_scalar_dense, `if t:` calls aten::is_nonzero which calls aten::item:
+    # count the outermost op of each nest once.
+    outer = outermost_ops(ops)
     return {
         "syncing_ops_per_step": float(len(outer) / n_steps),
         "sync_points": int(len(in_steps)),
@@ -101,3 +102,19 @@ def _sync_causes(ev: pd.DataFrame, syncs: pd.DataFrame) -> dict[str, int]:
                 label = str(own)
             counts[label] = counts.get(label, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def outermost_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` not inside another row of ``ops`` on the same thread (one per nest of calls)."""
+    if ops.empty:
+        return ops
+    keep = np.ones(len(ops), dtype=bool)
+    for (_, _), grp in ops.groupby(["rank", "tid"], sort=False):
+        order = grp.sort_values(["start_us", "end_us"], ascending=[True, False])
+        end = -np.inf
+        for idx, en in zip(order.index, order["end_us"].to_numpy()):
+            if en <= end:  # inside the last outer op
+                keep[ops.index.get_loc(idx)] = False
+            else:
+                end = en
+    return ops[keep]
