@@ -156,7 +156,7 @@ def test_scan_passes_the_reference_and_names_the_cpu_line_left():
     with pytest.raises(checks.CheckFailed, match=r"broken_step is the course's own code, not yours"):
         checks.check_sync_scan_clean(sync_stall.broken_step)
     with pytest.raises(checks.CheckFailed, match=r"fixed_step is the course's own code"):
-        checks.check_sync_scan_clean(sync_stall.fixed_step)  # an importable reference earns nothing
+        checks.check_sync_scan_clean(sync_stall._fixed_step)  # an importable reference earns nothing
     with pytest.raises(checks.CheckFailed, match="pass your step function itself"):
         checks.check_sync_scan_clean(syncscan.scan(reference_step))
 
@@ -284,6 +284,6 @@ def test_the_lab_names_no_pattern_before_the_reading():
     everything = "\n".join("".join(c["source"]) for c in cells)
     assert "fixed_step" not in everything.replace("my_fixed_step", "") and 'make_step("fixed"' not in everything
     shown = sync_stall.broken_step.__doc__ + "".join(
-        line for line in Path(sync_stall.__file__).read_text().split("def broken_step")[1].split("def fixed_step")[0].splitlines(True)
+        line for line in Path(sync_stall.__file__).read_text().split("def broken_step")[1].split("def _fixed_step")[0].splitlines(True)
         if "#" in line)
     assert "sync" not in shown.lower()

@@ -63,7 +63,7 @@ def test_gpu_only_workload_without_gpu_says_so():
 def test_sync_scan_finds_every_hidden_sync():
     calls = {s.call for s in syncscan.scan(sync_stall.broken_step)}
     assert {".item()", ".cpu()", ".synchronize()", "if <tensor>", "float()"} <= calls
-    fixed = syncscan.scan(sync_stall.fixed_step)
+    fixed = syncscan.scan(sync_stall._fixed_step)
     assert [s.call for s in fixed] == [".item()"] and "LOG_EVERY" in fixed[0].code  # one read every LOG_EVERY steps
     assert syncscan.scan_source("for i in range(3):\n    if i % 10 == 0:\n        print('x')\n") == []
 

@@ -93,7 +93,7 @@ def broken_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=0)
 
 
-def fixed_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
+def _fixed_loader(dataset: Dataset, batch_size: int = BATCH_SIZE) -> DataLoader:
     """The recorded ``fixed`` variant: workers prepare batches in parallel and ahead of time, into pinned memory."""
     workers = min(12, os.cpu_count() or 1)
     return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
@@ -151,7 +151,7 @@ def make_step(variant: str, device: torch.device) -> StepFn:
     dataset = AugmentedImages()
     if variant == "broken":
         return make_step_from_loader(broken_loader(dataset), device)
-    return make_step_from_loader(fixed_loader(dataset), device, to_device=_async_copy)
+    return make_step_from_loader(_fixed_loader(dataset), device, to_device=_async_copy)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def make_eager_step(device: torch.device, foreach: bool, batch: int = BATCH, com
     return phases_step(lambda i: data[i % SAMPLES], forward, lambda loss: loss.backward(), optimizer)
 
 
-def make_graphed_step(device: torch.device, warmup: bool = True) -> StepFn:
+def _recorded_graph_step(device: torch.device, warmup: bool = True) -> StepFn:
     """Capture forward, backward and the optimizer step as one CUDA Graph (``warmup=False``: the wrong answer)."""
     require_gpu("CUDA Graphs")
     torch.manual_seed(0)
@@ -105,7 +105,7 @@ def make_graphed_step(device: torch.device, warmup: bool = True) -> StepFn:
 
 def make_step(variant: str, device: torch.device) -> StepFn:
     if variant in ("graphs", "graphs_nowarmup"):
-        return make_graphed_step(device, warmup=variant == "graphs")
+        return _recorded_graph_step(device, warmup=variant == "graphs")
     if variant == "bigbatch":
         return make_eager_step(device, foreach=True, batch=BATCH * 16)
     if variant == "compile_foreach":

@@ -62,7 +62,7 @@ def make_loader(variant: str, device: torch.device) -> DataLoader:
     dataset = FeatureRows(width, passes)
     if variant == "broken":
         return data_stall.broken_loader(dataset, batch)
-    return data_stall.fixed_loader(dataset, batch)
+    return data_stall._fixed_loader(dataset, batch)
 
 
 def make_step_from_loader(loader: DataLoader, device: torch.device, sync_every_step: bool) -> StepFn:

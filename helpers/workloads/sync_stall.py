@@ -96,7 +96,7 @@ def broken_step(model, opt, xs, ys, log: list[str]) -> StepFn:
     return step
 
 
-def fixed_step(model, opt, xs, ys, log: list[str]) -> StepFn:
+def _fixed_step(model, opt, xs, ys, log: list[str]) -> StepFn:
     running = {"loss": None, "correct": None}
 
     def step(i: int) -> None:
@@ -126,7 +126,7 @@ def fixed_step(model, opt, xs, ys, log: list[str]) -> StepFn:
 def make_step(variant: str, device: torch.device) -> StepFn:
     model, opt, xs, ys = setup(device)
     log: list[str] = []
-    return (broken_step if variant == "broken" else fixed_step)(model, opt, xs, ys, log)
+    return (broken_step if variant == "broken" else _fixed_step)(model, opt, xs, ys, log)
 
 
 if __name__ == "__main__":
