@@ -287,3 +287,22 @@ def test_graph_replays_recorded_whole_count_as_gpu_work(tmp_path):
     kernels = trace.events[trace.events["kind"] == "kernel"]
     assert list(kernels["name"]) == ["CUDA Graph 3 (whole graph)"] and kernels["dur_us"].iloc[0] == pytest.approx(40.0)
     assert kernels["correlation"].iloc[0] == 77 and trace.has_gpu
+
+
+def test_stats_reading_and_data_wait_share_say_what_the_report_shows():
+    from helpers.course import shipped_nsys_export
+
+    trace = shipped_nsys_export("data_stall", "broken")
+    ev = trace.events
+    apis = ev[ev["kind"] == "runtime"].groupby("name")["dur_us"].sum().sort_values(ascending=False)
+    kernels = ev[ev["kind"] == "kernel"].groupby("name")["dur_us"].sum().sort_values(ascending=False)
+    right = {"top_api_call": apis.index[0], "top_kernel": kernels.index[0][:30]}
+    assert checks.check_stats_reading(right, trace).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match=r"top_api_call: .* is row 2 by time"):
+        checks.check_stats_reading({**right, "top_api_call": apis.index[1]}, trace)
+    with pytest.raises(checks.CheckFailed, match="names no kernel of this report"):
+        checks.check_stats_reading({**right, "top_kernel": "flash_attention_kernel"}, trace)
+    share = checks.data_wait_share(trace)
+    assert checks.check_data_wait_share(share, trace, "nsys").startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="is off for the nsys trace"):
+        checks.check_data_wait_share(1.0 - share, trace, "nsys")

@@ -68,15 +68,27 @@ def _loose_same(answer: str, truth: str) -> bool:
 def check_stats_reading(answers: dict[str, str], trace: Trace) -> str:
     """The CUDA API call and the kernel with the most total time, as read off ``nsys stats``."""
     ev = trace.events
-    want = {}
+    want, ranked = {}, {}
     for key, kind in (("top_api_call", "runtime"), ("top_kernel", "kernel")):
         sel = ev[ev["kind"] == kind]
-        want[key] = str(sel.groupby("name")["dur_us"].sum().idxmax()) if not sel.empty else ""
+        ranked[key] = sel.groupby("name")["dur_us"].sum().sort_values(ascending=False)
+        want[key] = str(ranked[key].index[0]) if not sel.empty else ""
+    if not isinstance(answers, dict):
+        return _check("nsight", "check_stats_reading", False, 'Give a dict: {"top_api_call": "...", "top_kernel": "..."}.')
     wrong = [k for k in want if not _loose_same(str(answers.get(k, "")), want[k])]
+    seen = []
+    for k in wrong:  # what the learner's name is in this report, so the message says what they read
+        table = ranked[k]
+        hit = [i for i, name in enumerate(table.index) if _loose_same(str(answers.get(k, "")), str(name))]
+        total = float(table.sum()) or 1.0
+        if hit:
+            seen.append(f"{k}: {answers.get(k)!r} is row {hit[0] + 1} by time ({table.iloc[hit[0]] / total:.0%}); "
+                        f"row 1 has {table.iloc[0] / total:.0%}")
+        else:
+            seen.append(f"{k}: {answers.get(k)!r} names no {'CUDA API call' if k == 'top_api_call' else 'kernel'} of this report")
     return _check("nsight", "check_stats_reading", not wrong,
-                  f"{wrong} do not match the report. Both summaries are sorted by 'Time (%)': the first row "
-                  "of cuda_api_sum is the call the host spends most time in, of cuda_gpu_kern_sum the kernel "
-                  "the GPU spends most time in (copy the name as printed).")
+                  "; ".join(seen) + ". Both summaries are sorted by 'Time (%)': the first row of cuda_api_sum is the "
+                  "call the host spends most time in, of cuda_gpu_kern_sum the kernel the GPU spends most time in.")
 
 
 def kernel_limiter(row: dict | object) -> str:
