@@ -102,3 +102,19 @@ def test_every_reading_in_the_solutions_earns_its_item():
     for name, item, label in calls:
         for track in ("gpu", "cpu"):
             assert f"check_reading[{label}]" in checks.CREDIT[item][track], (name, item, label, track)
+
+
+def test_a_unit_slip_is_named_as_one():
+    from helpers import metrics
+
+    t = recorded("sync_stall", "broken")
+    longest_ms = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
+    with pytest.raises(checks.CheckFailed, match="1000 times too big: a unit mixed up"):
+        checks.check_longest_gap(longest_ms * 1000, t)  # microseconds given as milliseconds
+    with pytest.raises(checks.CheckFailed, match="1000 times too big"):
+        checks.check_read_h2d_bandwidth(6.7e3, recorded("h2d_copy", "broken"))
+    good = _truthful(recorded("h2d_copy", "broken"), "h2d_copy")
+    fig, value = next(iter(good.evidence.items()))
+    with pytest.raises(checks.CheckFailed, match="1000 times too"):
+        checks.check_reading(checks.Reading(good.pattern, good.window_ms, {fig: value * 1000}, good.cost),
+                             recorded("h2d_copy", "broken"), "h2d")

@@ -88,6 +88,21 @@ def _close(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:
     return math.isfinite(a) and abs(a - b) <= max(rel * abs(b), abs_)
 
 
+def unit_slip(answer: float, want: float, rel: float = 0.15) -> str:
+    """A hint when ``answer`` is ``want`` times 1000 or 1e6 (or divided by them): a unit mixed up, not a misreading."""
+    try:
+        a, w = float(answer), float(want)
+    except (TypeError, ValueError):
+        return ""
+    if not (math.isfinite(a) and math.isfinite(w)) or a == 0 or w == 0:
+        return ""
+    for factor, words in ((1e3, "1000"), (1e6, "a million")):
+        if _close(a, w * factor, rel) or _close(a * factor, w, rel):
+            return (f" (your figure is {words} times {'too big' if abs(a) > abs(w) else 'too small'}: a unit mixed up? "
+                    "the events table holds microseconds, the timeline's axis milliseconds, bytes are bytes)")
+    return ""
+
+
 def data_wait_share(trace: Trace) -> float:
     """Share of the analysed time the GPU idles while the host waits for data (whole capture if it has no steps)."""
     total = float(m.windows(trace)["dur_us"].sum())

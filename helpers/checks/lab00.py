@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from .. import metrics as m
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -128,7 +128,8 @@ def check_longest_gap(answer_ms: float, trace: Trace) -> str:
     want = float(gaps["dur_us"].max() / 1e3) if not gaps.empty else 0.0
     answer = float(answer_ms)
     longer = int((gaps["dur_us"] / 1e3 > answer * 1.1).sum()) if not gaps.empty else 0
-    seen = (f"{longer} gaps on the GPU lanes are longer than {answer:g} ms" if longer else
+    slip = unit_slip(answer, want)
+    seen = (slip.strip(" ()") if slip else f"{longer} gaps on the GPU lanes are longer than {answer:g} ms" if longer else
             f"no GPU gap in the steps is as long as {answer:g} ms: you may be measuring a stretch that holds a kernel")
     return _check("gaps", "check_longest_gap", _close(answer, want, 0.10, 0.05),
                   f"{answer:g} ms is not the longest gap: {seen}. Zoom into each step "

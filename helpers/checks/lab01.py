@@ -13,7 +13,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -172,7 +172,7 @@ def check_read_h2d_bandwidth(answer_gb_per_s: float, trace: Trace, host_memory: 
     except (TypeError, ValueError):
         answer = float("nan")
     if not _close(answer, stats["gb_per_s"], 0.10):
-        problems.append(f"{answer_gb_per_s} GB/s is off: sum the H2D memcpy events' bytes and durations "
+        problems.append(f"{answer_gb_per_s} GB/s is off{unit_slip(answer, stats['gb_per_s'])}: sum the H2D memcpy events' bytes and durations "
                         "(kind == 'memcpy', copy_kind == 'H2D'); bytes / microseconds / 1000 = GB/s")
     if host_memory is not None:
         want = _h2d_memory(trace)

@@ -23,7 +23,7 @@ from .. import thresholds as th
 from ..diagnosis import PATTERNS, RULES, Finding, diagnose, signals
 from ..metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
 from ..model import Trace
-from ._core import CheckFailed, _record
+from ._core import CheckFailed, _record, unit_slip
 
 #: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
 #: measure each from the events table. Built from the rules' evidence lists, so the two cannot drift.
@@ -266,7 +266,7 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
         if not isinstance(want, (int, float)) or not math.isfinite(want):
             problems.append(f"this trace has no {fig} ({FIGURE_HOWTO[fig]}): pick a figure the trace shows")
         elif not _close_figure(fig, float(value), float(want)):
-            problems.append(f"{fig} = {value:g} does not match the trace; measure {FIGURE_HOWTO[fig]} again")
+            problems.append(f"{fig} = {value:g} does not match the trace{unit_slip(value, want)}; measure {FIGURE_HOWTO[fig]} again")
     # 4. the cost
     mine = next((f for f in findings if f.pattern == reading.pattern), None)
     if mine is not None:
