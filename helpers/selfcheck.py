@@ -75,27 +75,22 @@ def run_selfcheck(labs: Path, run: bool = False) -> int:
     if not labs.is_dir():
         print(f"error: {labs}: not a folder; pass the folder that holds your lab notebooks", file=sys.stderr)
         return 2
-    if run:
-        with tempfile.TemporaryDirectory(prefix="selfcheck-") as scratch:
-            copy = Path(scratch) / labs.name
-            shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, "runs", ".ipynb_checkpoints"))
-            for line in execute_notebooks(copy):
-                print(line)
-            path = copy / RESULTS_FILE
-            try:
-                results = read_results(path)
-            except TraceError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-    else:
-        path = labs / RESULTS_FILE
-        try:
-            results = read_results(path)
-        except TraceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if not results:
-            print(f"No recorded check results in {path}; run the labs' check cells, or: python -m helpers selfcheck {labs} --run")
+    try:
+        if run:
+            with tempfile.TemporaryDirectory(prefix="selfcheck-") as scratch:
+                copy = Path(scratch) / labs.name
+                shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, "runs", ".ipynb_checkpoints"))
+                for line in execute_notebooks(copy):
+                    print(line)
+                results = read_results(copy / RESULTS_FILE)
+        else:
+            results = read_results(labs / RESULTS_FILE)
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not results and not run:
+        print(f"No recorded check results in {labs / RESULTS_FILE}; run the labs' check cells, or: "
+              f"python -m helpers selfcheck {labs} --run")
     passed = 0
     print("Self-check" + (" (this run only)" if run else ""))
     for item, (text, lab) in SELF_CHECK.items():

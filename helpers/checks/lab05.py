@@ -32,8 +32,7 @@ from .reading import (
     _problems_with_form,
     _to_us,
     check_reading,
-    describe_window,
-    pattern_intervals,
+    window_problem,
 )
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
@@ -277,16 +276,9 @@ def _cost_of(trace: Trace, pattern: str, sg: dict) -> float | None:
 def _part_problems(reading: Reading, trace: Trace, sg: dict) -> list[str]:
     """Window, figure and cost of a reading whose pattern is already settled (check_reading's tests)."""
     problems = []
-    ws, we = _to_us(trace, reading.window_ms)
-    step_us = float(m.windows(trace)["dur_us"].max() or 0.0)
-    s, e = pattern_intervals(trace, reading.pattern)
-    covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
-    if step_us and we - ws > th.READING_MAX_WINDOW_STEPS * step_us:
-        problems.append(f"your {reading.pattern} window is {(we - ws) / 1e3:.1f} ms long, more than "
-                        f"{th.READING_MAX_WINDOW_STEPS:g} steps: point at where it shows, inside one step")
-    elif covered < th.READING_WINDOW_MIN_COVER * (we - ws):
-        problems.append(f"in your {reading.pattern} window {describe_window(trace, reading.window_ms)}; only "
-                        f"{covered / (we - ws):.0%} of it shows {reading.pattern}")
+    window = window_problem(reading, trace, f"{reading.pattern} window")
+    if window:
+        problems.append(window)
     for fig, value in reading.evidence.items():
         want = sg.get(fig)
         if fig not in EVIDENCE.get(reading.pattern, ()):

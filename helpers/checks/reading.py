@@ -185,6 +185,22 @@ def describe_window(trace: Trace, window_ms: tuple[float, float]) -> str:
     return f"{window_ms[0]:.1f}-{window_ms[1]:.1f} ms: " + "; ".join(parts)
 
 
+def window_problem(reading: Reading, trace: Trace, label: str = "window") -> str | None:
+    """What is wrong with a reading's window, or None: at most READING_MAX_WINDOW_STEPS steps long, and at
+    least READING_WINDOW_MIN_COVER of it inside the stretches where its pattern shows."""
+    ws, we = _to_us(trace, reading.window_ms)
+    step_us = float(m.windows(trace)["dur_us"].max() or 0.0)
+    if step_us and we - ws > th.READING_MAX_WINDOW_STEPS * step_us:
+        return (f"your {label} is {(we - ws) / 1e3:.1f} ms long, more than {th.READING_MAX_WINDOW_STEPS:g} steps "
+                f"({step_us / 1e3:.1f} ms each): point at where it shows, inside one step")
+    s, e = pattern_intervals(trace, reading.pattern)
+    covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
+    if covered < th.READING_WINDOW_MIN_COVER * (we - ws):
+        return (f"in your {label} {describe_window(trace, reading.window_ms)}; only {covered / (we - ws):.0%} of it "
+                f"shows {reading.pattern}")
+    return None
+
+
 # --- the check ---------------------------------------------------------------------------------
 def _problems_with_form(reading: Any) -> str | None:
     if not isinstance(reading, Reading):
@@ -245,16 +261,9 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
     elif reading.pattern not in [f.pattern for f in shown]:
         problems.append(f"{reading.pattern} is not what holds this loop back. What the trace shows: " + _what_the_trace_shows(sg, trace))
     # 2. the window
-    ws, we = _to_us(trace, reading.window_ms)
-    step_us = float(m.windows(trace)["dur_us"].max() or 0.0)
-    s, e = pattern_intervals(trace, reading.pattern)
-    covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
-    if step_us and we - ws > th.READING_MAX_WINDOW_STEPS * step_us:
-        problems.append(f"your window is {(we - ws) / 1e3:.1f} ms long, more than {th.READING_MAX_WINDOW_STEPS:g} steps "
-                        f"({step_us / 1e3:.1f} ms each): point at where it shows, inside one step")
-    elif covered < th.READING_WINDOW_MIN_COVER * (we - ws):
-        problems.append(f"in your window {describe_window(trace, reading.window_ms)}; only {covered / (we - ws):.0%} of it "
-                        f"shows {reading.pattern}")
+    window = window_problem(reading, trace)
+    if window:
+        problems.append(window)
     # 3. the figure that proves it
     allowed = EVIDENCE.get(reading.pattern, ())
     for fig, value in reading.evidence.items():
