@@ -134,6 +134,19 @@ def recorded(workload: str, variant: str, tag: str = "h200") -> Trace:
     return load(DATA / entry(workload, variant, tag)["file"])
 
 
+def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, Trace]:
+    """The two traces of one recorded run: ``{"nsys": <SQLite export>, "profiler": <PyTorch-profiler trace>}``
+    (data/manifest.json's "recordings": the same command and seed, one process each, one device session)."""
+    path = DATA / "manifest.json"
+    recs = [e for e in json.loads(path.read_text()).get("recordings", [])
+            if (e["workload"], e["variant"], e["tag"]) == (workload, variant, tag)]
+    files = {"nsys" if e["format"] == "nsys-sqlite" else "profiler": e["file"] for e in recs}
+    if set(files) != {"nsys", "profiler"}:
+        known = sorted({(e["workload"], e["variant"], e["tag"]) for e in json.loads(path.read_text()).get("recordings", [])})
+        raise TraceError(f"no recorded nsys/profiler pair for {workload}:{variant} ({tag}); recorded: {known}")
+    return {side: load(DATA / f) for side, f in files.items()}
+
+
 def show(obj: object) -> object:
     """Display a function's or class's source with syntax highlighting (plain text outside Jupyter)."""
     source = inspect.getsource(obj)  # type: ignore[arg-type]

@@ -32,7 +32,8 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 # Kineto's category names, so that an exported trace reads back through helpers.load.
 CATEGORY = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "cuda_runtime",
             "cpu_op": "cpu_op", "annotation": "user_annotation", "gpu_annotation": "gpu_user_annotation",
-            "python": "python_function", "sync": "cuda_sync"}
+            "python": "python_function", "sync": "cuda_sync",
+            "osrt": "os_runtime"}  # Kineto has no OS runtime calls: a category of helpers' own, read back as osrt
 _BATCH = 100_000  # events formatted and written at a time
 
 

@@ -8,7 +8,7 @@ column         dtype    meaning
 rank           int64    distributed rank the event came from (0 for single-process traces)
 kind           category one of ``KINDS`` below
 lane           str      timeline lane: ``CPU <tid>``, ``CUDA API <tid>``, ``ranges <tid>``,
-                        ``GPU <d> stream <s>``, ``GPU <d> memcpy``
+                        ``OS runtime <tid>``, ``GPU <d> stream <s>``, ``GPU <d> memcpy``
 name           str      kernel / op / API / range name (runtime names without ``_vNNNN``)
 start_us       float64  start, microseconds since the first event of the trace
 dur_us         float64  duration, microseconds (>= 0)
@@ -46,6 +46,7 @@ KINDS = (
     "annotation",  # user range: record_function, NVTX, ProfilerStep#N, DataLoader
     "gpu_annotation",  # the GPU-side shadow of a user range (Kineto only)
     "python",  # Python function (Kineto with_stack only)
+    "osrt",  # OS runtime library call on a host thread: waits, I/O, sleeps (Nsight Systems --trace=osrt only)
 )
 
 KIND_DTYPE = pd.CategoricalDtype(KINDS)
@@ -98,12 +99,20 @@ def lane_name(kind: str, device: int, stream: int, tid: int) -> str:
         return f"CUDA API {tid}"
     if kind == "annotation":
         return f"ranges {tid}"
+    if kind == "osrt":
+        return f"OS runtime {tid}"
     return f"CPU {tid}"
 
 
 def is_collective_kernel(name: str) -> bool:
     """NCCL kernels are named ``ncclDevKernel_*`` (newer) or ``ncclKernel_*`` (older)."""
     return bool(_NCCL_KERNEL.match(name))
+
+
+def is_host_collective(name: str) -> bool:
+    """A host range that is a gloo collective from issue to completion: ``gloo:all_reduce`` and the
+    like, as the PyTorch profiler names gloo's work (and NVTX-marked collectives are named the same)."""
+    return name.startswith("gloo:")
 
 
 @dataclass

@@ -27,7 +27,10 @@ PHASE_COLORS = {"forward": "#4c72b0", "backward": "#c44e52", "optimizer": "#55a8
                 "logging": "#8172b3", "step": "#bbbbbb"}
 PATTERN_COLORS = {"data_stall": "#dd8452", "launch_overhead": "#4c72b0", "sync_stall": "#c44e52",
                   "h2d_copy": "#ff7f0e", "communication": "#9467bd", "load_imbalance": "#8c564b", "gpu_bound": "#55a868"}
-HIDDEN_KINDS = ("python", "gpu_annotation", "sync")
+# Not drawn: Python frames and GPU shadows of ranges (noise at this scale), sync records (drawn as the
+# CUDA calls that made them), and OS runtime calls (a lane per thread, mostly idle waits: a loader's
+# poll spans the whole capture; the metrics read them instead).
+HIDDEN_KINDS = ("python", "gpu_annotation", "sync", "osrt")
 #: Figure width in pixels (100 dpi). JupyterLab's output area measured 975 px in a 1440-px-wide
 #: Chromium window (tools/screenshots.py): a figure this wide is shown unscaled there.
 FIGURE_WIDTH_PX = 950

@@ -198,7 +198,8 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
 def nsys_command(program: Sequence[str], output: str = "profile", capture_range: str | None = "cudaProfilerApi",
                  delay_s: float | None = None, duration_s: float | None = None,
                  trace: str = "cuda,nvtx,osrt", gpu_metrics_device: int | None = None,
-                 stats: bool = True, cuda_graph_trace: str | None = None) -> list[str]:
+                 stats: bool = True, cuda_graph_trace: str | None = None, cpu_sampling: bool = True,
+                 osrt_threshold_ns: int | None = None) -> list[str]:
     """The recommended ``nsys profile`` command line for ``program`` (a list like ``["python", "train.py"]``).
 
     ``capture_range="cudaProfilerApi"`` records only between ``torch.cuda.profiler.start()`` and
@@ -206,6 +207,9 @@ def nsys_command(program: Sequence[str], output: str = "profile", capture_range:
     Otherwise ``delay_s`` / ``duration_s`` cut a time window. ``cuda_graph_trace="node"`` shows each
     kernel a CUDA Graph replays on the GPU lane (nsys's default, ``"graph"``, draws one range per
     replay, which hides whether the graph's kernels are still tiny and gapped).
+    ``cpu_sampling=False`` turns off nsys's default CPU sampling and context-switch tracing (most of a
+    long whole-run report), and ``osrt_threshold_ns`` records only the OS runtime calls at least that
+    long (nsys's default is 1000 ns: every file stat of Python's imports).
     """
     if cuda_graph_trace not in (None, "graph", "node"):
         raise ValueError(f"cuda_graph_trace must be 'graph' or 'node', not {cuda_graph_trace!r}")
@@ -222,6 +226,10 @@ def nsys_command(program: Sequence[str], output: str = "profile", capture_range:
         cmd += [f"--gpu-metrics-devices={gpu_metrics_device}"]
     if cuda_graph_trace:
         cmd += [f"--cuda-graph-trace={cuda_graph_trace}"]
+    if not cpu_sampling:
+        cmd += ["--sample=none", "--cpuctxsw=none"]
+    if osrt_threshold_ns is not None:
+        cmd += [f"--osrt-threshold={int(osrt_threshold_ns)}"]
     return cmd + list(program)
 
 

@@ -30,6 +30,7 @@ class Ev:
     bytes: int = 0
     copy: str = ""  # H2D / D2H / D2D
     host_mem: str = ""  # pageable / pinned
+    pid: int = PID  # the process (SQLite only: globalTid / globalPid); kinds "osrt" and "mark" are SQLite only
 
 
 def kineto_doc(events: list[Ev], rank: int | None = None, world: int = 1) -> dict:
@@ -90,14 +91,14 @@ def write_sqlite(events: list[Ev], path: Path) -> Path:
             con.execute("INSERT INTO StringIds(id, value) VALUES (?, ?)", (strings[s], s))
         return strings[s]
 
-    gtid = lambda tid: (PID << 24) | tid  # noqa: E731
     for e in events:
+        gtid = lambda tid, pid=e.pid: (pid << 24) | tid  # noqa: E731
         if e.kind == "kernel":
             con.execute(
                 "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL(start, end, deviceId, contextId, streamId, correlationId, globalPid, "
                 "demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, staticSharedMemory, "
                 "dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId) VALUES (?,?,?,?,?,?,?,?,?,32,1,1,1,128,1,1,0,0,0,0,1)",
-                (e.start_ns, e.end_ns, e.device, 1, e.stream, e.correlation, PID << 24, sid(e.name), sid(e.name.split("(")[0])))
+                (e.start_ns, e.end_ns, e.device, 1, e.stream, e.correlation, e.pid << 24, sid(e.name), sid(e.name.split("(")[0])))
         elif e.kind == "memcpy":
             _, kind = DIRECTION[e.copy]
             src = MEM[e.host_mem][1] if e.copy == "H2D" else 2
@@ -116,6 +117,15 @@ def write_sqlite(events: list[Ev], path: Path) -> Path:
         elif e.kind == "annotation":
             con.execute("INSERT INTO NVTX_EVENTS(start, end, eventType, text, globalTid) VALUES (?,?,59,?,?)",
                         (e.start_ns, e.end_ns, e.name, gtid(e.tid)))
+        elif e.kind == "startend":  # an NVTX start/end range (not tied to a thread), by registered string
+            con.execute("INSERT INTO NVTX_EVENTS(start, end, eventType, textId, globalTid) VALUES (?,?,60,?,?)",
+                        (e.start_ns, e.end_ns, sid(e.name), gtid(e.tid)))
+        elif e.kind == "mark":
+            con.execute("INSERT INTO NVTX_EVENTS(start, end, eventType, text, globalTid) VALUES (?,NULL,34,?,?)",
+                        (e.start_ns, e.name, gtid(e.tid)))
+        elif e.kind == "osrt":
+            con.execute("INSERT INTO OSRT_API(start, end, eventClass, globalTid, nameId, returnValue, callchainId) "
+                        "VALUES (?,?,27,?,?,0,0)", (e.start_ns, e.end_ns, gtid(e.tid), sid(e.name)))
     con.execute("INSERT INTO TARGET_INFO_GPU(vmId, id, name) VALUES (0, 0, 'Synthetic GPU')")
     con.commit()
     con.close()

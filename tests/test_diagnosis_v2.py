@@ -86,11 +86,10 @@ def _manifest_pairs():
 #: data_stall:fixed and launch_overhead:compile since launch-dense NVTX ranges count as dispatching in
 #: traces without framework ops (the compiled step's host time between launches read as host_bound);
 #: launch_overhead:graphs and triage t3 since a CUDA-Graph replay is one busy interval in both formats.
-#: Left: the mystery fixed twin (recorded 2026-12-03) is two runs, not one read two ways: in the profiled
-#: run the loader's workers did not keep up (7-14 ms of data wait in every profiled step, falling step by
-#: step: data_stall 36%) while its nsys run was GPU-bound. The test fails if another pair disagrees, and
-#: if this one starts to agree (then take it off the list).
-KNOWN_DISAGREEMENTS = {"mystery__fixed__h200@2026-12-03"}
+#: mystery:fixed since it was recorded again (session 16): its first twin's loader workers did not keep up
+#: (data_stall 36%) while the exports of the session before ran beside the recording; exports now run after
+#: the last recording. The test fails if any pair disagrees.
+KNOWN_DISAGREEMENTS: set[str] = set()
 
 
 def test_recorded_pairs_agree():

@@ -58,7 +58,8 @@ def _traces(tmp_path):
     for r in range(2):
         write_json(two_step_loop(), folder / f"rank{r}.json", rank=r, world=2)
     yield helpers.load(folder)
-    for name in ("triage__t2__h200.json.gz", "triage__t7__h200.json.gz", "bench/launch_overhead_long__h200.json.gz"):
+    for name in ("triage__t2__h200.json.gz", "triage__t7__h200.json.gz", "bench/launch_overhead_long__h200.json.gz",
+                 "nsys/data_stall__fixed__h200.sqlite.gz"):  # with OS runtime calls
         if (DATA / name).exists():
             yield helpers.load(DATA / name)
 

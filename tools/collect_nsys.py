@@ -29,6 +29,12 @@ PAIR_NOTE = ("nsys and torch.profiler cannot share one process (Kineto: CUPTI_ER
              "in the same device session")
 
 
+GLOO_NOTE = ("a two-rank gloo job on CPU cores: Nsight Systems sees neither gloo's collectives nor the PyTorch "
+             "profiler's steps, so the ranks mark each all-reduce (an NVTX start/end range from issue to completion, "
+             "helpers.workloads.communication.marked_hook) and their rank (an NVTX mark) and nsys captures the whole "
+             "run; the twin runs the same marked job under torch.profiler, one trace per rank")
+
+
 def sqlite_counts(path: Path) -> dict:
     """Row counts of the tables the readers use (what a test can check a loaded export against)."""
     with tempfile.NamedTemporaryFile(suffix=".sqlite") as tmp:
@@ -64,13 +70,19 @@ def main(argv: list[str]) -> int:
                     continue
                 new = meta["workload"] in NEW_WORKLOADS
                 rel = f"{name}.json.gz" if new else f"pairs/{name}.json.gz"
-                shutil.copyfile(d / meta["file"], DATA / rel)
+                if (d / meta["file"]).is_dir():  # a multi-rank job: its folder of one trace per rank
+                    rel = f"pairs/{name}"
+                    shutil.rmtree(DATA / rel, ignore_errors=True)
+                    shutil.copytree(d / meta["file"], DATA / rel)
+                else:
+                    shutil.copyfile(d / meta["file"], DATA / rel)
                 trace = load(DATA / rel)
                 steps = trace.steps
                 entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "date",
                                               "command", "run", "profiled_steps", "warmup_steps")}
                 # step_ms (a timed run without a profiler) was not measured in this session: None, not a guess.
-                entry.update(file=rel, format="torch-json", events=int(len(trace.events)), pair_note=PAIR_NOTE,
+                entry.update(file=rel, format="torch-json", events=int(len(trace.events)),
+                             pair_note=GLOO_NOTE if meta["workload"] == "communication" else PAIR_NOTE,
                              step_ms=None, timed_steps=0,
                              profiled_step_ms=round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
                              gpu_utilization=round(metrics.gpu_utilization(trace), 4) if trace.has_gpu else None)
@@ -78,6 +90,9 @@ def main(argv: list[str]) -> int:
                     from helpers.workloads.triage import TRUTH
 
                     entry["truth"] = {"what": TRUTH[meta["variant"]][0], "patterns": list(TRUTH[meta["variant"]][1])}
+                if meta.get("step_ms_unprofiled") is not None:  # the gloo job's timed steps before its profiled ones
+                    entry.update(step_ms=round(meta["step_ms_unprofiled"], 3), timed_steps=meta["profiled_steps"],
+                                 per_rank_step_ms=[round(x, 3) for x in meta["per_rank_ms_unprofiled"]])
                 recordings[rel] = entry
                 if new:
                     traces[rel] = entry
@@ -92,6 +107,8 @@ def main(argv: list[str]) -> int:
                 entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "nsys", "date",
                                               "command", "run", "profiled_steps", "warmup_steps")}
                 entry.update(file=rel, format="nsys-sqlite", table_rows=sqlite_counts(DATA / rel), **extra)
+                if meta["workload"] == "communication":
+                    entry["pair_note"] = GLOO_NOTE
                 if meta["workload"] == "triage":
                     from helpers.workloads.triage import TRUTH
 

@@ -14,6 +14,13 @@ Existing traces are replaced only for the entries recorded in this run.
 (helpers.profiling.nsys_command, --nsys-range) with torch.profiler attached to the same steps of
 the same process, exports the report to SQLite and writes ``nsys stats`` / ``nsys analyze`` text;
 each run's facts go to OUT/NAME.meta.json (tools/collect_nsys.py turns them into manifest entries).
+
+    python tools/record_traces.py --tag h200cpu --comm --nsys --out OUT         # the gloo jobs under nsys
+    python tools/record_traces.py --tag h200cpu --comm --torch-pairs --out OUT  # and their twins
+
+--comm records the two-rank gloo jobs (helpers.workloads.communication) on the machine's CPU cores
+with each collective and each rank marked in NVTX (--mark-collectives / --nsys-range), which is
+what lets Nsight Systems see them.
 """
 
 from __future__ import annotations
@@ -59,6 +66,12 @@ CPU_PLAN = [
     ("mystery", "broken", 5), ("mystery", "fixed", 5),
     ("host_bound", "broken", 5), ("host_bound", "fixed", 10),
 ]
+# The two-rank gloo jobs on the GPU machine's CPU cores (one GPU cannot hold two NCCL ranks):
+# under nsys with --trace=nvtx,osrt, and their PyTorch-profiler twins (tag h200cpu).
+COMM_PLAN = [("communication", v, 5) for v in ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")]
+# One core a rank, as the course's CPU recordings ran on two cores: at 8 cores a rank the 4x batch of
+# `imbalance` took only 1.3-2.1x the compute (H200 machine, 2026-12-03) and the imbalance blurred.
+COMM_ARGS = {"communication": ["--cores-per-rank", "1"]}
 TIMED_STEPS = {"data_stall": 30, "mystery": 30, "communication": 10}
 # DataLoader workers need a few batches to fill their prefetch queues before the steady state
 # (triage: some of its cases are those loaders).
@@ -111,15 +124,24 @@ def record_one(workload: str, variant: str, active: int, tag: str, out: Path, ti
 
 
 NSYS_STATS = "cuda_api_sum,cuda_gpu_kern_sum,nvtx_sum"
+#: What nsys stats reports for a gloo job (no CUDA): its NVTX ranges and OS runtime calls.
+NSYS_STATS_HOST = "nvtx_sum,osrt_sum"
 
 
-def _postprocess_nsys(report: Path) -> str:
+def _device_of(workload: str) -> str:
+    """Where a recording ran: the GPU, or for the gloo jobs the CPU cores of the GPU's machine."""
+    if workload == "communication":
+        return f"CPU ({platform.machine()}, {os.cpu_count()} cores) of the {device_name()} machine: 2 gloo ranks, 1 core each"
+    return device_name()
+
+
+def _postprocess_nsys(report: Path, stats: str = NSYS_STATS) -> str:
     """Export one report to SQLite (gzipped beside it) and write its stats/analyze text."""
     sqlite = report.with_suffix(".sqlite")
     log = []
     for cmd, out_txt in (
         (["nsys", "export", "--type", "sqlite", "-o", str(sqlite), "-f", "true", str(report)], None),
-        (["nsys", "stats", "--report", NSYS_STATS, str(sqlite)], report.with_suffix(".stats.txt")),
+        (["nsys", "stats", "--report", stats, str(sqlite)], report.with_suffix(".stats.txt")),
         (["nsys", "analyze", str(sqlite)], report.with_suffix(".analyze.txt")),
     ):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -135,7 +157,7 @@ def _postprocess_nsys(report: Path) -> str:
 
 
 def record_nsys(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
-    """Every plan entry under nsys profile + torch.profiler in one process; post-processing in parallel."""
+    """Every plan entry under nsys profile, one after another; then their exports, in parallel."""
     from concurrent.futures import ThreadPoolExecutor
 
     from helpers.profiling import nsys_command, shell
@@ -149,20 +171,26 @@ def record_nsys(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
         name = f"{workload}__{variant}__{tag}"
         warmup = WARMUP.get(workload, 3)
         program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
-                   "--warmup", str(warmup), "--nsys-range"]
+                   "--warmup", str(warmup), "--nsys-range", *COMM_ARGS.get(workload, [])]
+        # A gloo job uses no CUDA: no profiler range to capture between, so the whole run (its steps
+        # are NVTX ranges), and only NVTX and OS runtime calls to trace.
+        # Without CPU sampling and the microsecond OS calls of Python's imports, a whole-run report of
+        # three processes is 0.3 MB of gzipped SQLite instead of 4.5 MB (measured on ddp 2026-12-03).
+        how = (dict(capture_range=None, trace="nvtx,osrt", cpu_sampling=False, osrt_threshold_ns=10_000)
+               if workload == "communication" else {})
         with tempfile.TemporaryDirectory() as tmp:
             # No torch.profiler inside: under nsys its CUPTI start fails (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_
             # NOT_SUPPORTED, seen on the H200 2026-12-02) and its trace has no GPU events; --torch-pairs
             # records the PyTorch-profiler twin from the same command and seed in its own process.
-            cmd = nsys_command([sys.executable, *program], output=str(out / name), stats=False)
-            shown = nsys_command(["python", *program], output=name, stats=False)
+            cmd = nsys_command([sys.executable, *program], output=str(out / name), stats=False, **how)
+            shown = nsys_command(["python", *program], output=name, stats=False, **how)
             t0 = dt.datetime.now()
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=400)
             wall_s = (dt.datetime.now() - t0).total_seconds()
             del tmp
         meta = {
             "name": name, "workload": workload, "variant": variant, "tag": tag, "run": f"{name}@{dt.date.today().isoformat()}",
-            "device": device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "device": _device_of(workload), "torch": torch.__version__, "python": platform.python_version(),
             "nsys": nsys_version, "date": dt.date.today().isoformat(), "command": shell(shown),
             "profiled_steps": active, "warmup_steps": warmup,
             "rc": res.returncode, "wall_s": round(wall_s, 1),
@@ -172,7 +200,10 @@ def record_nsys(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
         (out / f"{name}.log").write_text(res.stdout[-20000:] + "\n[stderr]\n" + res.stderr[-20000:])
         print(json.dumps({k: meta[k] for k in ("name", "rc", "wall_s", "report")}), flush=True)
         if meta["report"]:
-            jobs.append(pool.submit(_postprocess_nsys, out / meta["report"]))
+            jobs.append((out / meta["report"], NSYS_STATS_HOST if workload == "communication" else NSYS_STATS))
+    # Exports after the last recording: run beside one, they took the cores its DataLoader workers
+    # (and the gloo ranks, 8 cores each) needed, and the recording measured that contention.
+    jobs = [pool.submit(_postprocess_nsys, report, stats) for report, stats in jobs]
     for job in jobs:
         print(job.result(), flush=True)
     pool.shutdown()
@@ -186,21 +217,31 @@ def record_torch_pairs(plan: list[tuple[str, str, int]], tag: str, out: Path) ->
         name = f"{workload}__{variant}__{tag}"
         warmup = WARMUP.get(workload, 3)
         program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
-                   "--warmup", str(warmup), "--profile"]
+                   "--warmup", str(warmup)]
+        if workload == "communication":  # the same marked job its nsys side ran, one trace per rank
+            program += ["--mark-collectives", *COMM_ARGS[workload]]
+        program.append("--profile")
+        kept = f"{name}.json.gz" if workload != "communication" else name
         with tempfile.TemporaryDirectory() as tmp:
             t0 = dt.datetime.now()
             res = subprocess.run([sys.executable, *program, tmp], capture_output=True, text=True, cwd=ROOT, timeout=300)
             wall_s = (dt.datetime.now() - t0).total_seconds()
-            info = next((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{") and '"trace"' in x), {})
+            info = next((json.loads(x) for x in res.stdout.splitlines() if x.startswith("{") and '"trace' in x), {})
             if info.get("trace") and Path(info["trace"]).exists():
-                shutil.copyfile(info["trace"], out / f"{name}.json.gz")
+                shutil.copyfile(info["trace"], out / kept)
+            elif info.get("trace_dir") and Path(info["trace_dir"]).is_dir():
+                shutil.rmtree(out / kept, ignore_errors=True)
+                shutil.copytree(info["trace_dir"], out / kept)
         meta = {
             "name": name, "workload": workload, "variant": variant, "tag": tag, "run": f"{name}@{dt.date.today().isoformat()}",
-            "device": device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "device": _device_of(workload), "torch": torch.__version__, "python": platform.python_version(),
             "date": dt.date.today().isoformat(), "command": " ".join(["python", *program, "runs"]),
             "profiled_steps": active, "warmup_steps": warmup, "rc": res.returncode, "wall_s": round(wall_s, 1),
-            "file": f"{name}.json.gz" if (out / f"{name}.json.gz").exists() else None,
+            "file": kept if (out / kept).exists() else None,
         }
+        if workload == "communication":
+            meta["step_ms_unprofiled"] = info.get("step_ms")
+            meta["per_rank_ms_unprofiled"] = info.get("per_rank_ms")
         (out / f"{name}.torch.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         if res.returncode:
             (out / f"{name}.torch.log").write_text(res.stdout[-5000:] + "\n[stderr]\n" + res.stderr[-10000:])
@@ -235,14 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-pairs", action="store_true",
                         help="record the PyTorch-profiler twin of each --nsys recording into --out")
     parser.add_argument("--triage", action="store_true", help="the triage lab's cases (with --only: those too)")
+    parser.add_argument("--comm", action="store_true",
+                        help="with --nsys / --torch-pairs: the two-rank gloo jobs on this machine's CPU cores")
     args = parser.parse_args(argv)
     if args.bench:
         return record_bench(args.tag, Path(args.out) / "bench")
     plan = CPU_PLAN if args.tag == "cpu" else GPU_PLAN + TRIAGE_PLAN
-    if args.tag != "cpu" and not torch.cuda.is_available():
+    if args.tag != "cpu" and not args.comm and not torch.cuda.is_available():
         print("record_traces: the GPU plan needs a CUDA GPU; use --tag cpu on this machine", file=sys.stderr)
         return 2
-    if args.only or args.triage:  # --triage adds the triage cases to what --only names
+    if args.comm:
+        plan = [p for p in COMM_PLAN if not args.only or f"{p[0]}:{p[1]}" in args.only]
+    elif args.only or args.triage:  # --triage adds the triage cases to what --only names
         wanted = {tuple(o.split(":", 1)) for o in args.only}
         plan = [p for p in plan if (p[0], p[1]) in wanted or (args.triage and p[0] == "triage")]
     else:

@@ -20,7 +20,7 @@ import pandas as pd
 from .. import metrics as m
 from ..diagnosis import diagnose
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -317,3 +317,55 @@ def check_imbalance_diagnosed(trace: Trace) -> str:
     return _check("imbalance", "check_imbalance_diagnosed", "load_imbalance" in found,
                   f"Findings {found}, compute spread {imb['compute_spread']:.0%}. Compare the ranks' compute lanes "
                   "step by step: which rank arrives last at the all-reduce?")
+
+
+# --- the same job in Nsight Systems -------------------------------------------------------------
+def os_sleep_ms(trace: Trace, calls: Iterable[str] | None = None) -> dict[int, float]:
+    """Per rank, ms a step its training thread spent in blocking OS calls (nsys --trace=osrt), inside steps."""
+    from ..metrics.activity import BLOCKING_OS_CALLS
+
+    names = BLOCKING_OS_CALLS if calls is None else frozenset(calls)
+    ev = trace.events
+    out: dict[int, float] = {}
+    for rank in trace.ranks:
+        on = ev[(ev["rank"] == rank) & (ev["device"] < 0)]
+        main = on.loc[on["kind"] == "annotation", "tid"].unique()
+        osrt = on[(on["kind"] == "osrt") & on["name"].isin(names) & on["tid"].isin(main)]
+        win = m.windows(trace, rank)
+        s, e = m.merge_intervals(osrt["start_us"].to_numpy(), osrt["end_us"].to_numpy())
+        per_step = m.overlap(s, e, win["start_us"].to_numpy(), win["end_us"].to_numpy())
+        out[int(rank)] = float(per_step.mean() / 1e3) if len(per_step) else 0.0
+    return out
+
+
+def check_nsys_sleep(answer: Any, trace: Trace) -> str:
+    """The learner's ms a step each rank's training thread slept in OS calls, read off an nsys export."""
+    if trace.format != "nsys-sqlite" or not (trace.events["kind"] == "osrt").any():
+        raise CheckFailed("Pass the Nsight Systems export (course.recorded_pair(...)['nsys']): only it records "
+                          "OS runtime calls (kind 'osrt').")
+    if not isinstance(answer, Mapping) or not answer:
+        raise CheckFailed("Give a dict {rank: ms a step}, e.g. {0: 12.5, 1: 3.0}.")
+    want = os_sleep_ms(trace)
+    steps = {int(r): int((trace.steps["rank"] == r).sum()) for r in want}
+    every_call = os_sleep_ms(trace, set(trace.events.loc[trace.events["kind"] == "osrt", "name"]))
+    wrong = []
+    for rank, ms in want.items():
+        try:
+            got = float(answer.get(rank, answer.get(str(rank))))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            wrong.append(f"rank {rank}: no number given")
+            continue
+        if _close(got, ms, 0.10, 0.5):
+            continue
+        if _close(got, ms * steps[rank], 0.10, 0.5):
+            hint = f"that is the total over its {steps[rank]} steps; divide by the steps"
+        elif _close(got, every_call[rank], 0.05, 0.2) and not _close(every_call[rank], ms, 0.10, 0.5):
+            hint = "you summed every OS call: which of them does a thread sleep in until someone wakes it?"
+        elif any(_close(got, v, 0.10, 0.5) for r, v in want.items() if r != rank):
+            hint = "that is the other rank's figure: group by the rank column"
+        else:
+            hint = ("not what the export shows: take the 'osrt' rows of the thread that holds the rank's ranges, "
+                    "the calls it blocks in (pthread_cond_wait and the like), inside the step windows") + unit_slip(got, ms)
+        wrong.append(f"rank {rank}: {got:g} ms ({hint})")
+    return _check("comm", "check_nsys_sleep", not wrong,
+                  "; ".join(wrong) + ". Each figure is ms a step, one per rank.")

@@ -11,7 +11,7 @@ import pandas as pd
 from .. import thresholds as _th
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from ._cache import _memo, name_mask
-from .intervals import merge_intervals
+from .intervals import merge_intervals, subtract
 
 # --- what the host is doing -----------------------------------------------------------------
 #: CUDA API calls that block the host until the GPU (or a stream) has finished.
@@ -33,6 +33,14 @@ SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten
                "aten::equal", "aten::masked_select", "aten::unique", "aten::repeat_interleave")
 #: Optimizers read their CPU-side step counters with .item(): not a device sync.
 OPTIMIZER_RANGE = re.compile(r"^Optimizer\.step#")
+#: OS runtime calls (Nsight Systems --trace=osrt) in which a thread sleeps until something else
+#: wakes it: a rank waiting for its all-reduce to finish, a loop waiting for a batch or a lock.
+BLOCKING_OS_CALLS = frozenset({
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "pthread_mutex_lock",
+    "pthread_join", "sem_wait", "sem_timedwait", "sem_clockwait", "poll", "ppoll", "select", "pselect",
+    "epoll_wait", "epoll_pwait", "read", "recv", "recvfrom", "recvmsg", "waitpid", "wait4",
+    "sleep", "usleep", "nanosleep", "clock_nanosleep",
+})
 #: Idle gaps are blamed on one of these causes.
 CAUSES = ("sync", "data_wait", "collective", "launch", "other")
 
@@ -122,6 +130,8 @@ def host_union(trace: Trace, rank: int, cause: str):
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
         raise ValueError(f"unknown host activity {cause!r}")
 
+    if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
+        return _phases_less_waits(trace, rank)
     us, ue = _union(trace, ("host", rank, cause), mask)
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
@@ -134,6 +144,25 @@ def host_union(trace: Trace, rank: int, cause: str):
             memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
         return memo[key]
     return us, ue
+
+
+def _phases_less_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Host compute when the trace records no framework ops (Nsight Systems): the time in the rank's
+    own ranges (forward, backward, ...; not steps, data waits or collectives) less the OS calls in
+    which those threads slept. A DDP rank waiting for its last buckets sleeps inside ``backward``."""
+    memo = _memo(trace)
+    key = ("host", rank, "phases_less_waits")
+    if key not in memo:
+        ev = trace.events
+        host = ev[(ev["rank"] == rank) & (ev["device"] < 0)]
+        ann = host[host["kind"] == "annotation"]
+        names = ann["name"]
+        ann = ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
+        ps, pe = merge_intervals(ann["start_us"].to_numpy(), ann["end_us"].to_numpy())
+        waits = host[(host["kind"] == "osrt") & host["name"].isin(BLOCKING_OS_CALLS) & host["tid"].isin(ann["tid"].unique())]
+        ws, we = merge_intervals(waits["start_us"].to_numpy(), waits["end_us"].to_numpy())
+        memo[key] = subtract(ps, pe, ws, we)
+    return memo[key]
 
 
 def _dispatch_ranges(trace: Trace, rank: int, launch_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

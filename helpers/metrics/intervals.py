@@ -67,3 +67,11 @@ def intersect(as_, ae, bs, be) -> tuple[np.ndarray, np.ndarray]:
         else:
             j += 1
     return np.asarray(out_s), np.asarray(out_e)
+
+
+def subtract(as_, ae, bs, be) -> tuple[np.ndarray, np.ndarray]:
+    """The union ``(as_, ae)`` less the union ``(bs, be)``, as sorted disjoint arrays."""
+    if as_.size == 0 or bs.size == 0:
+        return as_, ae
+    lo, hi = float(min(as_[0], bs[0])), float(max(ae[-1], be[-1]))
+    return intersect(as_, ae, *gaps_in(bs, be, lo, hi))

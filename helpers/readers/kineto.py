@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import COPY_DIRECTION, KINDS, build_events, host_memory_of, is_collective_kernel, lane_name
+from ..model import COPY_DIRECTION, KINDS, build_events, host_memory_of, is_collective_kernel, is_host_collective, lane_name
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -42,6 +42,7 @@ _CATEGORY_KIND = {
     "gpu_user_annotation": "gpu_annotation",
     "python_function": "python",
     "cuda_sync": "sync",
+    "os_runtime": "osrt",  # not Kineto's: what helpers' export writes for Nsight Systems' OS runtime calls
 }
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
@@ -272,7 +273,7 @@ class _Columns:
         self.name_ids = {}
         # Work per distinct name, not per event: traces repeat a few hundred names many times.
         collective = np.array([is_collective_kernel(u) for u in uniq], dtype=bool)
-        gloo = np.array([u.startswith("gloo:") for u in uniq], dtype=bool)
+        gloo = np.array([is_host_collective(u) for u in uniq], dtype=bool)
         kind[(kind == _CODE["kernel"]) & collective[code]] = _CODE["collective"]
         kind[(kind == _CODE["annotation"]) & gloo[code]] = _CODE["collective"]
         names = uniq[code]

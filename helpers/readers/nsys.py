@@ -18,7 +18,15 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import COPY_DIRECTION, build_events, host_memory_of, is_collective_kernel, lane_name
+from ..model import (
+    COPY_DIRECTION,
+    DEFAULT_STEP_PATTERNS,
+    build_events,
+    host_memory_of,
+    is_collective_kernel,
+    is_host_collective,
+    lane_name,
+)
 
 ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -28,11 +36,16 @@ ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     "NVTX_EVENTS",
+    "OSRT_API",
 )
 COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
 SYNC_TYPE = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 NVTX_RANGE_TYPES = (59, 60)
+NVTX_MARK = 34
+#: An NVTX mark that names the process's rank (helpers.workloads.communication writes "rank 1 of 2").
+_RANK_MARK = re.compile(r"^rank[ =:#_-]*(\d+)\b", re.IGNORECASE)
+_STEP_NAME = re.compile("|".join(DEFAULT_STEP_PATTERNS), re.IGNORECASE)
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
@@ -82,8 +95,12 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
 
     def frame(sql: str) -> pd.DataFrame:
         table = sql.split(" FROM ")[1].split()[0]
-        wanted = [c.strip() for c in sql[len("SELECT "):sql.index(" FROM ")].split(",")]
         have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        # Device tables name their process in globalPid (what maps a multi-process job's GPU work to
+        # its rank); older exports may lack it, and a single process does not need it.
+        if "deviceId" in sql and "globalPid" in have:
+            sql = sql.replace(" FROM ", ", globalPid FROM ", 1)
+        wanted = [c.strip() for c in sql[len("SELECT "):sql.index(" FROM ")].split(",")]
         missing = [c for c in wanted if c not in have]
         if missing:
             raise TraceError(f"{path}: table {table} lacks the column {missing[0]!r}; "
@@ -134,16 +151,27 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
                   f"WHERE eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL")
         names = [t if isinstance(t, str) else strings.get(_int(i), "") for t, i in zip(n["text"], n["textId"])]
         n["correlationId"] = -1
-        parts.append(_host_part(n, names, "annotation"))
+        # gloo collectives marked in NVTX are named as the PyTorch profiler names gloo's work
+        kinds = ["collective" if is_host_collective(x) else "annotation" for x in names]
+        parts.append(_host_part(n, names, kinds))
+    if "OSRT_API" in tables:
+        o = frame("SELECT start, end, globalTid, nameId FROM OSRT_API")
+        o["correlationId"] = -1
+        parts.append(_host_part(o, [strings.get(_int(i), "?") for i in o["nameId"]], "osrt"))
     parts = [p for p in parts if not p.empty]
     if not parts:
         raise TraceError(f"{path}: the Nsight Systems export holds no events; was the capture range empty?")
     table = pd.concat(parts, ignore_index=True)
-    table["lane"] = [lane_name(*key) for key in zip(table["kind"], table["device"], table["stream"], table["tid"])]
     if (table["end"] < table["start"]).any():
         raise TraceError(f"{path}: an event ends before it starts; the export is damaged: export it again")
+    ranks, processes = _ranks_of_processes(table, _rank_marks(con, tables, strings) if "NVTX_EVENTS" in tables else {})
+    if processes:
+        # GPU work of an export without globalPid cannot be placed: it stays (as rank 0's)
+        table = table[table["proc"].isin([*ranks, -1])].reset_index(drop=True)
+    table["lane"] = [lane_name(*key) for key in zip(table["kind"], table["device"], table["stream"], table["tid"])]
     origin_us = float(table["start"].min()) / 1000.0
     events = build_events({
+        "rank": table["proc"].map(ranks).fillna(0).to_numpy(dtype="int64") if processes else None,
         "kind": table["kind"].to_numpy(), "lane": table["lane"].to_numpy(), "name": table["name"].to_numpy(),
         "start_us": table["start"].to_numpy(dtype="float64") / 1000.0,
         "dur_us": (table["end"] - table["start"]).to_numpy(dtype="float64") / 1000.0,
@@ -158,7 +186,49 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
             device_names = [r[0] if isinstance(r[0], str) else "" for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id")]
         except sqlite3.OperationalError:  # an odd TARGET_INFO_GPU only costs the device name
             device_names = []
-    return events, {"origin_us": origin_us, "device_names": device_names, "distributed": {}, "torch_version": ""}
+    distributed = {"world_size": len(ranks), "processes": processes} if processes else {}
+    return events, {"origin_us": origin_us, "device_names": device_names, "distributed": distributed, "torch_version": ""}
+
+
+def _rank_marks(con: sqlite3.Connection, tables: set[str], strings: dict[int, str]) -> dict[int, int]:
+    """pid -> rank, from NVTX marks named like ``rank 1`` (one per process)."""
+    have = {r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")}
+    if not {"text", "textId", "globalTid", "eventType"} <= have:
+        return {}
+    marks: dict[int, int] = {}
+    for text, text_id, gtid in con.execute(f"SELECT text, textId, globalTid FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK}"):
+        name = text if isinstance(text, str) else strings.get(_int(text_id), "")
+        m = _RANK_MARK.match(name)
+        if m and type(gtid) is int and 0 <= gtid <= _INT64_MAX:
+            marks.setdefault((gtid >> 24) & 0xFFFFFF, int(m.group(1)))
+    return marks
+
+
+def _ranks_of_processes(table: pd.DataFrame, marks: dict[int, int]) -> tuple[dict[int, int], list[dict]]:
+    """pid -> rank when the export holds several training processes (a multi-process job), else ({}, []).
+
+    Training processes are the ones with step ranges, or, when no process has them, the ones that
+    use the GPU (CUDA calls or GPU work). Their ranks come from ``rank N`` NVTX marks when every one
+    has its own, else from pid order (launchers start their ranks in order). The other processes
+    (a launcher, DataLoader workers, compile workers) are left out: they belong to no one rank.
+    """
+    host = table["device"] < 0
+    stepped = table.loc[host & (table["kind"] == "annotation") & table["name"].str.contains(_STEP_NAME), "proc"]
+    trainers = sorted(set(stepped))
+    if not trainers:
+        gpu = ~host | (table["kind"] == "runtime")
+        trainers = sorted(set(table.loc[gpu & (table["proc"] >= 0), "proc"]))
+    if len(trainers) < 2:
+        return {}, []
+    marked = [marks.get(p) for p in trainers]
+    if None not in marked and len(set(marked)) == len(marked):
+        ranks = dict(zip(trainers, marked, strict=True))
+        how = "NVTX mark"
+    else:
+        ranks = {p: r for r, p in enumerate(trainers)}
+        how = "pid order"
+    processes = [{"pid": int(p), "rank": int(r), "rank_from": how} for p, r in sorted(ranks.items(), key=lambda x: x[1])]
+    return ranks, processes
 
 
 def _strings(con: sqlite3.Connection, path: Path) -> dict[int, str]:
@@ -214,6 +284,7 @@ def _base(df: pd.DataFrame, names: list[str], kinds: list[str] | str) -> pd.Data
         "device": -1, "stream": -1, "pid": -1, "tid": -1,
         "correlation": df["correlationId"].fillna(-1).to_numpy(dtype="int64") if n else np.empty(0, "int64"),
         "bytes": np.nan, "copy_kind": "", "host_memory": "",
+        "proc": -1,  # the process an event belongs to, device events included (not a column of the model)
     })
 
 
@@ -221,13 +292,17 @@ def _device_part(df: pd.DataFrame, names: list[str], kinds: list[str]) -> pd.Dat
     part = _base(df, names, kinds)
     part["device"] = df["deviceId"].to_numpy(dtype="int64")
     part["stream"] = df["streamId"].to_numpy(dtype="int64")
+    if "globalPid" in df:
+        gpid = df["globalPid"].fillna(-1).to_numpy(dtype="int64")
+        part["proc"] = np.where(gpid >= 0, (gpid >> 24) & 0xFFFFFF, -1)
     return part
 
 
-def _host_part(df: pd.DataFrame, names: list[str], kind: str) -> pd.DataFrame:
+def _host_part(df: pd.DataFrame, names: list[str], kind: list[str] | str) -> pd.DataFrame:
     gtid = df["globalTid"].fillna(0).to_numpy(dtype="int64")
     tids = gtid & 0xFFFFFF
     part = _base(df, names, kind)
     part["pid"] = (gtid >> 24) & 0xFFFFFF
     part["tid"] = tids
+    part["proc"] = part["pid"]
     return part

@@ -52,7 +52,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
-from ..profiling import annotate, new_run_dir
+from ..profiling import _nvtx, annotate, new_run_dir
 
 VARIANTS = ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")
 LAYERS, BATCH = 8, 64
@@ -60,6 +60,31 @@ ACCUM = 4
 IMBALANCE = 4
 #: NVLink multicast off in NCCL, PyTorch and NVSHMEM, in every rank (a shared-host safety rule).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+#: The NVTX range each marked collective gets: the name PyTorch's profiler gives gloo's own ranges,
+#: so both trace formats class it the same way (helpers.model.is_host_collective).
+COLLECTIVE_RANGE = "gloo:all_reduce"
+
+
+def marked_hook(inner: Callable) -> Callable:
+    """A DDP comm hook that runs ``inner`` inside an NVTX start/end range from issue to completion.
+
+    Nsight Systems cannot see gloo's collectives (no CUDA, and PyTorch's own gloo ranges go only to
+    its profiler). A start/end range is not tied to a thread: it opens when DDP hands a bucket to the
+    hook and closes on whichever thread completes the all-reduce, so the export holds the same
+    interval the PyTorch profiler draws on gloo's thread.
+    """
+    # No annotations: DDP compares them with the real types, and this module's are strings.
+    def hook(state, bucket):  # noqa: ANN001, ANN202
+        handle = _nvtx.start_range(COLLECTIVE_RANGE)
+
+        def done(fut: torch.futures.Future) -> Any:
+            _nvtx.end_range(handle)
+            return fut.value()
+
+        return inner(state, bucket).then(done)
+    return hook
 
 
 def free_port() -> int:
@@ -89,7 +114,8 @@ def split_rows(n: int, rank: int, world: int) -> tuple[int, int]:
     return start, stop
 
 
-def manual_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer, world: int):
+def manual_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer, world: int,
+                mark: bool = False):
     """The first job's training step: no DDP; the gradients are averaged by hand after backward."""
     def step(_: int) -> None:
         with annotate("forward"):
@@ -98,7 +124,11 @@ def manual_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.o
             loss.backward()
         with annotate("all-reduce gradients"):
             for p in model.parameters():
+                if mark:
+                    handle = _nvtx.start_range(COLLECTIVE_RANGE)
                 dist.all_reduce(p.grad)
+                if mark:
+                    _nvtx.end_range(handle)
                 p.grad /= world
         with annotate("optimizer"):
             opt.step()
@@ -147,7 +177,7 @@ def _rows_of(value: Any, n: int, who: str) -> tuple[int, int]:
 
 
 def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: int,
-             learner: dict[str, Any] | None = None):
+             learner: dict[str, Any] | None = None, mark: bool = False):
     torch.manual_seed(0)
     model = make_model(width).to(device)
     ids = [device.index] if device.type == "cuda" else None
@@ -180,13 +210,17 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
     x = torch.randn(batch, width, generator=g).to(device)
     y = torch.randn(batch, width, generator=g).to(device)
     if variant == "manual":
-        return manual_step(model, x, y, opt, world)
+        return manual_step(model, x, y, opt, world, mark)
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=1 if variant == "tiny_buckets" else 25)
-    if variant == "bf16_hook":
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    hook = None
+    if variant == "bf16_hook":
         # PyTorch documents bf16_compress_hook for NCCL (>= 2.9.6): on gloo the fp16 hook (half the bytes either way).
         hook = default_hooks.bf16_compress_hook if dist.get_backend() == "nccl" else default_hooks.fp16_compress_hook
+    if mark:  # DDP's built-in all-reduce, as a hook, so that each bucket's all-reduce can be marked
+        hook = marked_hook(hook or default_hooks.allreduce_hook)
+    if hook is not None:
         ddp.register_comm_hook(dist.group.WORLD, hook)
     micro = ACCUM if variant == "no_sync" else 1
     xs, ys = x.chunk(micro), y.chunk(micro)
@@ -341,7 +375,8 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
 
 
 def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmup: int, out_dir: str | None,
-               result_dir: str, learner: dict[str, Any] | None = None, pin_cores: bool = True) -> None:
+               result_dir: str, learner: dict[str, Any] | None = None, pin_cores: bool | int = True,
+               mark: bool = False, nvtx_steps: bool = False) -> None:
     os.environ.update(SAFE_ENV)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
@@ -351,6 +386,8 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
     else:
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         per_rank = max(1, len(cores) // world)
+        if not isinstance(pin_cores, bool) and pin_cores > 0:  # a number: that many cores a rank, at most
+            per_rank = min(per_rank, int(pin_cores))
         if pin_cores and len(cores) >= world:  # each rank on cores of its own, as the recordings ran
             os.sched_setaffinity(0, set(cores[rank * per_rank:(rank + 1) * per_rank]))
         torch.set_num_threads(per_rank)
@@ -359,7 +396,10 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         if os.environ.get("HELPERS_CRASH_RANK") == str(rank):  # fault injection for the tests
             raise RuntimeError(f"rank {rank} crashed on purpose")
         width = 4096 if cuda else 1024
-        step = _step_fn(variant, rank, world, device, width, learner)
+        if mark or nvtx_steps:
+            # Which process is which rank, for a multi-process Nsight Systems export (helpers.readers.nsys).
+            _nvtx.mark(f"rank {rank} of {world}")
+        step = _step_fn(variant, rank, world, device, width, learner, mark)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         for i in range(warmup):
             step(i)
@@ -371,6 +411,16 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         sync()
         ms = (time.perf_counter() - t0) * 1e3 / steps
         trace_path = None
+        if nvtx_steps:
+            # The steps an nsys capture should read, as the PyTorch profiler's run below has them: one
+            # step to settle after the barrier, then up to 5 steps in NVTX ranges named as
+            # helpers.load finds steps. A CPU job has no CUDA profiler range: nsys captures the whole run.
+            dist.barrier()
+            step(0)
+            for i in range(min(steps, 5)):
+                _nvtx.push_range(f"step {i}")
+                step(1 + i)
+                _nvtx.pop_range()
         if out_dir:
             from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -417,17 +467,25 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
 
 
 def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
-        *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool = True, **options: Any) -> dict:
+        *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool | int = True,
+        mark_collectives: bool = False, nsys_steps: bool = False, **options: Any) -> dict:
     """Run the job in ``world_size`` fresh processes; returns per-rank step times (and the trace folder).
 
     ``variant`` picks one of :data:`VARIANTS` (default ``manual``). Or run your own code in the ranks:
     ``wrap(model, **options)`` returns the module to train (your DDP configuration); ``shard(n, rank,
     world)`` returns the (start, stop) rows of the global batch each rank trains on (DDP with its
     defaults unless ``wrap`` is given too). On CPUs, ``pin_cores`` gives each rank cores of its own (as
-    the recordings ran); ``False`` lets the ranks share all cores, so that a core busy with other work
-    slows both ranks alike rather than one. Every rank is stopped if one fails or on Ctrl-C: no process
+    the recordings ran); a number gives each rank at most that many; ``False`` lets the ranks share
+    all cores, so that a core busy with other work slows both ranks alike rather than one. Every rank is stopped if one fails or on Ctrl-C: no process
     is left behind; a rank's own error is raised here.
+
+    For Nsight Systems (which sees neither gloo's collectives nor the PyTorch profiler's steps):
+    ``mark_collectives`` puts each all-reduce in an NVTX range (:func:`marked_hook`) and each rank's
+    number in an NVTX mark; ``nsys_steps`` also runs up to 5 steps in NVTX ``step N`` ranges after the
+    timed ones. Run it under ``nsys profile --trace=nvtx,osrt`` without a capture range.
     """
+    if (mark_collectives or nsys_steps) and _nvtx is None:
+        raise RuntimeError("marking the job for Nsight Systems needs the nvtx package: pip install nvtx")
     learner = None
     if wrap is not None or shard is not None:
         if variant is not None:
@@ -452,7 +510,8 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     result_dir = Path(out_dir) if out_dir else Path(new_run_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "comm-results", name))
     os.environ.update(SAFE_ENV)  # inherited by the spawned ranks too
     ctx = mp.start_processes(_rank_main, args=(variant or "", world_size, free_port(), steps, warmup, out_dir,
-                                               str(result_dir), learner, pin_cores),
+                                               str(result_dir), learner, pin_cores,
+                                               mark_collectives or nsys_steps, nsys_steps),
                              nprocs=world_size, join=False, start_method="spawn")
     try:
         while not ctx.join():
@@ -482,8 +541,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", metavar="DIR", help="write one trace per rank into a new folder under DIR")
+    parser.add_argument("--mark-collectives", action="store_true",
+                        help="each all-reduce in an NVTX range and each rank's number in an NVTX mark (for nsys)")
+    parser.add_argument("--nsys-range", action="store_true",
+                        help="--mark-collectives, and 5 more steps in NVTX 'step N' ranges: run under "
+                             "nsys profile --trace=nvtx,osrt (a CPU job has no CUDA profiler range to capture)")
+    parser.add_argument("--cores-per-rank", type=int, default=0,
+                        help="on CPUs, each rank on this many cores of its own (default: the cores shared out)")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.variant, args.world_size, args.steps, args.warmup, args.profile)))
+    print(json.dumps(run(args.variant, args.world_size, args.steps, args.warmup, args.profile,
+                         pin_cores=args.cores_per_rank or True,
+                         mark_collectives=args.mark_collectives, nsys_steps=args.nsys_range)))
     return 0
 
 
