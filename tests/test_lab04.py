@@ -238,3 +238,23 @@ def test_a_failing_learner_function_raises_its_own_error_and_leaves_no_process()
 
 def bad_split(n, rank, world):
     return 0, 9999
+
+
+def test_nsys_sleep_check_on_the_recorded_export():
+    """Exercise 7 reads the shipped nsys export: the right figures pass; totals, every OS call and swapped ranks say why not."""
+    from helpers.checks.lab04 import os_sleep_ms
+    from helpers.course import recorded_pair
+
+    pair = recorded_pair("communication", "manual", tag="h200cpu")
+    t = pair["nsys"]
+    right = os_sleep_ms(t)
+    assert checks.check_nsys_sleep(right, t).startswith("passed")
+    assert checks.check_nsys_sleep({str(r): v * 1.01 for r, v in right.items()}, t).startswith("passed")
+    every = os_sleep_ms(t, set(t.events.loc[t.events["kind"] == "osrt", "name"]))
+    for wrong, words in (({r: v * 5 for r, v in right.items()}, "total over its 5 steps"),
+                         (every, "every OS call"), ({0: right[1], 1: right[0]}, "other rank's figure"),
+                         ({0: right[0] * 1000, 1: right[1]}, "1000 times")):
+        with pytest.raises(checks.CheckFailed, match=words):
+            checks.check_nsys_sleep(wrong, t)
+    with pytest.raises(checks.CheckFailed, match="Nsight Systems export"):
+        checks.check_nsys_sleep(right, pair["profiler"])

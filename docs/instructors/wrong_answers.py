@@ -140,6 +140,14 @@ def lab04() -> list[tuple[str, str]]:
                     _said(checks.check_reading, checks.Reading(wrong, w, {checks.EVIDENCE[wrong][0]: 0.5}, f.cost), t, item, item)))
     out.append(("the course's ddp recording passed as the learner's DDP",
                 _said(checks.check_comm_fixed, recorded("communication", "manual", tag="cpu"), recorded("communication", "ddp", tag="cpu"))))
+    from helpers.checks.lab04 import os_sleep_ms
+    from helpers.course import recorded_pair
+
+    nsys_trace = recorded_pair("communication", "manual", tag="h200cpu")["nsys"]
+    right = os_sleep_ms(nsys_trace)
+    out.append(("Exercise 7: the sleep summed over the steps, not a step",
+                _said(checks.check_nsys_sleep, {r: v * 5 for r, v in right.items()}, nsys_trace)))
+    out.append(("Exercise 7: the ranks swapped", _said(checks.check_nsys_sleep, {0: right[1], 1: right[0]}, nsys_trace)))
     return out
 
 
