@@ -60,7 +60,9 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("steps_inferred"):
         lines.append(f"  steps: none marked; {steady_text(s['steps_inferred'])}")
     if s["device_names"]:
-        lines.append(f"  device: {device_line(s['device_names'])}")
+        # nsys lists the machine's GPUs whether or not the job used them (a gloo job on CPU cores)
+        unused = "" if s["has_gpu"] else " (on the machine; this trace did not use it)"
+        lines.append(f"  device: {device_line(s['device_names'])}{unused}")
     if s["step_time_ms"] is not None:
         lines.append(f"  {'step time (mean)' if s['steps'] else 'capture (no step markers)'}: {s['step_time_ms']:.3f} ms")
     if s["has_gpu"]:
