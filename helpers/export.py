@@ -104,11 +104,22 @@ def _digit_count(v: np.ndarray) -> np.ndarray:
     return count
 
 
+def _settled(lengths: np.ndarray | int) -> np.ndarray | int:
+    """A piece's lengths, as one number when every row has the same (its rows then need no grouping)."""
+    if isinstance(lengths, np.ndarray) and (not len(lengths) or lengths.min() == lengths.max()):
+        return int(lengths[0]) if len(lengths) else 0
+    return lengths
+
+
+def _part(lengths: np.ndarray | int, lo: int, hi: int) -> np.ndarray | int:
+    return lengths[lo:hi] if isinstance(lengths, np.ndarray) else lengths
+
+
 class _Table:
     """A piece taken from a table of byte strings by each row's code (an empty entry leaves it out)."""
 
-    def __init__(self, matrix: np.ndarray, codes: np.ndarray, lengths: np.ndarray):
-        self.matrix, self.codes, self.lengths = matrix, codes, lengths
+    def __init__(self, matrix: np.ndarray, codes: np.ndarray, lengths: np.ndarray | int):
+        self.matrix, self.codes, self.lengths = matrix, codes, _settled(lengths)
 
     @classmethod
     def of(cls, entries: list[bytes], codes: np.ndarray) -> _Table:
@@ -118,7 +129,9 @@ class _Table:
         return cls(matrix, codes, np.array([len(e) for e in entries], dtype=np.int64)[codes])
 
     def batch(self, lo: int, hi: int) -> _Table:
-        return _Table(self.matrix, self.codes[lo:hi], self.lengths[lo:hi])
+        part = _Table.__new__(_Table)
+        part.matrix, part.codes, part.lengths = self.matrix, self.codes[lo:hi], _part(self.lengths, lo, hi)
+        return part
 
     def write(self, out: np.ndarray, col: int, rows: np.ndarray, width: int) -> None:
         # mode="clip" (every code is in range) lets take write into the slice without a buffer
@@ -131,12 +144,12 @@ class _Digits:
     def __init__(self, values: np.ndarray, lengths: np.ndarray | int):
         # Unsigned 32-bit division is several times faster than 64-bit: use it where the values fit.
         self.values = values.astype(np.uint32 if not len(values) or values.max() < 2**32 else np.uint64)
-        self.lengths = lengths
+        self.lengths = _settled(lengths)
 
     def batch(self, lo: int, hi: int) -> _Digits:
         part = _Digits.__new__(_Digits)
         part.values = self.values[lo:hi]
-        part.lengths = self.lengths[lo:hi] if isinstance(self.lengths, np.ndarray) else self.lengths
+        part.lengths = _part(self.lengths, lo, hi)
         return part
 
     def write(self, out: np.ndarray, col: int, rows: np.ndarray, width: int) -> None:
@@ -223,6 +236,7 @@ def _fragments(trace: Trace) -> Iterator[bytes]:
             pieces += [key, minus, _Digits(np.abs(whole), _digit_count(np.abs(whole))), b".", _Digits(frac, 3)]
         pieces += [args_text, _Table.of([b"", b',"correlation":'], has_corr.astype(np.int64)),
                    _Digits(corr_value, np.where(has_corr, _digit_count(corr_value), 0)), bytes_text, b"}},"]
+        pieces = [p for p in pieces if isinstance(p, bytes) or not isinstance(p.lengths, int) or p.lengths]
         if meta:
             yield b","
         for lo in range(0, n, _BATCH):
