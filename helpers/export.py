@@ -250,6 +250,18 @@ def _fragments(trace: Trace) -> Iterator[bytes]:
     yield f'],"displayTimeUnit":"ms","metadata":{tail}}}'.encode()
 
 
+_WRITE_BYTES = 1 << 20
+
+
+def _write_all(fh: BinaryIO, chunks: Iterator[bytes]) -> None:
+    """Write each chunk a megabyte at a time: one write of a batch's 15 MB took the kernel 0.4-0.5 s of
+    system time per 193 MB on the development machine, writes of 1 MB 0.06 s (docs/benchmarks.md)."""
+    for chunk in chunks:
+        view = memoryview(chunk)
+        for i in range(0, len(view), _WRITE_BYTES):
+            fh.write(view[i:i + _WRITE_BYTES])
+
+
 def to_chrome_trace(trace: Trace) -> dict:
     """The trace as a Chrome-trace document: one process per rank, one thread per lane."""
     return json.loads(b"".join(_fragments(trace)))
@@ -263,10 +275,8 @@ def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
     def write(fh: BinaryIO) -> None:
         if Path(path).name.endswith(".gz"):
             with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6) as gz:
-                for chunk in _fragments(trace):
-                    gz.write(chunk)
+                _write_all(gz, _fragments(trace))
         else:
-            for chunk in _fragments(trace):
-                fh.write(chunk)
+            _write_all(fh, _fragments(trace))
 
     return write_output(path, write, force)
