@@ -23,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -185,13 +186,23 @@ def big_trace(n_events: int, repeat: int, keep: Path | None) -> None:
             size = kineto_like(n_events, path)
             print(f"generated {path} ({n_events:,} events, {size / 1e6:.0f} MB of JSON)")
         print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events")
-        for _ in range(repeat):
-            for name, argv in (("diagnose", ["diagnose", str(path)]),
-                               ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
-                               ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])):
+        commands = [("diagnose", ["diagnose", str(path)]),
+                    ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
+                    ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])]
+        runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in commands}
+        for i in range(repeat):
+            # Each repetition starts one command later, so a machine that speeds up or slows down
+            # during the runs favours none of them.
+            for name, argv in commands[i % 3:] + commands[:i % 3]:
                 before = _load()
                 wall, cpu, rss, _ = run_cli(argv)
+                runs[name].append((wall, cpu, rss))
                 print(f"  {name:9s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MB   ({before} before)")
+        if repeat > 1:
+            print(f"  median of {repeat}:")
+            for name, got in runs.items():
+                wall, cpu, rss = (statistics.median(x) for x in zip(*got))
+                print(f"  {name:9s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MB")
 
 
 def command_costs(path: Path, repeat: int) -> None:
