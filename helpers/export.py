@@ -254,8 +254,8 @@ _WRITE_BYTES = 1 << 20
 
 
 def _write_all(fh: BinaryIO, chunks: Iterator[bytes]) -> None:
-    """Write each chunk a megabyte at a time: one write of a batch's 15 MB took the kernel 0.4-0.5 s of
-    system time per 193 MB on the development machine, writes of 1 MB 0.06 s (docs/benchmarks.md)."""
+    """Write each chunk a megabyte at a time: one write of a batch's 15 MB took the kernel 0.4-0.6 s of
+    system time per 193 MB on the development machine, writes of 1 MB 0.05-0.10 s (docs/benchmarks.md)."""
     for chunk in chunks:
         view = memoryview(chunk)
         for i in range(0, len(view), _WRITE_BYTES):
