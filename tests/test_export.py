@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from synth import host_bound_loop, two_step_loop, write_json
@@ -90,3 +91,45 @@ def test_empty_trace_exports(tmp_path):
     trace = helpers.load(write_json(two_step_loop(), tmp_path / "a.json"))
     empty = helpers.Trace(trace.events.iloc[:0], "empty", "kineto", {})
     assert ex.to_chrome_trace(empty)["traceEvents"] == []
+
+
+def _reference_text(trace) -> bytes:
+    """The timed events as the per-event formatter wrote them before the writer was vectorised:
+    times as "%d.%03d" of integer nanoseconds, bytes as repr of the float, names quoted by orjson."""
+    lanes = sorted({(int(r), ln) for r, ln in zip(trace.events["rank"], trace.events["lane"])})
+    lane_id = {rl: i + 1 for i, rl in enumerate(lanes)}
+    rows = []
+    for row in trace.events.itertuples():
+        head = (f'{{"ph":"X","cat":{ex._quote(ex._category(row.kind, int(row.device)))},"name":{ex._quote(row.name)},'
+                f'"pid":{int(row.rank)},"tid":{lane_id[(int(row.rank), row.lane)]},')
+        ts, dur = (int(round(v * 1e3)) for v in (row.start_us, row.dur_us))
+        args = f'"step":{int(row.step)}' + (f',"device":{int(row.device)},"stream":{int(row.stream)}' if row.device >= 0 else "")
+        if row.correlation >= 0:
+            args += f',"correlation":{int(row.correlation)}'
+        if row.bytes == row.bytes:
+            args += f',"bytes":{float(row.bytes)!r}'
+        (ts_int, ts_frac), (dur_int, dur_frac) = divmod(ts, 1000), divmod(dur, 1000)
+        rows.append(head + f'"ts":{ts_int}.{ts_frac:03d},"dur":{dur_int}.{dur_frac:03d},"args":{{{args}}}}}')
+    return ",".join(rows).encode()
+
+
+def test_document_text_is_byte_for_byte_the_per_event_format(tmp_path, monkeypatch):
+    """The vectorised writer's bytes: every digit count, copies with bytes, names that need escaping,
+    and small traces cut into batches of 7 events."""
+    odd = helpers.load(write_json(two_step_loop(), tmp_path / "odd.json"))
+    ev = odd.events.copy()
+    ev.loc[::3, "name"] = 'naïve "quoted" \\ name\twith ünïcode ✓'
+    ev.loc[1::4, "start_us"] += 123_456_789.0005  # longer integer parts, a rounding half-way
+    ev.loc[::5, "dur_us"] = 0.0
+    ev.loc[2::5, "dur_us"] = 98_765.4321
+    ev.loc[::2, "correlation"] = 10**12 + ev.loc[::2, "correlation"].abs()
+    ev["end_us"] = ev["start_us"] + ev["dur_us"]
+    copies = ev["kind"] == "memcpy"
+    assert copies.any()
+    ev.loc[copies, "bytes"] = np.resize([2.0**40, 1e-3, 123.0, 0.0, 1e22], int(copies.sum()))
+    for trace in [*_traces(tmp_path), helpers.Trace(ev, "odd ✓", "kineto", {})]:
+        monkeypatch.setattr(ex, "_BATCH", 7 if len(trace.events) < 1000 else 100_000)
+        text = b"".join(ex._fragments(trace))
+        timed = text[:-len(text.rsplit(b"]", 1)[1]) - 1]  # up to the end of the events list
+        assert timed.endswith(b"," + _reference_text(trace)), trace.source
+        json.loads(text)

@@ -2,6 +2,7 @@
 synthetic traces of growing size. Results and the commands that made them: docs/benchmarks.md.
 
     python tools/benchmark.py --big             # 2M events (~407 MB of JSON): diagnose, plot, export
+    python tools/benchmark.py --big --costs --keep /tmp/big.json   # what each of those adds to the read
     python tools/benchmark.py --folder          # 8 ranks: load + diagnose, ranks in parallel vs one by one
     python tools/benchmark.py --real            # the recorded trace, helpers vs HTA's load
     python tools/benchmark.py --scaling         # 10k, 100k, 1M synthetic events
@@ -22,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -184,13 +186,63 @@ def big_trace(n_events: int, repeat: int, keep: Path | None) -> None:
             size = kineto_like(n_events, path)
             print(f"generated {path} ({n_events:,} events, {size / 1e6:.0f} MB of JSON)")
         print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events")
-        for _ in range(repeat):
-            for name, argv in (("diagnose", ["diagnose", str(path)]),
-                               ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
-                               ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])):
+        commands = [("diagnose", ["diagnose", str(path)]),
+                    ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
+                    ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])]
+        runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in commands}
+        for i in range(repeat):
+            # Each repetition starts one command later, so a machine that speeds up or slows down
+            # during the runs favours none of them.
+            for name, argv in commands[i % 3:] + commands[:i % 3]:
                 before = _load()
                 wall, cpu, rss, _ = run_cli(argv)
+                runs[name].append((wall, cpu, rss))
                 print(f"  {name:9s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MB   ({before} before)")
+        if repeat > 1:
+            print(f"  median of {repeat}:")
+            for name, got in runs.items():
+                wall, cpu, rss = (statistics.median(x) for x in zip(*got))
+                print(f"  {name:9s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {rss:6.0f} MB")
+
+
+def command_costs(path: Path, repeat: int) -> None:
+    """What diagnose, plot and export each add to the read they share, in one process: the trace is read
+    once, then each command's own work is timed (its metric cache emptied first). Fresh processes on a
+    shared machine swing by more than these differences; these figures do not include the read."""
+    import helpers
+    from helpers import render
+
+    print(f"{path.name}: read once, then each command's own work (CPU = user + system of this process)")
+    c0 = time.process_time()
+    trace = helpers.load(path)
+    read = time.process_time() - c0
+    c0 = time.process_time()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    imported = time.process_time() - c0
+    from helpers import plots
+    from helpers.export import export
+
+    def plot(out: Path) -> None:
+        fig = plots.timeline(trace, title=str(path))
+        fig.savefig(out)
+        plt.close(fig)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeat):
+            for name, work in (("diagnose", lambda _: render.diagnose_text(str(path), helpers.diagnose(trace), trace.has_gpu)),
+                               ("plot", lambda i: plot(Path(tmp) / f"t{i}.png")),
+                               ("export", lambda i: export(trace, Path(tmp) / f"t{i}.json"))):
+                trace._memo.clear()
+                before = _load()
+                w0, c0 = time.perf_counter(), time.process_time()
+                work(i)
+                print(f"  {name:9s} wall {time.perf_counter() - w0:5.2f} s  CPU {time.process_time() - c0:5.2f} s   "
+                      f"({before} before)")
+    print(f"  (the read: {read:.2f} s CPU; importing matplotlib, which plot adds too: {imported:.2f} s)")
 
 
 def rank_folder(folder: Path, ranks: int = 8) -> None:
@@ -255,6 +307,8 @@ def main() -> int:
     parser.add_argument("--big", action="store_true", help="the 2M-event trace: diagnose, plot, export")
     parser.add_argument("--events", type=int, default=2_000_000, help="events in the --big trace")
     parser.add_argument("--keep", type=Path, help="write (or reuse) the --big trace at this path")
+    parser.add_argument("--costs", action="store_true",
+                        help="with --big: read the trace once, then time what each command adds to the read")
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
@@ -267,7 +321,11 @@ def main() -> int:
         args.big = args.folder = args.real = True
     everything = not (args.big or args.folder or args.real or args.scaling)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
-    if args.big or everything:
+    if args.costs:
+        if args.keep is None or not args.keep.exists():
+            parser.error("--costs reads the --big trace that --keep PATH names: run --big --keep PATH first")
+        command_costs(args.keep, args.repeat)
+    elif args.big or everything:
         big_trace(args.events, args.repeat, args.keep)
     if args.folder or everything:
         folder_of_ranks(args.repeat)
