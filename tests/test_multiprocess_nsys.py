@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from synth import Ev, write_json, write_sqlite
 
 import helpers
 from helpers import metrics
-from tests.synth import Ev, write_json, write_sqlite
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MS = 1_000_000  # ns
