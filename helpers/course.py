@@ -137,12 +137,11 @@ def recorded(workload: str, variant: str, tag: str = "h200") -> Trace:
 def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, Trace]:
     """The two traces of one recorded run: ``{"nsys": <SQLite export>, "profiler": <PyTorch-profiler trace>}``
     (data/manifest.json's "recordings": the same command and seed, one process each, one device session)."""
-    path = DATA / "manifest.json"
-    recs = [e for e in json.loads(path.read_text()).get("recordings", [])
-            if (e["workload"], e["variant"], e["tag"]) == (workload, variant, tag)]
-    files = {"nsys" if e["format"] == "nsys-sqlite" else "profiler": e["file"] for e in recs}
+    recordings = json.loads((DATA / "manifest.json").read_text()).get("recordings", [])
+    files = {"nsys" if e["format"] == "nsys-sqlite" else "profiler": e["file"] for e in recordings
+             if (e["workload"], e["variant"], e["tag"]) == (workload, variant, tag)}
     if set(files) != {"nsys", "profiler"}:
-        known = sorted({(e["workload"], e["variant"], e["tag"]) for e in json.loads(path.read_text()).get("recordings", [])})
+        known = sorted({(e["workload"], e["variant"], e["tag"]) for e in recordings})
         raise TraceError(f"no recorded nsys/profiler pair for {workload}:{variant} ({tag}); recorded: {known}")
     return {side: load(DATA / f) for side, f in files.items()}
 

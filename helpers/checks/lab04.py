@@ -322,17 +322,15 @@ def check_imbalance_diagnosed(trace: Trace) -> str:
 # --- the same job in Nsight Systems -------------------------------------------------------------
 def os_sleep_ms(trace: Trace, calls: Iterable[str] | None = None) -> dict[int, float]:
     """Per rank, ms a step its training thread spent in blocking OS calls (nsys --trace=osrt), inside steps."""
-    from ..metrics.activity import BLOCKING_OS_CALLS
+    from ..metrics.activity import BLOCKING_OS_CALLS, os_waits
 
     names = BLOCKING_OS_CALLS if calls is None else frozenset(calls)
     ev = trace.events
     out: dict[int, float] = {}
     for rank in trace.ranks:
-        on = ev[(ev["rank"] == rank) & (ev["device"] < 0)]
-        main = on.loc[on["kind"] == "annotation", "tid"].unique()
-        osrt = on[(on["kind"] == "osrt") & on["name"].isin(names) & on["tid"].isin(main)]
+        main = ev.loc[(ev["rank"] == rank) & (ev["device"] < 0) & (ev["kind"] == "annotation"), "tid"].unique()
+        s, e = os_waits(trace, rank, main, names)
         win = m.windows(trace, rank)
-        s, e = m.merge_intervals(osrt["start_us"].to_numpy(), osrt["end_us"].to_numpy())
         per_step = m.overlap(s, e, win["start_us"].to_numpy(), win["end_us"].to_numpy())
         out[int(rank)] = float(per_step.mean() / 1e3) if len(per_step) else 0.0
     return out

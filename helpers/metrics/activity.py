@@ -153,27 +153,34 @@ def _phases_less_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]
     memo = _memo(trace)
     key = ("host", rank, "phases_less_waits")
     if key not in memo:
-        ev = trace.events
-        host = ev[(ev["rank"] == rank) & (ev["device"] < 0)]
-        ann = host[host["kind"] == "annotation"]
-        names = ann["name"]
-        ann = ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
+        ann = _own_ranges(trace, rank)
         ps, pe = merge_intervals(ann["start_us"].to_numpy(), ann["end_us"].to_numpy())
-        waits = host[(host["kind"] == "osrt") & host["name"].isin(BLOCKING_OS_CALLS) & host["tid"].isin(ann["tid"].unique())]
-        ws, we = merge_intervals(waits["start_us"].to_numpy(), waits["end_us"].to_numpy())
-        memo[key] = subtract(ps, pe, ws, we)
+        memo[key] = subtract(ps, pe, *os_waits(trace, rank, ann["tid"].unique()))
     return memo[key]
+
+
+def os_waits(trace: Trace, rank: int, tids, calls=BLOCKING_OS_CALLS) -> tuple[np.ndarray, np.ndarray]:
+    """Union of the time the rank's threads ``tids`` spent in the OS calls ``calls`` (``osrt`` events:
+    by default those a thread sleeps in until something else wakes it)."""
+    ev = trace.events
+    waits = ev[(ev["kind"] == "osrt") & (ev["rank"] == rank) & ev["tid"].isin(tids) & ev["name"].isin(calls)]
+    return merge_intervals(waits["start_us"].to_numpy(), waits["end_us"].to_numpy())
+
+
+def _own_ranges(trace: Trace, rank: int) -> pd.DataFrame:
+    """The rank's host ranges that are neither steps nor data waits (forward, backward, ...)."""
+    ev = trace.events
+    ann = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (ev["device"] < 0)]
+    names = ann["name"]
+    return ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
 
 
 def _dispatch_ranges(trace: Trace, rank: int, launch_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Innermost host ranges (not steps, not data waits) with at least LAUNCH_RANGE_PER_MS launch
     calls per millisecond: the host is dispatching GPU work through all of them."""
-    ev = trace.events
-    ann = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (ev["device"] < 0)]
+    ann = _own_ranges(trace, rank)
     if ann.empty:
         return np.zeros(0), np.zeros(0)
-    names = ann["name"]
-    ann = ann[~names.str.contains("|".join(DEFAULT_STEP_PATTERNS), case=False) & ~names.str.contains(DATA_WAIT)]
     keep_s, keep_e = [], []
     starts = np.sort(launch_starts)
     for _, grp in ann.groupby("tid"):
