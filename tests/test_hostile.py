@@ -59,20 +59,25 @@ def test_api_export_refuses_the_trace_source(tmp_path):
         export(helpers.load(src), src, force=True)
 
 
-def test_figure_output_that_is_a_folder_or_a_device_is_refused(tmp_path, capsys):
+def test_figure_output_that_is_a_folder_is_refused(tmp_path, capsys):
     src = write_json(two_step_loop(), tmp_path / "t.json")
     out = tmp_path / "figs"
     out.mkdir()
     one_line_exit_2(capsys, ["plot", str(src), "-o", str(out)])
     assert not (tmp_path / "figs.png").exists()
-    one_line_exit_2(capsys, ["plot", str(src), "-o", os.devnull, "--force"])
-    assert not Path(os.devnull + ".png").exists()
     one_line_exit_2(capsys, ["plot", str(src), "-o", str(src), "--force"])  # its own input, named .json: refused
 
 
-def test_export_to_a_device_is_refused(tmp_path, capsys):
+@posix_only
+def test_an_output_that_is_a_pipe_or_device_is_refused(tmp_path, capsys):
+    # A FIFO stands for a device here (/dev/null itself must never be at risk in a test run).
     src = write_json(two_step_loop(), tmp_path / "t.json")
-    one_line_exit_2(capsys, ["export", str(src), "-o", os.devnull, "--force"])
+    fifo = tmp_path / "sink"
+    os.mkfifo(fifo)
+    one_line_exit_2(capsys, ["plot", str(src), "-o", str(fifo), "--force"])
+    assert not (tmp_path / "sink.png").exists()
+    one_line_exit_2(capsys, ["export", str(src), "-o", str(fifo), "--force"])
+    assert fifo.is_fifo()
 
 
 @posix_only
@@ -194,3 +199,67 @@ def test_launch_join_on_one_shared_correlation_id_stays_small(tmp_path, fmt):
         tracemalloc.stop()
     assert peak < 64 << 20, peak  # the quadratic join needed 10,000 x 10,000 rows: gigabytes
     assert stats["launch_calls"] == 10_000 and stats["median_launch_to_start_us"] >= 0
+
+
+# --- scanning stays linear; limits cannot be switched off -------------------------------------------------
+
+def test_many_decoy_trace_events_keys_are_tried_a_bounded_number_of_times(tmp_path, monkeypatch):
+    import gzip
+
+    from helpers.readers import kineto
+
+    decoys = b'{"traceEvents":[]},' * 20_000
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"meta":[' + decoys + b'{}], "traceEvents": []}'))
+    calls = []
+    real = kineto._try_loads
+    monkeypatch.setattr(kineto, "_try_loads", lambda data: calls.append(len(data)) or real(data))
+    assert len(helpers.load(path).events) == 0  # read as json.loads reads it, after a bounded number of head parses
+    assert len(calls) <= kineto._HEAD_TRIES + 2, len(calls)
+
+
+def test_a_long_run_of_spaces_in_the_list_is_scanned_a_bounded_number_of_times(tmp_path, monkeypatch):
+    import gzip
+    import json
+
+    from synth import kineto_doc
+
+    from helpers import readers
+    from helpers.readers import kineto
+
+    text = json.dumps(kineto_doc(two_step_loop())).encode()
+    at = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:at] + b" " * (24 << 20) + text[at:]))
+    monkeypatch.setattr(readers, "_CHUNK", 64 << 10)  # 384 blocks of spaces
+    monkeypatch.setattr(kineto, "_PIECE", 64 << 10)
+
+    class Counting:
+        searches = 0
+
+        def search(self, buf, pos):
+            Counting.searches += 1
+            return real.search(buf, pos)
+
+    real = kineto._CUT
+    monkeypatch.setattr(kineto, "_CUT", Counting())
+    trace = helpers.load(path)
+    assert len(trace.events) == len(helpers.load(write_json(two_step_loop(), tmp_path / "plain.json")).events)
+    assert Counting.searches <= 40, Counting.searches  # once per block (384) before
+
+
+@pytest.mark.parametrize("name", ["max_bytes", "max_events"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, 0, "big", None])
+def test_limits_cannot_be_switched_off(tmp_path, name, value):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    with pytest.raises(TraceError, match=name):
+        helpers.load(src, **{name: value})
+
+
+def test_path_types(tmp_path):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert len(helpers.load(os.fsencode(src)).events) == len(helpers.load(src).events)  # bytes is a path type
+    with open(src, "rb") as fh, pytest.raises(TraceError, match="open file"):
+        helpers.load(fh)
+    with pytest.raises(TraceError, match="not a path"):
+        helpers.load(42)
