@@ -84,7 +84,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
-        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}))
+        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
     return 0
