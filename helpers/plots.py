@@ -367,3 +367,15 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     return fig
+
+
+def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
+            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True):
+    """The interactive timeline (zoom, pan, hover, select): see :func:`helpers.explore.explore`.
+
+    Same lanes, colours and time origin as :func:`timeline`; shows :func:`timeline`'s figure where no
+    widget front end runs.
+    """
+    from .explore import explore as _explore  # anywidget is imported only when asked for
+
+    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback)

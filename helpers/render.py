@@ -173,3 +173,30 @@ def compare_text(table: pd.DataFrame) -> str:
 
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
            "steady_state_text", "steady_text", "summary_text", "to_json"]
+
+
+def job_text(report: dict[str, Any], top: int = 8) -> str:
+    """The cross-rank report of :func:`helpers.jobs.analyse_job`: the job's figures, the stragglers,
+    and the ranks that wait most and compute most (the whole table is in ``--json``)."""
+    r = report
+    lines = [f"{r.get('folder', 'job')}: {r['ranks']} ranks, {r['events']:,} events"]
+    if r.get("has_collectives"):
+        lines.append(f"  communication: {r['collective_ms_per_step']:.2f} ms per step, {r['exposed_ms_per_step']:.2f} ms of it "
+                     f"exposed ({r['comm_exposed_share']:.0%} of step time)")
+    else:
+        lines.append("  communication: no collectives recorded")
+    if "slowest_rank" in r:
+        lines.append(f"  compute spread {r['compute_spread']:.0%}: slowest rank {r['slowest_rank']}, fastest {r['fastest_rank']}")
+    lines.append("  stragglers: " + (", ".join(str(x) for x in r["stragglers"][:20]) + (" ..." if len(r["stragglers"]) > 20 else "")
+                                    if r["stragglers"] else "none"))
+    lines.append("  job findings: " + (", ".join(r["findings"]) or "nothing stands out across ranks"))
+    pr: pd.DataFrame = r["per_rank"].assign(top_finding=lambda t: t["top_finding"].replace("", "-"))
+    if len(pr):
+        cols = ["rank", "steps", "step_ms", "compute_ms", "collective_ms", "exposed_ms", "top_finding"]
+        for title, order in (("most compute per step", "compute_ms"), ("most exposed communication", "exposed_ms")):
+            part = pr.sort_values([order, "rank"], ascending=[False, True]).head(top)[cols]
+            lines += [f"  {title} (top {len(part)} of {len(pr)}):",
+                      "    " + part.to_string(index=False, float_format=lambda v: f"{v:.2f}").replace("\n", "\n    ")]
+        found = pr["top_finding"].replace("-", "nothing").value_counts()
+        lines.append("  each rank's own top finding: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
+    return "\n".join(lines)
