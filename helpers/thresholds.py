@@ -137,3 +137,8 @@ STEADY_MIN_COVER = 0.5
 #: An idle capture's finding points at the steady state found in it when that spans less than this
 #: share of the capture (else the repeats are spread over all of it, idle between them).
 CAPTURE_STEADY_SPAN_SHARE = 0.5
+#: Many-rank jobs (helpers.jobs): a straggler computes more per step than the median rank by at least this
+#: share. Derived from IMBALANCE_SPREAD's measurements: with two ranks, a spread s puts the slower rank
+#: s / (2 - s) above their median, so the balanced gloo jobs' 0.42 is 0.27 and the imbalance variant's
+#: 0.59 is 0.42; 0.33 lies between them.
+STRAGGLER_EXCESS = 0.33
