@@ -69,7 +69,7 @@ def _lane_label(lane: str, rank: int, multi_rank: bool) -> str:
     label = lane.replace("ranges", "NVTX / ranges, thread")
     label = re.sub(r"^CPU (\d+)", r"CPU thread \1", label)
     label = re.sub(r"^CUDA API (\d+)", r"CUDA API, thread \1", label)
-    label = label.replace("GPU", "GPU").replace("memcpy", "MemCopy")
+    label = label.replace("memcpy", "MemCopy")
     return f"rank {rank} · {label}" if multi_rank else label
 
 

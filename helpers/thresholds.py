@@ -78,10 +78,6 @@ NCU_LATENCY_BOUND_PCT = 60.0
 #: fall at least this many times below the broken loop's. Broken CPU loop ~0.6-0.7, fixed 0.12-0.15
 #: (commit 726791d's calibration on 2 cores), so 2x leaves margin for a hog on one core.
 PASS_DATA_WAIT_DROP = 2.0
-#: Lab 04: exposed collective time per unit of compute time must drop by this factor. A ratio, so
-#: a slower machine (which stretches both) does not move it; the gloo DDP variant overlaps the
-#: all-reduce with backward, the broken one runs it alone after backward.
-PASS_EXPOSED_COMM_DROP = 1.2
 
 
 # --- the learner's reading of a timeline (helpers.checks.reading) ------------------------------

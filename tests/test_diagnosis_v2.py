@@ -87,7 +87,7 @@ def _manifest_pairs():
 #: data_stall:fixed and launch_overhead:compile since launch-dense NVTX ranges count as dispatching in
 #: traces without framework ops (the compiled step's host time between launches read as host_bound);
 #: launch_overhead:graphs and triage t3 since a CUDA-Graph replay is one busy interval in both formats.
-#: mystery:fixed since it was recorded again (session 16): its first twin's loader workers did not keep up
+#: mystery:fixed since it was recorded again (2026-12-03): its first twin's loader workers did not keep up
 #: (data_stall 36%) while the exports of the session before ran beside the recording; exports now run after
 #: the last recording. The test fails if any pair disagrees.
 KNOWN_DISAGREEMENTS: set[str] = set()
