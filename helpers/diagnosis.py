@@ -110,7 +110,9 @@ def signals(trace: Trace) -> dict[str, Any]:
         kstats = m.kernel_stats(trace)
         launch = m.launch_stats(trace)
         sg.update({
-            "gpu_utilization": util, "gpu_bound_busy": util,
+            # gpu_bound's bar: busy work, or inside a CUDA Graph replay (its gaps are the GPU's own per-kernel
+            # cost, which no host change removes); the busy figure itself counts the kernels only.
+            "gpu_utilization": util, "gpu_bound_busy": float(busy["graph_span_us"].sum()) / denom,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
             "launch_idle_share": cost["launch"] / denom, "host_bound_idle_share": cost["other"] / denom,
@@ -204,7 +206,12 @@ RULES: tuple[Rule, ...] = (
                     "time is spent in communication that nothing overlaps."),
          ("comm_exposed_share", "collective_ms_per_step", "exposed_ms_per_step", "ranks"), gpu=None),
     Rule("gpu_bound", lambda s: _get(s, "gpu_bound_busy") >= th.GPU_BOUND_BUSY, "gpu_kernel_share",
-         lambda s: f"The GPU is busy {s['gpu_bound_busy']:.0%} of the step: it is the bottleneck itself.",
+         lambda s: (f"The GPU is busy {s['gpu_utilization']:.0%} of the step: it is the bottleneck itself."
+                    if s["gpu_bound_busy"] - s["gpu_utilization"] < 0.02 else
+                    f"The GPU is busy {s['gpu_utilization']:.0%} of the step with kernels, and CUDA Graph replays span "
+                    f"{s['gpu_bound_busy']:.0%} of it: the rest of each replay is the gaps between its "
+                    f"{s['kernels_per_step']:.0f} kernels a step, the GPU's own per-kernel cost. No host change removes "
+                    "them; fewer, bigger kernels do (fuse them: torch.compile, bigger batches) before Nsight Compute."),
          ("gpu_bound_busy", "gpu_kernel_share", "top_kernels")),
     Rule("host_bound", lambda s: _get(s, "cpu_host_other_share") >= th.CPU_HOST_BOUND_SHARE, "cpu_host_other_share",
          lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) outside "
