@@ -228,28 +228,38 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
     GPU work runs after the host call that launched it, so device events take the step of
     their launching CUDA API call where the correlation id links them.
     """
-    events["step"] = -1
-    if steps.empty:
+    n = len(events)
+    step = np.full(n, -1, dtype=np.int64)
+    if steps.empty or n == 0:
+        events["step"] = step
         return
+    ranks = events["rank"].to_numpy()
+    starts = events["start_us"].to_numpy()
+    # One pass over the events groups their rows by rank (a mask per rank would read every row per rank).
+    rows_of = pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
     for rank, st in steps.groupby("rank"):
+        rows = rows_of.get(rank)
+        if rows is None:
+            continue
         st = st.sort_values("start_us")
-        on_rank = (events["rank"] == rank).to_numpy()
-        starts = events.loc[on_rank, "start_us"].to_numpy()
-        idx = np.searchsorted(st["start_us"].to_numpy(), starts, side="right") - 1
-        inside = (idx >= 0) & (starts < st["end_us"].to_numpy()[np.clip(idx, 0, None)])
-        step_ids = np.where(inside, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
-        events.loc[on_rank, "step"] = step_ids
-    # Device work inherits the step of the API call that launched it.
-    api = events[(events["kind"] == "runtime") & (events["correlation"] >= 0)]
-    if api.empty:
-        return
-    launch_step = dict(zip(zip(api["rank"], api["correlation"]), api["step"]))
-    dev = (events["device"] >= 0) & (events["correlation"] >= 0)
-    if not dev.any():  # CUDA API calls but no GPU events: nothing to inherit
-        return
-    keys = zip(events.loc[dev, "rank"], events.loc[dev, "correlation"])
-    current = events.loc[dev, "step"].to_numpy()
-    events.loc[dev, "step"] = [launch_step.get(k, c) for k, c in zip(keys, current)]
+        s = starts[rows]
+        idx = np.searchsorted(st["start_us"].to_numpy(), s, side="right") - 1
+        at = np.clip(idx, 0, None)
+        inside = (idx >= 0) & (s < st["end_us"].to_numpy()[at])
+        step[rows] = np.where(inside, st["step"].to_numpy()[at], -1)
+    # Device work inherits the step of the API call that launched it (the last such call when a
+    # correlation id repeats on a rank).
+    corr = events["correlation"].to_numpy()
+    kind = events["kind"]
+    api = ((kind == "runtime").to_numpy()) & (corr >= 0)
+    dev = (events["device"].to_numpy() >= 0) & (corr >= 0)
+    if api.any() and dev.any():
+        keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
+        keys = keys.drop_duplicates(["rank", "corr"], keep="last")
+        index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
+        found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
+        step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
+    events["step"] = step
 
 
 def finish(events: pd.DataFrame, source: str, fmt: str, metadata: dict[str, Any],

@@ -292,16 +292,6 @@ def folder_of_ranks(repeat: int) -> None:
                   f"peak RSS {usage.ru_maxrss / 1024:5.0f} MB   ({before} before; TraceAnalysis(trace_dir) alone)")
 
 
-def median_of(fn, repeat: int = 3) -> float:
-    """Median wall time: the machine is shared, so one run can be slowed by others' load."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
-
-
 def startup(repeat: int) -> None:
     """Lab 00's script (data_stall broken): seconds before its first step, and per step, from the outside.
 

@@ -19,10 +19,15 @@ SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemset",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
+    # ROCm's HIP runtime, as its traces name the same calls
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
+    "hipMemcpy2D", "hipMemcpyToSymbol", "hipMemcpyFromSymbol", "hipMemset", "hipMemcpyDtoH", "hipMemcpyHtoD",
 })
 #: CUDA API calls that queue work for the GPU.
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync",
-                   "cudaMemsetAsync", "cuMemcpyAsync", "cuMemsetAsync")
+                   "cudaMemsetAsync", "cuMemcpyAsync", "cuMemsetAsync",
+                   "hipLaunch", "hipExtLaunch", "hipModuleLaunch", "hipExtModuleLaunch", "hipGraphLaunch",
+                   "hipMemcpyAsync", "hipMemsetAsync")
 #: Host ranges that mean "waiting for the next batch".
 DATA_WAIT = re.compile(
     r"enumerate\(DataLoader\)|DataLoaderIter|^(?:data|data[ _]loading|dataloader|load[ _]batch|next[ _]batch|fetch)$",
@@ -80,7 +85,7 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
 
 
 def _is_graph_launch(name: str) -> bool:
-    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"))
 
 
 def graph_spans(trace: Trace) -> pd.DataFrame:
