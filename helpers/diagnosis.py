@@ -81,7 +81,10 @@ def signals(trace: Trace) -> Signals:
         kstats = m.kernel_stats(trace)
         launch = m.launch_stats(trace)
         sg.update({
+            # graph_span_share: busy work or inside a CUDA Graph replay's span, shown apart from busy (the
+            # gaps between a replay's kernels are the GPU's own per-kernel cost, which no host change removes).
             "gpu_utilization": util, "gpu_bound_busy": util,
+            "graph_span_share": float(busy["graph_span_us"].sum()) / denom,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
             "launch_idle_share": cost["launch"] / denom,

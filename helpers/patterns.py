@@ -54,6 +54,7 @@ class Signals(TypedDict, total=False):
     host_data_wait_ms_per_step: float
     gpu_utilization: float
     gpu_bound_busy: float
+    graph_span_share: float
     gpu_kernel_share: float
     data_stall_share: float
     sync_stall_share: float
@@ -212,7 +213,18 @@ def _communication(s: Signals) -> bool:
 
 
 def _gpu_bound(s: Signals) -> bool:
-    return get(s, "gpu_bound_busy") >= th.GPU_BOUND_BUSY
+    # Busy counts a CUDA Graph replay's kernels only; the replay's whole span is the GPU's own work too.
+    return max(get(s, "gpu_bound_busy"), get(s, "graph_span_share")) >= th.GPU_BOUND_BUSY
+
+
+def _gpu_bound_says(s: Signals) -> str:
+    busy, span = s["gpu_bound_busy"], s.get("graph_span_share", s["gpu_bound_busy"])
+    if span - busy < 0.02:
+        return f"The GPU is busy {busy:.0%} of the step: it is the bottleneck itself."
+    return (f"The GPU is busy {busy:.0%} of the step with kernels, and CUDA Graph replays span {span:.0%} of it: the rest "
+            f"of each replay is the gaps between its {s['kernels_per_step']:.0f} kernels a step, the GPU's own per-kernel "
+            "cost. No host change removes them; fewer, bigger kernels do (fuse them: torch.compile, bigger batches) "
+            "before Nsight Compute.")
 
 
 def _capture_is_idle(s: Signals) -> bool:
@@ -333,9 +345,8 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#8c564b"),
     Pattern(
         "gpu_bound", "GPU-bound",
-        rules=(Rule(_gpu_bound, ("gpu_bound_busy",), "gpu_kernel_share",
-                    lambda s: f"The GPU is busy {s['gpu_bound_busy']:.0%} of the step: it is the bottleneck itself.",
-                    ("gpu_bound_busy", "gpu_kernel_share", "top_kernels"), "none"),),
+        rules=(Rule(_gpu_bound, ("gpu_bound_busy", "graph_span_share"), "gpu_kernel_share", _gpu_bound_says,
+                    ("gpu_bound_busy", "graph_span_share", "gpu_kernel_share", "top_kernels"), "none"),),
         fix="The GPU itself is the bottleneck: profile the top kernels with Nsight Compute "
             "(ncu --set full -k <kernel>) and make them faster (mixed precision, better shapes, fused kernels).",
         colour="#55a868"),

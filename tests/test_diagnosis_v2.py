@@ -86,7 +86,8 @@ def _manifest_pairs():
 #: exports' steady state is found (they have no step ranges, so start-up was judged with the loop);
 #: data_stall:fixed and launch_overhead:compile since launch-dense NVTX ranges count as dispatching in
 #: traces without framework ops (the compiled step's host time between launches read as host_bound);
-#: launch_overhead:graphs and triage t3 since a CUDA-Graph replay is one busy interval in both formats.
+#: launch_overhead:graphs and triage t3 since gpu_bound's bar counts a CUDA-Graph replay's span in both formats
+#: (the busy figure counts its kernels only: the graph-level nsys export keeps no kernels, only the replay).
 #: mystery:fixed since it was recorded again (2026-12-03): its first twin's loader workers did not keep up
 #: (data_stall 36%) while the exports of the session before ran beside the recording; exports now run after
 #: the last recording. The test fails if any pair disagrees.

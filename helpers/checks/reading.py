@@ -50,7 +50,8 @@ FIGURE_HOWTO = {
     "collective_ms_per_step": "ms per step of collectives (all-reduce etc.)",
     "exposed_ms_per_step": "ms per step of collectives that no compute overlaps",
     "imbalance_spread": "(slowest - fastest rank's compute per step) / slowest",
-    "gpu_bound_busy": "share of step time the GPU is busy",
+    "gpu_bound_busy": "share of step time the GPU is busy (kernels, copies, memsets on all streams)",
+    "graph_span_share": "share of step time that is busy or inside a CUDA Graph replay's first-to-last-kernel span",
     "gpu_kernel_share": "share of step time kernels run",
 }
 
