@@ -13,6 +13,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
+from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -126,15 +127,32 @@ def _pipeline_problems(before: Trace, after: Trace, data_ok: bool) -> list[str]:
     return problems
 
 
-def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float) -> str:
-    """Your fixed input pipeline, judged from your own traces (``before``: the loop as first written).
+def _probe_dataset():
+    """A small copy of the lab's dataset (the same class, small images) to run the learner's loader over."""
+    from ..workloads import data_stall
 
-    Passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
+    return data_stall.AugmentedImages(length=4 * data_stall.BATCH_SIZE, size=8, blur_passes=1)
+
+
+def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make_loader=None, to_device=None) -> str:
+    """Your fixed input pipeline, judged first by what it does, then from your own traces (``before``: the
+    loop as first written).
+
+    First the behaviour: ``make_loader(dataset, batch_size)`` is run over a small copy of the lab's
+    dataset and must yield its own samples, each once an epoch (shuffled or in order), and
+    ``to_device`` must hand back the same values; a loader over a cached sample is refused. Then passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
     a busy machine: falls, with worker processes prefetching) and, on a GPU trace, the batches are
     copied from pinned memory without the host waiting for each copy. Step times are reported, not
     judged (``min_speedup`` is what a quiet machine shows).
     """
     refused = learner_trace_problem(before, after)
+    if refused is None and not callable(make_loader):
+        refused = ("pass your loader function too: check_data_stall_fixed(broken, fixed, MIN_SPEEDUP, make_my_loader, "
+                   "my_to_device); the check runs it to see that the loop still gets the dataset's samples")
+    if refused is None:
+        from ..workloads import data_stall
+
+        refused = behaviour.loader_problem(make_loader, to_device, _probe_dataset, data_stall.BATCH_SIZE)
     if refused:
         _record("data", "check_data_stall_fixed", False)
         raise CheckFailed(refused)
