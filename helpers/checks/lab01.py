@@ -37,7 +37,7 @@ def _timing_note(b: float | None, a: float | None, min_speedup: float) -> str:
     note = f"step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
     if b < a * min_speedup:
         note += (f", below the {min_speedup}x a quiet machine shows; other work on this machine slows worker "
-                 "processes, so the timing is not judged, the structure is")
+                 "processes, so the timing is not judged beyond its noise band, the structure is")
     return note
 
 
@@ -80,6 +80,26 @@ def _copy_words(t: Trace) -> str:
     return "; ".join(parts)
 
 
+def _busy(before: Trace, after: Trace) -> str:
+    """What measured says this machine is too busy to judge timing (the steps' own spread, the load average), or ''."""
+    from ..checks.lab05 import _cores_busy  # lab05 imports this module: import late
+
+    band = m.step_time_band(before, after)
+    spread = max(band["before_spread"], band["after_spread"])
+    if spread > th.NOISE_BUSY_SPREAD:
+        return f"the steps spread {spread:.0%} around their median (over {th.NOISE_BUSY_SPREAD:.0%} is a busy machine)"
+    return _cores_busy()
+
+
+def _slower(before: Trace, after: Trace) -> str:
+    """A line when the fix made the median step slower beyond the noise band, else ''."""
+    if m.timing_verdict(before, after) != "slower":
+        return ""
+    band = m.step_time_band(before, after)
+    return (f"your step is slower: median {band['before_ms']:.1f} -> {band['after_ms']:.1f} ms, beyond the noise band "
+            f"(+/- {band['band_ms']:.1f} ms from the steps' own spread); a fix never makes the step slower")
+
+
 def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, str]:
     """Whether the data side is fixed, and a line saying on what evidence.
 
@@ -91,9 +111,10 @@ def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, 
     line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
     if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
         return True, line
-    if _uses_loader_workers(after) and wa < wb:
-        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows: this machine is too busy "
-                      "to judge the wait, so the verdict rests on the loader using worker processes)")
+    busy = _busy(before, after)
+    if _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after):
+        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows, and measured too busy to "
+                      f"judge the wait: {busy}; so the verdict falls back to the structure, the loader using worker processes)")
     return False, line
 
 
@@ -159,6 +180,9 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     found = [f.pattern for f in diagnose(after)]
     data_ok, evidence = _data_verdict(before, after, found)
     problems = _pipeline_problems(before, after, data_ok)
+    slower = _slower(before, after)
+    if slower:
+        problems.insert(0, slower)
     note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
     _check("data", "check_data_stall_fixed", not problems,
            "Your trace shows: " + "; ".join(problems) + f". ({evidence}; {note or 'no step times'}.)")
