@@ -40,9 +40,6 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return a * 1e3, b * 1e3
 
 
-_clean = render.clean  # kept for callers of the old name
-
-
 def load(path: str, args: argparse.Namespace):
     """Load with the command line's --steps and size limits."""
     return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
@@ -86,7 +83,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
-        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}))
+        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
     return 0
@@ -123,6 +120,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     check_output(args.output, args.force, [args.trace])
     print(export(load(args.trace, args), args.output, force=args.force))
+    return 0
+
+
+def cmd_ranks(args: argparse.Namespace) -> int:
+    from .jobs import analyse_job, stderr_progress
+
+    report = analyse_job(args.folder, workers=args.workers, scheduler=args.scheduler, step_pattern=_step_pattern(args.steps),
+                         max_bytes=int(args.max_mb * 2**20), max_events=args.max_events, progress=stderr_progress())
+    if args.json:
+        doc = dict(report, per_rank=report["per_rank"].to_dict(orient="records"))
+        print(render.to_json(doc))
+    else:
+        print(render.job_text(report))
     return 0
 
 
@@ -191,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_export)
+    sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "
+                        "exposed communication per rank")
+    sp.add_argument("folder", help="folder with one trace per rank")
+    sp.add_argument("--workers", type=_positive_int, metavar="N", help="processes (default: one per core; 1 = one by one)")
+    sp.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask distributed scheduler, e.g. tcp://host:8786")
+    sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
+    sp.add_argument("--json", action="store_true")
+    _limits(sp)
+    sp.set_defaults(func=cmd_ranks)
     sp = sub.add_parser("selfcheck", help="the syllabus's self-check list, from your lab notebooks")
     sp.add_argument("labs", nargs="?", default="labs")
     sp.add_argument("--run", action="store_true", help="execute the notebooks first (takes minutes)")

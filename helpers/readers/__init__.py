@@ -121,7 +121,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     first, blocks = _as_utf8(first, blocks, p)
     while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
         first += more
-    if not first.lstrip()[:1] == b"{":
+    if first.lstrip()[:1] not in (b"{", b"["):  # an object with traceEvents, or Chrome's bare JSON array
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"

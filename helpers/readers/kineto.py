@@ -11,6 +11,7 @@ import gc
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,24 @@ _CATEGORY_KIND = {
     "python_function": "python",
     "cuda_sync": "sync",
     "os_runtime": "osrt",  # not Kineto's: what helpers' export writes for Nsight Systems' OS runtime calls
+    # PyTorch 1.8-1.9 (the first Kineto releases) spelled the categories differently.
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+    "Runtime": "runtime",
+    "Operator": "cpu_op",
+    "Python": "python",
+    "User annotation": "annotation",
+    "GPU user annotation": "gpu_annotation",
+    "user annotation": "annotation",
+    "gpu user annotation": "gpu_annotation",
+    # ROCm builds (roctracer) name some categories after HIP; the rows are otherwise the same.
+    "hip_runtime": "runtime",
+    "hip_driver": "runtime",
 }
+#: ``torch.autograd.profiler``'s own export (the legacy profiler, a bare JSON array) has no categories:
+#: its rows are told apart by ``pid``, and a GPU row's ``tid`` is the device.
+_LEGACY_PIDS = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
@@ -196,6 +214,8 @@ def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
             f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: record or copy it again"
         ) from None
     del raw
+    if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone
+        doc = {"traceEvents": _legacy_rows(doc)}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON without a 'traceEvents' list, so not a PyTorch-profiler trace; "
@@ -205,6 +225,19 @@ def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
     for i in range(0, len(events), 50_000):
         cols.add(events[i:i + 50_000])
     return doc
+
+
+def _legacy_rows(events: list) -> list:
+    """Give the legacy profiler's uncategorised rows the category and device Kineto would have given them."""
+    out = []
+    for e in events:
+        if type(e) is dict and "cat" not in e and e.get("ph") == "X" and (cat := _LEGACY_PIDS.get(e.get("pid"))):
+            e = {**e, "cat": cat, "pid": 0}
+            if cat == "kernel":
+                args = e.get("args") if type(e.get("args")) is dict else {}
+                e["args"] = {"device": e.get("tid"), "stream": 0, **args}
+        out.append(e)
+    return out
 
 
 def _try_loads(data: bytes) -> Any:
@@ -222,6 +255,8 @@ class _Columns:
         self.seen = 0  # trace events of any kind so far (what max_events counts)
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
+        # What the events were, tallied only while none has been understood: a refusal says what was found.
+        self.unknown: Counter[str] = Counter()
 
     def add(self, raw_events: list) -> None:
         path = self.path
@@ -237,6 +272,8 @@ class _Columns:
             evs = [e for e in raw_events
                    if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
         if not evs:
+            if not self.parts["kind"]:
+                self.unknown.update(_category_of(e) for e in raw_events)
             return
         ts = _times(evs, "ts", path)
         dur = _times(evs, "dur", path)
@@ -285,6 +322,8 @@ class _Columns:
         c = {col: np.concatenate(parts) if parts else np.zeros(0, dtype=_PART_DTYPES[col])
              for col, parts in self.parts.items()}
         self.parts = {}
+        if not len(c["kind"]) and self.seen:
+            _refuse_unknown(self.path, self.seen, self.unknown)
         kind, code = c["kind"], c["name"]
         uniq = np.empty(len(self.name_ids), dtype=object)
         uniq[:] = list(self.name_ids)
@@ -326,6 +365,25 @@ class _Columns:
         if rank is not None:
             events["rank"] = rank
         return events, metadata
+
+
+def _category_of(e: object) -> str:
+    if type(e) is not dict:
+        return "(not an object)"
+    cat = e.get("cat")
+    if e.get("ph") != "X":
+        return f"{cat or 'uncategorised'} (phase {str(e.get('ph'))[:8]})"
+    return str(cat)[:40] if cat is not None else "(no category)"
+
+
+def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
+    """Events were there, none of them one this reader knows: say what they were instead of reading nothing."""
+    top = ", ".join(f"{c} ({n:,})" for c, n in found.most_common(5))
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    raise TraceError(
+        f"{path}: {seen:,} events, categories {top}{more}: none is a PyTorch-profiler or Chrome trace event this "
+        "reader knows, so not a PyTorch-profiler trace (it reads timed 'X' events of categories such as kernel, "
+        "cuda_runtime, cpu_op); record one with torch.profiler and export_chrome_trace, or nsys export --type sqlite")
 
 
 def _metadata(doc: dict, origin: float) -> dict:
