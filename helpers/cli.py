@@ -40,9 +40,6 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return a * 1e3, b * 1e3
 
 
-_clean = render.clean  # kept for callers of the old name
-
-
 def load(path: str, args: argparse.Namespace):
     """Load with the command line's --steps and size limits."""
     return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
@@ -84,7 +81,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
-        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}))
+        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
     return 0

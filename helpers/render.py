@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .diagnosis import PATTERNS, Finding
+from .diagnosis import PATTERNS, Finding, SteadyState
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
@@ -41,7 +41,9 @@ def json_schema_doc() -> str:
         "diagnose --json prints one object:\n"
         '  {"trace": str, "summary": {...metrics.summary...},\n'
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
-        '                 "window": [start_us, end_us] | null}]}\n'
+        '                 "window": [start_us, end_us] | null}],\n'
+        '   "steady_state": {"source": "markers"|"inferred"|"capture", "steps": int, "capture_us": [a, b],\n'
+        '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]}}\n'
         "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
         "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
         "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
@@ -97,11 +99,28 @@ def steady_text(info: dict[str, Any]) -> str:
     return text
 
 
+def steady_state_text(st: SteadyState) -> str:
+    """What the figures are taken over, and what was left out and why (empty when that is all of it)."""
+    if st.source == "capture" or (st.source == "markers" and st.kept_share >= STEADY_NOTE_BELOW):
+        return ""
+    what = "step markers" if st.source == "markers" else "repeats found in the capture"
+    parts = [f"{(b.end_us - b.start_us) / 1e3:.1f} ms {b.why}" for b in st.left_out]
+    return (f"figures over {st.steps} steps ({what}), {st.kept_share:.0%} of the capture"
+            + (f"; left out: {'; '.join(parts)}" if parts else ""))
+
+
+#: Marked steps covering less than this share of the capture get a line saying what was left out.
+STEADY_NOTE_BELOW = 0.5
+
+
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
-    """Findings as numbered text; the plot hint names the trace the user gave."""
+    """Findings as numbered text; the plot hint names the trace the user gave. A
+    :class:`helpers.diagnosis.Diagnosis` also gets a line on its steady-state step."""
+    steady = steady_state_text(findings.steady) if hasattr(findings, "steady") else ""
     if not findings:
-        return f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
-    lines = []
+        return (f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
+                + (f"\n   {steady}" if steady else ""))
+    lines = [f"   {steady}"] if steady else []
     for i, f in enumerate(findings, 1):
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
         lines += [head, f"   {f.summary}"]
@@ -153,7 +172,7 @@ def compare_text(table: pd.DataFrame) -> str:
 
 
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
-           "steady_text", "summary_text", "to_json"]
+           "steady_state_text", "steady_text", "summary_text", "to_json"]
 
 
 def job_text(report: dict[str, Any], top: int = 8) -> str:

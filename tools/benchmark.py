@@ -450,14 +450,23 @@ def series(ranks: list[int], events_per_rank: int, sizes: list[int]) -> None:
             path.unlink()
 
 
-def median_of(fn, repeat: int = 3) -> float:
-    """Median wall time: the machine is shared, so one run can be slowed by others' load."""
-    times = []
-    for _ in range(repeat):
+def startup(repeat: int) -> None:
+    """Lab 00's script (data_stall broken): seconds before its first step, and per step, from the outside.
+
+    A time window (nsys --delay/--duration) must start after the start-up and end before the program does;
+    this measures both: the process's wall time with 20 steps, less the steps' own time (the script's step_ms).
+    """
+    script = [sys.executable, "-m", "helpers.workloads.data_stall", "--variant", "broken", "--warmup", "0"]
+
+    def wall(steps: int) -> tuple[float, float]:
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+        out = subprocess.run(script + ["--steps", str(steps)], check=True, capture_output=True, text=True).stdout
+        return time.perf_counter() - t0, json.loads(out.splitlines()[-1])["step_ms"] / 1e3
+
+    for _ in range(repeat):
+        total, step_s = wall(20)
+        print(f"startup: {total - 20 * step_s:.2f} s outside the steps, {step_s * 1e3:.1f} ms a step "
+              f"(20 steps, {total:.2f} s in all)")
 
 
 def main() -> int:
@@ -470,6 +479,8 @@ def main() -> int:
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
+    parser.add_argument("--startup", action="store_true",
+                        help="lab 00's script: start-up seconds and step ms from outside the process")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--ranks", type=int, help="a synthetic job of this many ranks through python -m helpers ranks")
     parser.add_argument("--events-per-rank", type=int, default=50_000, help="events in each rank's trace (--ranks, --series)")
@@ -483,6 +494,9 @@ def main() -> int:
     args.folder |= args.only_folder
     if args.skip_scaling:
         args.big = args.folder = args.real = True
+    if args.startup:
+        startup(max(args.repeat, 3))
+        return 0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
     if args.ranks or args.series:
         for _ in range(args.repeat):

@@ -45,7 +45,6 @@ _TOOL_NEEDS = {
     'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': "one kernel's resources and occupancy, read from hardware counters",
     'What is the operator breakdown of forward vs backward in my model, from inside Python?': 'operators seen from inside Python, by phase',
 }
-TOOLS = ("nsys", "ncu", "torch")
 
 
 def _tool_is_right(question: str, answer: object) -> bool:

@@ -238,10 +238,12 @@ TRIAGE: dict[str, Case] = {
     "t2": Case(("host_bound",), "held up by NumPy/Python on the host", {"data_stall": _host_code, "launch_overhead": _host_code,
                                                                         "sync_stall": _host_code}),
     "t3": Case(("gpu_bound",), "CUDA-Graph replay of small kernels", {"launch_overhead": _graph_replay},
-               note=("A CUDA Graph replay counts as GPU busy from its first kernel to its last (the way Nsight Systems draws "
-                     "it by default), so both formats read GPU-bound (90% in the profiler trace, over 99% in the Nsight "
-                     "Systems export). What the trace settles: one cudaGraphLaunch a step, so launches no longer cost "
-                     "anything; what is left is GPU work, and the next tool is Nsight Compute.")),
+               note=("GPU busy counts a CUDA Graph replay through its kernels: 81% of the step in the profiler trace. The "
+                     "replays span 90% of it; the gaps between their ~800 kernels are the GPU's own per-kernel cost, which no "
+                     "host change removes (the Nsight Systems export, recorded with the default --cuda-graph-trace=graph, "
+                     "keeps only whole replays and reads over 99%). What the trace settles: one cudaGraphLaunch a step, so "
+                     "launches no longer cost anything; what is left is GPU work: fewer, bigger kernels first, then "
+                     "Nsight Compute.")),
     "t4": Case(("data_stall",)),
     "t5": Case(("gpu_bound",), "two streams: white space on one is the other's busy time", {"*": _two_streams}),
     "t6": Case(("gpu_bound",), "pinned copies that already overlap compute", {"h2d_copy": _overlapped_copies}),
