@@ -87,7 +87,8 @@ def signals(trace: Trace) -> Signals:
             "graph_span_share": float(busy["graph_span_us"].sum()) / denom,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
-            "launch_idle_share": cost["launch"] / denom, "host_bound_idle_share": cost["other"] / denom,
+            "launch_idle_share": cost["launch"] / denom,
+            "launch_share_of_idle": cost["launch"] / (sum(cost.values()) or 1.0), "host_bound_idle_share": cost["other"] / denom,
             "collective_idle_share": cost["collective"] / denom,
             "gpu_idle_ms_per_step": {c: v / n_steps / 1e3 for c, v in cost.items()},
             "sync_points_per_step": sync["sync_points_per_step"], "sync_blocked_share": sync["blocked_share"],
@@ -103,6 +104,11 @@ def signals(trace: Trace) -> Signals:
             sg.update({"h2d_exposed_share": h2d["exposed_us"] / denom, "h2d_pageable_share": h2d["pageable_byte_share"],
                        "h2d_overlap": h2d["overlap_with_compute"], "h2d_gb_per_s": h2d["gb_per_s"],
                        "h2d_ms_per_step": h2d["time_us"] / n_steps / 1e3})
+        both = m.host_copy_stats(trace)
+        if both:  # what the copies cost: both directions (pageable device-to-host copies block as well)
+            sg.update({"copy_exposed_share": both["exposed_us"] / denom, "copy_pageable_share": both["pageable_byte_share"],
+                       "copy_overlap": both["overlap_with_compute"],
+                       "d2h_ms_per_step": (both["time_us"] - (h2d["time_us"] if h2d else 0.0)) / n_steps / 1e3})
     else:
         # CPU-only: the host is the only device. Its time outside PyTorch ops, data waits and exposed
         # collectives is the loop's own Python / NumPy work (step_breakdown's ``other``).

@@ -72,11 +72,16 @@ class Signals(TypedDict, total=False):
     share_kernels_under_10us: float
     median_launch_call_us: float
     launch_individual_share: float
+    launch_share_of_idle: float
     h2d_exposed_share: float
     h2d_pageable_share: float
     h2d_overlap: float
     h2d_gb_per_s: float
     h2d_ms_per_step: float
+    copy_exposed_share: float
+    copy_pageable_share: float
+    copy_overlap: float
+    d2h_ms_per_step: float
     cpu_host_other_share: float
     cpu_op_share: float
     host_other_ms_per_step: float
@@ -168,14 +173,27 @@ def _sync_stall(s: Signals) -> bool:
 
 
 def _launch_overhead(s: Signals) -> bool:
-    return (get(s, "launch_idle_share") >= th.LAUNCH_IDLE_SHARE and get(s, "launch_median_kernel_us") <= th.LAUNCH_MEDIAN_KERNEL_US
+    # follows the idle the launches cause, whatever the kernels' size: a median kernel of 25 us still
+    # leaves the GPU idle when the host takes longer than that to launch each one
+    return (get(s, "launch_idle_share") >= th.LAUNCH_IDLE_SHARE and get(s, "launch_share_of_idle") >= th.LAUNCH_SHARE_OF_IDLE
             and get(s, "launch_individual_share") >= th.LAUNCH_INDIVIDUAL_SHARE)
 
 
 def _h2d_copy(s: Signals) -> bool:
-    # pinned copies that already overlap compute run at link speed: nothing left to fix
-    return get(s, "h2d_exposed_share") >= th.H2D_EXPOSED_SHARE and (
-        get(s, "h2d_pageable_share") >= th.H2D_PAGEABLE_SHARE or get(s, "h2d_overlap") < th.H2D_MIN_OVERLAP)
+    # both directions: an offloading loop copies device-to-host as much as back; pinned copies that
+    # already overlap compute run at link speed: nothing left to fix
+    return get(s, "copy_exposed_share") >= th.H2D_EXPOSED_SHARE and (
+        get(s, "copy_pageable_share") >= th.H2D_PAGEABLE_SHARE or get(s, "copy_overlap") < th.H2D_MIN_OVERLAP)
+
+
+def _say_copies(s: Signals) -> str:
+    parts = []
+    if "h2d_ms_per_step" in s:
+        parts.append(f"Host-to-device copies take {s['h2d_ms_per_step']:.2f} ms per step at {s['h2d_gb_per_s']:.1f} GB/s")
+    if get(s, "d2h_ms_per_step") >= 0.01:
+        parts.append(f"device-to-host copies {s['d2h_ms_per_step']:.2f} ms per step")
+    return (("; ".join(parts) or "Copies between host and device take time") + f" ({s['copy_pageable_share']:.0%} of bytes "
+            f"from pageable memory), and {s['copy_exposed_share']:.0%} of the step no compute runs beside them.")
 
 
 def _host_bound_gpu(s: Signals) -> bool:
@@ -252,12 +270,12 @@ CATALOGUE: tuple[Pattern, ...] = (
         during="while the host is in the DataLoader"),
     Pattern(
         "launch_overhead", "launch overhead",
-        rules=(Rule(_launch_overhead, ("launch_idle_share", "launch_median_kernel_us", "launch_individual_share"),
+        rules=(Rule(_launch_overhead, ("launch_idle_share", "launch_share_of_idle", "launch_individual_share"),
                     "launch_idle_share",
                     lambda s: (f"{s['kernels_per_step']:.0f} kernels per step, median {s['launch_median_kernel_us']:.1f} us: the GPU "
                                f"finishes each faster than the host launches the next, so it idles {s['launch_idle_share']:.0%} of the step."),
-                    ("launch_idle_share", "kernels_per_step", "launch_median_kernel_us", "share_kernels_under_10us",
-                     "median_launch_call_us", "launch_individual_share"), "idle_gap"),),
+                    ("launch_idle_share", "launch_share_of_idle", "kernels_per_step", "launch_median_kernel_us",
+                     "share_kernels_under_10us", "median_launch_call_us", "launch_individual_share"), "idle_gap"),),
         fix="Launch fewer, bigger kernels: torch.compile (fuses ops), CUDA Graphs (one launch replays "
             "the whole step), fused/foreach optimizers, or a bigger batch so each kernel does more work.",
         colour="#4c72b0", cause="launch", host_is="the host launching kernels", during="while the host launches kernels"),
@@ -275,10 +293,9 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#c44e52", cause="sync", host_is="the host just back from a sync", during="just after a host sync"),
     Pattern(
         "h2d_copy", "long host-to-device copies",
-        rules=(Rule(_h2d_copy, ("h2d_exposed_share", "h2d_pageable_share", "h2d_overlap"), "h2d_exposed_share",
-                    lambda s: (f"Host-to-device copies take {s['h2d_ms_per_step']:.2f} ms per step at {s['h2d_gb_per_s']:.1f} GB/s "
-                               f"({s['h2d_pageable_share']:.0%} of bytes from pageable memory) and nothing computes meanwhile."),
-                    ("h2d_exposed_share", "h2d_ms_per_step", "h2d_gb_per_s", "h2d_pageable_share", "h2d_overlap"),
+        rules=(Rule(_h2d_copy, ("copy_exposed_share", "copy_pageable_share", "copy_overlap"), "copy_exposed_share", _say_copies,
+                    ("h2d_exposed_share", "h2d_ms_per_step", "h2d_gb_per_s", "h2d_pageable_share", "h2d_overlap",
+                     "copy_exposed_share", "d2h_ms_per_step"),
                     "largest_h2d"),),
         fix="Make copies fast and hidden: pinned host memory (pin_memory=True or tensor.pin_memory()), "
             ".to(device, non_blocking=True), and prefetch the next batch on a side stream while this one computes.",
