@@ -154,3 +154,14 @@ NOISE_BUSY_SPREAD = 0.25
 #: s / (2 - s) above their median, so the balanced gloo jobs' 0.42 is 0.27 and the imbalance variant's
 #: 0.59 is 0.42; 0.33 lies between them.
 STRAGGLER_EXCESS = 0.33
+#: Lab 00's time-window check (nsys --delay/--duration): the window must start after the script's start-up
+#: and end before the program does. Start-up of `python -m helpers.workloads.data_stall` before its first
+#: step, measured 2026-12-04 with `python tools/benchmark.py --startup` and `--steps 0` runs on the 2-core CPU
+#: machine: 6.9-8.0 s at load 3, 30-45 s at load 7-8; on the H200 the nsys runs of the course's scripts took
+#: 13-20 s each in all, under 1 s of it steps (docs/gpu-track/nsys-recordings.md). The window may start no
+#: earlier than this: it is why a capture range, which waits for the steps themselves, is preferred.
+NSYS_WINDOW_STARTUP_MAX_S = 20.0
+#: ... and the program is assumed to end no earlier than this start-up plus its steps at the fastest recorded
+#: step time of its workload and variant (data/manifest.json): torch's import alone took 5.4-5.9 s here, so
+#: 1 s is a start-up no machine beats.
+NSYS_WINDOW_STARTUP_MIN_S = 1.0

@@ -6,6 +6,7 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import shutil
@@ -52,7 +53,8 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     (after decompression) or ``max_events`` are refused. Inputs are only ever read.
     Raises :class:`TraceError` with a one-line explanation for anything it cannot read.
     """
-    p = Path(path)
+    p = _as_path(path)
+    max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     if step_pattern is not None:
         try:
             re.compile(step_pattern)
@@ -80,6 +82,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
 
     ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
     """
+    max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     try:
         info = os.stat(p)
     except OSError as exc:
@@ -125,6 +128,28 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
         )
     events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
+
+
+def limit(value: object, name: str) -> int:
+    """A size limit as a positive whole number; NaN, infinity, zero, negatives and non-numbers are refused,
+    so a limit can be raised but never switched off by accident (NaN compares false with everything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TraceError(f"{name}={value!r}: give a positive number")
+    if not math.isfinite(value) or value < 1:
+        raise TraceError(f"{name}={value!r}: give a positive, finite number (a limit cannot be switched off)")
+    return int(value)
+
+
+def _as_path(path: object) -> Path:
+    """``str``, ``bytes`` and ``os.PathLike`` paths; an open file or anything else is refused in one line."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            return Path(os.fsdecode(path))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{path!r}: not a usable path ({exc})") from None
+    if hasattr(path, "read"):
+        raise TraceError(f"{path!r}: an open file; pass its path instead (helpers.load(\"trace.json\"))")
+    raise TraceError(f"{path!r}: not a path; pass the trace's file or folder name as a string or Path")
 
 
 def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
