@@ -62,6 +62,11 @@ _CATEGORY_KIND = {
 #: ``torch.autograd.profiler``'s own export (the legacy profiler, a bare JSON array) has no categories:
 #: its rows are told apart by ``pid``, and a GPU row's ``tid`` is the device.
 _LEGACY_PIDS = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+#: PyTorch 1.8-1.9 wrote the profiler's own ranges (steps, DataLoader fetches, optimizer calls) as
+#: ``Operator`` rows; later releases write them as ``user_annotation``, which is what they are.
+_OLD_RANGE_CATEGORY = "Operator"
+_OLD_SPELLING = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Operator", "Python"})
+_OLD_RANGE_NAME = re.compile(r"^(?:ProfilerStep#\d+$|enumerate\(DataLoader\)#|Optimizer\.(?:step|zero_grad)#)")
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
@@ -288,6 +293,9 @@ class _Columns:
         name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
         code_of = _CATEGORY_CODE
         kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
+            ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
+            kind[ranges] = _CODE["annotation"]
         args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
         on_device = _ON_DEVICE[kind]
         n = len(evs)
