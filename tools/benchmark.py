@@ -413,7 +413,7 @@ def ranks_job(ranks: int, events_per_rank: int, workers: int | None, scheduler: 
             from distributed import LocalCluster
 
             n = workers or len(os.sched_getaffinity(0))
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
             argv += ["--scheduler", cluster.scheduler_address]
         elif scheduler:
             argv += ["--scheduler", scheduler]
