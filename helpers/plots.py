@@ -280,7 +280,7 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}")
     ax = fig.add_subplot(grid[2])
     ax.axis("off")
-    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"])] for _, row in table.iterrows()]
+    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"], row.get("noise"))] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)

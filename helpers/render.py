@@ -148,12 +148,17 @@ def number(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def change_text(before: float | None, after: float | None, better: str) -> str:
-    """How a figure moved, in words: ``2.00x less (better)``, ``2 -> 0 (better)``, ``same``."""
+def change_text(before: float | None, after: float | None, better: str, noise: float | None = None) -> str:
+    """How a figure moved, in words: ``2.00x less (better)``, ``2 -> 0 (better)``, ``same``; with a noise
+    band (``noise``: the half-width a difference must leave), ``1.02x less (within noise)`` inside it."""
     if before is None or after is None or math.isnan(before) or math.isnan(after):
         return ""
     if before == after:
         return "same"
+    if noise is not None and math.isfinite(noise) and abs(after - before) <= noise:
+        ratio = after / before if before else float("nan")
+        moved = f"{1 / ratio:.2f}x less" if 0 < ratio < 1 else f"{ratio:.2f}x more" if ratio >= 1 else "moved"
+        return f"{moved} (within noise: +/- {number(noise)})"
     improved = (after < before) == (better == "lower")
     word = "better" if improved else "worse"
     if before == 0 or after == 0:  # a ratio to or from zero says nothing: show the move
@@ -165,7 +170,8 @@ def change_text(before: float | None, after: float | None, better: str) -> str:
 
 
 def compare_text(table: pd.DataFrame) -> str:
-    rows = [(r["metric"], number(r["before"]), number(r["after"]), change_text(r["before"], r["after"], r["better"]))
+    rows = [(r["metric"], number(r["before"]), number(r["after"]),
+             change_text(r["before"], r["after"], r["better"], r.get("noise")))
             for _, r in table.iterrows()]
     out = pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
     return out.to_string(index=False)

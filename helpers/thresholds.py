@@ -152,8 +152,32 @@ STEADY_MIN_COVER = 0.5
 #: An idle capture's finding points at the steady state found in it when that spans less than this
 #: share of the capture (else the repeats are spread over all of it, idle between them).
 CAPTURE_STEADY_SPAN_SHARE = 0.5
+
+# --- noise bands of before/after timings (metrics.step_time_band, render.change_text) ---
+#: A change of the median step time is "better"/"worse" only outside this many standard errors of the
+#: difference of two medians (each from the steps' MAD, 1.4826 * MAD ~ sigma for normal noise, and the
+#: median's standard error 1.2533 sigma / sqrt(n)): 3 keeps a no-op change (pin_memory with no workers on a
+#: CPU read 1.39x "better" from one 5-step baseline) inside the band for all but ~0.3% of normal noise.
+NOISE_BAND_SE = 3.0
+#: Fewer steps than this on either side give no noise band: a median and a spread need a handful of steps.
+NOISE_MIN_STEPS = 5
+#: A run whose steps spread (1.4826 * MAD / median) more than this is too noisy to judge timing by: the
+#: machine is busy. Steady steps of the course's loops on a quiet machine spread under 10%.
+NOISE_BUSY_SPREAD = 0.25
+
 #: Many-rank jobs (helpers.jobs): a straggler computes more per step than the median rank by at least this
 #: share. Derived from IMBALANCE_SPREAD's measurements: with two ranks, a spread s puts the slower rank
 #: s / (2 - s) above their median, so the balanced gloo jobs' 0.42 is 0.27 and the imbalance variant's
 #: 0.59 is 0.42; 0.33 lies between them.
 STRAGGLER_EXCESS = 0.33
+#: Lab 00's time-window check (nsys --delay/--duration): the window must start after the script's start-up
+#: and end before the program does. Start-up of `python -m helpers.workloads.data_stall` before its first
+#: step, measured 2026-12-04 with `python tools/benchmark.py --startup` and `--steps 0` runs on the 2-core CPU
+#: machine: 6.9-8.0 s at load 3, 30-45 s at load 7-8; on the H200 the nsys runs of the course's scripts took
+#: 13-20 s each in all, under 1 s of it steps (docs/gpu-track/nsys-recordings.md). The window may start no
+#: earlier than this: it is why a capture range, which waits for the steps themselves, is preferred.
+NSYS_WINDOW_STARTUP_MAX_S = 20.0
+#: ... and the program is assumed to end no earlier than this start-up plus its steps at the fastest recorded
+#: step time of its workload and variant (data/manifest.json): torch's import alone took 5.4-5.9 s here, so
+#: 1 s is a start-up no machine beats.
+NSYS_WINDOW_STARTUP_MIN_S = 1.0

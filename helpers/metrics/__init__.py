@@ -50,7 +50,7 @@ from .data import data_wait
 from .gpu import gpu_busy, gpu_utilization, idle_by_cause, idle_cost_by_cause, idle_gaps, stream_busy
 from .intervals import covered_before, gaps_in, intersect, merge_intervals, overlap
 from .kernels import kernel_stats, launch_stats
-from .report import comparison, step_breakdown, step_time_ms, summary
+from .report import comparison, step_breakdown, step_time_band, step_time_ms, step_times, summary, timing_verdict
 from .steady import capture_stats, find_period, steady_steps, stepped
 from .stretch import window_stats
 from .syncs import _inside_ranges, host_op_stats, outermost_ops, sync_stats
@@ -63,5 +63,5 @@ __all__ = [
     "host_copy_stats",
     "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
     "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "overlap", "rank_imbalance", "step_breakdown",
-    "steady_steps", "step_time_ms", "stepped", "stream_busy", "summary", "sync_stats", "windows",
+    "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "windows",
 ]
