@@ -76,7 +76,15 @@ COLUMNS: dict[str, str] = {
 #: Annotation names taken as training steps when the caller names no pattern.
 DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d*$")
 
-_NCCL_KERNEL = re.compile(r"^nccl(Dev)?Kernel", re.IGNORECASE)
+#: Communication kernels: NCCL / RCCL (``ncclDevKernel_*``, older ``ncclKernel_*``), MSCCL++ and
+#: NVSHMEM, the expert-parallel all-to-all of MoE layers (DeepEP's ``deep_ep::*::dispatch`` /
+#: ``combine``, ``moe_dispatch`` / ``ep_combine``-style names), and custom all-reduce / all-gather
+#: kernels (vLLM's ``cross_device_reduce_*``, PyTorch symmetric memory's ``one_shot_all_reduce``).
+#: Matched on the kernel's own name, before template arguments, which can name anything.
+_COMM_KERNEL = re.compile(
+    r"(?:^|\b|_)(?:nccl(?:Dev)?Kernel|rccl|msccl|nvshmem|deep_ep::|cross_device_reduce|all_?reduce|all_?gather|"
+    r"reduce_?scatter|all_?to_?all|(?:moe|ep|expert)s?_?(?:dispatch|combine)|(?:dispatch|combine)_?(?:moe|ep|experts?)\b)",
+    re.IGNORECASE)
 
 #: CUPTI / Nsight copy directions as the events table spells them.
 COPY_DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
@@ -105,8 +113,8 @@ def lane_name(kind: str, device: int, stream: int, tid: int) -> str:
 
 
 def is_collective_kernel(name: str) -> bool:
-    """NCCL kernels are named ``ncclDevKernel_*`` (newer) or ``ncclKernel_*`` (older)."""
-    return bool(_NCCL_KERNEL.match(name))
+    """A GPU kernel that moves data between GPUs (see :data:`_COMM_KERNEL` for the names known)."""
+    return bool(_COMM_KERNEL.search(re.split(r"[<(]", name, maxsplit=1)[0]))
 
 
 def is_host_collective(name: str) -> bool:
