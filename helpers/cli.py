@@ -54,15 +54,17 @@ def _step_pattern(text: str | None) -> str | None:
     return text
 
 
-def _figure_path(text: str, force: bool) -> Path:
+def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:
     """The exact file a figure will be written to: ``.png`` is added when the name has no suffix."""
     p = Path(text)
+    if p.exists() and not p.is_file():  # a folder or /dev/null: not a figure name, whatever suffix is added
+        raise TraceError(f"{text}: is a folder or a device, not a file name; give the figure's file, e.g. -o timeline.png")
     fmt = p.suffix[1:].lower()
     if not fmt:
         p, fmt = p.with_name(p.name + ".png"), "png"
     if fmt not in FIGURE_FORMATS:
         raise TraceError(f"{text}: cannot draw a figure as .{fmt}; use one of " + ", ".join("." + f for f in FIGURE_FORMATS))
-    return check_output(p, force)
+    return check_output(p, force, inputs)
 
 
 def _save_figure(fig: Any, out: Path, force: bool) -> Path:
@@ -90,7 +92,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from . import plots
 
-    out = _figure_path(args.output, args.force)
+    out = _figure_path(args.output, args.force, [args.trace])
     window = _window(args.window)
     trace = load(args.trace, args)
     try:
@@ -103,7 +105,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    out = _figure_path(args.output, args.force) if args.output else None
+    out = _figure_path(args.output, args.force, [args.before, args.after]) if args.output else None
     before, after = load(args.before, args), load(args.after, args)
     print(render.compare_text(metrics.comparison(before, after)))
     if out is not None:
@@ -116,7 +118,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
-    check_output(args.output, args.force)
+    check_output(args.output, args.force, [args.trace])
     print(export(load(args.trace, args), args.output, force=args.force))
     return 0
 

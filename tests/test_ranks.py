@@ -194,7 +194,7 @@ def test_dask_distributed_scheduler_gives_the_same_report(tmp_path):
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed (requirements.txt pins it)")
     folder = _gpu_job(tmp_path / "job", [600, 1000, 600, 620])
     serial = jobs.analyse_job(folder, workers=1)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster:
         done = []
         report = jobs.analyse_job(folder, scheduler=cluster.scheduler_address, progress=lambda d, n: done.append((d, n)))
     pd.testing.assert_frame_equal(serial["per_rank"], report["per_rank"])

@@ -129,3 +129,21 @@ def test_unified_memory_copies_are_named(tmp_path):
     assert list(copies["copy_kind"]) == ["H2D", "D2H", "D2D"]
     assert not copies["name"].str.contains("Unknown").any()
     assert copies["name"].str.startswith("Unified Memory Memcpy").all()
+
+
+def test_pytorch_1_8_profiler_ranges_are_annotations_and_mark_the_steps(tmp_path):
+    """1.8-1.9 wrote ProfilerStep#N and the DataLoader/optimizer ranges as Operator rows."""
+    rows = []
+    for i in range(3):
+        t0 = i * 1000.0
+        rows += [{"ph": "X", "cat": "Operator", "name": f"ProfilerStep#{i + 4}", "ts": t0, "dur": 900.0, "pid": 1, "tid": 1},
+                 {"ph": "X", "cat": "Operator", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                  "ts": t0 + 1, "dur": 400.0, "pid": 1, "tid": 1},
+                 {"ph": "X", "cat": "Operator", "name": "aten::conv2d", "ts": t0 + 500, "dur": 50.0, "pid": 1, "tid": 1},
+                 {"ph": "X", "cat": "Kernel", "name": "k", "ts": t0 + 510, "dur": 300.0, "pid": 0, "tid": 7,
+                  "args": {"device": 0, "stream": 7}}]
+    t = load(_write(tmp_path, "old.json.gz", {"traceEvents": rows}))
+    kinds = dict(zip(t.events["name"], t.events["kind"].astype(str)))
+    assert kinds["ProfilerStep#4"] == kinds["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] == "annotation"
+    assert kinds["aten::conv2d"] == "cpu_op"
+    assert len(t.steps) == 3

@@ -26,6 +26,7 @@ SELF_CHECK = {
                "labs/06_nsight_reports.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
+RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything far bigger is not this file
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
@@ -40,21 +41,38 @@ def _track() -> str:
 
 
 def _record(item: str, check: str, passed: bool) -> None:
-    """Note one check's result in ``.selfcheck.json`` (the working folder), with the track it ran on."""
+    """Note one check's result in ``.selfcheck.json`` (the working folder), with the track it ran on.
+
+    The file is read only if it is a small regular file and replaced, never written through: a
+    symlink, pipe or device there is refused in one line instead of hanging or writing elsewhere.
+    """
+    from ..errors import TraceError
+    from ..outputs import read_regular, write_output
+
     path = Path(RESULTS_FILE)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise CheckFailed(f"{path.absolute()}: is a symbolic link, folder, pipe or device, not the results file; "
+                          "remove it so the checks can record their results")
     try:
-        results = json.loads(path.read_text()) if path.exists() else {}
+        results = json.loads(read_regular(path, RESULTS_LIMIT, "self-check results file"))
         if not isinstance(results, dict):
             results = {}
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        results = {}
+    except TraceError as exc:
+        if not path.is_file():
+            raise CheckFailed(str(exc)) from None
+        results = {}
+    except ValueError:
         results = {}
     previous = results.get(item) if isinstance(results.get(item), dict) else {}
     checks = dict(previous.get("checks", {})) if isinstance(previous.get("checks"), dict) else {}
     checks[check] = bool(passed)
     results[item] = {"checks": checks, "track": _track(), "when": time.strftime("%Y-%m-%d %H:%M")}
+    data = json.dumps(results, indent=1).encode()
     try:
-        path.write_text(json.dumps(results, indent=1))
-    except OSError:  # a read-only checkout must not break the lab
+        write_output(path, lambda fh: fh.write(data), force=True)
+    except TraceError:  # a read-only checkout must not break the lab
         pass
 
 

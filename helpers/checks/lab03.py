@@ -16,6 +16,7 @@ import pandas as pd
 from .. import metrics as m
 from .. import syncscan
 from ..diagnosis import diagnose
+from ..errors import TraceError
 from ..model import Trace
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
@@ -131,9 +132,9 @@ def check_sync_scan_clean(fn: Callable) -> str:
         raise CheckFailed(f"{getattr(fn, '__name__', fn)} is the course's own code, not yours: write your step in a cell "
                           "and scan that; the course's functions earn no credit")
     try:
+        sites = syncscan.every_step(syncscan.scan(fn))  # first: it refuses a source file that is a pipe or device
         source = inspect.getsource(fn)
-        sites = syncscan.every_step(syncscan.scan(fn))
-    except (OSError, TypeError, SyntaxError) as exc:
+    except (OSError, TypeError, SyntaxError, TraceError) as exc:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed(f"could not read the source of {getattr(fn, '__name__', fn)!r} ({exc}); define it in a cell") from None
     if "ExerciseNotDone" in source:

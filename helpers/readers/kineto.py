@@ -62,6 +62,11 @@ _CATEGORY_KIND = {
 #: ``torch.autograd.profiler``'s own export (the legacy profiler, a bare JSON array) has no categories:
 #: its rows are told apart by ``pid``, and a GPU row's ``tid`` is the device.
 _LEGACY_PIDS = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+#: PyTorch 1.8-1.9 wrote the profiler's own ranges (steps, DataLoader fetches, optimizer calls) as
+#: ``Operator`` rows; later releases write them as ``user_annotation``, which is what they are.
+_OLD_RANGE_CATEGORY = "Operator"
+_OLD_SPELLING = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Operator", "Python"})
+_OLD_RANGE_NAME = re.compile(r"^(?:ProfilerStep#\d+$|enumerate\(DataLoader\)#|Optimizer\.(?:step|zero_grad)#)")
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
@@ -83,6 +88,7 @@ _CUT = re.compile(rb"\}\s*,\s*\{")
 _PIECE = 4 << 20
 _HEAD_LIMIT = 64 << 20
 _END_TRIES = 64
+_HEAD_TRIES = 16
 
 
 def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.DataFrame, dict]:
@@ -116,23 +122,30 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
 
 def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
     """Feed every trace event to ``cols``; return the document's other top-level members."""
-    buf, eof = b"", False
+    # A bytearray: appending a block and dropping the used front cost the block's size, not the buffer's.
+    buf, eof = bytearray(), False
 
     def more(keep_from: int = 0) -> bool:
         """Append the next block to ``buf``, dropping the ``keep_from`` bytes already used."""
-        nonlocal buf, eof
+        nonlocal eof
         for block in blocks:
             if block:
-                buf = buf[keep_from:] + block
+                del buf[:keep_from]
+                buf.extend(block)
                 return True
         eof = True
         return False
 
-    # The head: everything before the top-level "traceEvents": [ ...
-    search_from = 0
+    # The head: everything before the top-level "traceEvents": [ ... Each candidate key costs a parse of
+    # the head before it, so only _HEAD_TRIES are tried (a document of nested "traceEvents" keys would
+    # otherwise cost keys x head); past that the document is parsed whole, as json.loads would.
+    search_from, tries = 0, 0
     while True:
         m = _EVENTS_KEY.search(buf, search_from)
         if m is not None:
+            tries += 1
+            if tries > _HEAD_TRIES:
+                return _whole(bytes(buf) + b"".join(blocks), path, cols)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
                 break
@@ -140,24 +153,34 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(buf + b"".join(blocks), path, cols)
+            return _whole(bytes(buf) + b"".join(blocks), path, cols)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
-    # ... then the events, piece by piece ...
+    # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
+    # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
+    # of times instead of once per block.
     pos, piece = m.end(), _PIECE
+    search_at = pos + piece
     while True:
-        cut = _CUT.search(buf, pos + piece) if len(buf) > pos + piece else None
+        cut = None
+        if len(buf) > pos + piece and len(buf) >= search_at:
+            cut = _CUT.search(buf, pos + piece)
+            if cut is None:
+                search_at = pos + 2 * (len(buf) - pos)
         if cut is None:
             if more(pos):
+                search_at -= pos
                 pos = 0
                 continue
-            tail = _last_piece(buf[pos:], path, cols)
+            tail = _last_piece(bytes(memoryview(buf)[pos:]), path, cols)
             break
         events = _try_loads(b"[" + buf[pos:cut.start() + 1] + b"]")
         if events is None:  # the cut fell inside a string or a nested value: take a longer piece
             piece *= 2
+            search_at = pos + piece
             continue
         cols.add(events)
         pos, piece = cut.end() - 1, _PIECE
+        search_at = pos + piece
     # ... and the members after the list.
     if tail.get("traceEvents") is not None:
         raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
@@ -270,6 +293,9 @@ class _Columns:
         name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
         code_of = _CATEGORY_CODE
         kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
+            ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
+            kind[ranges] = _CODE["annotation"]
         args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
         on_device = _ON_DEVICE[kind]
         n = len(evs)
