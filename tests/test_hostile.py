@@ -263,3 +263,34 @@ def test_path_types(tmp_path):
         helpers.load(fh)
     with pytest.raises(TraceError, match="not a path"):
         helpers.load(42)
+
+
+# --- SQLite exports: limits and a live write-ahead log ----------------------------------------------------
+
+def test_sqlite_is_held_to_the_event_and_size_limits(tmp_path, capsys):
+    db = write_sqlite(two_step_loop(), tmp_path / "t.sqlite")
+    n = len(helpers.load(db).events)
+    with pytest.raises(TraceError, match="max-events"):
+        helpers.load(db, max_events=3)
+    with pytest.raises(TraceError, match="max-mb"):
+        helpers.load(db, max_bytes=1024)
+    one_line_exit_2(capsys, ["summary", str(db), "--max-events", "3"])
+    assert n > 3
+
+
+def test_a_live_wal_beside_a_database_is_said(tmp_path):
+    import sqlite3
+
+    db = write_sqlite(two_step_loop(), tmp_path / "t.sqlite")
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")  # committed, but only in the -wal file
+    writer.commit()
+    try:
+        with pytest.raises(TraceError, match="-wal"):
+            helpers.load(db)
+    finally:
+        writer.close()  # the last connection checkpoints: the database itself now holds the change
+    assert not (tmp_path / "t.sqlite-wal").exists()
+    assert not (helpers.load(db).events["kind"] == "kernel").any()

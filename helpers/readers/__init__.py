@@ -99,13 +99,13 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
-        events, metadata = nsys.read(p)
+        events, metadata = nsys.read(p, max_events, max_bytes)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
         blocks = _gunzip_blocks(p, max_bytes)
         first = _take(blocks, len(SQLITE_MAGIC))
         if first.startswith(SQLITE_MAGIC):
-            return _read_sqlite_bytes(p, first + b"".join(blocks))
+            return _read_sqlite_bytes(p, first + b"".join(blocks), max_events)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -222,12 +222,12 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
-def _read_sqlite_bytes(p: Path, raw: bytes) -> tuple[pd.DataFrame, dict, str]:
+def _read_sqlite_bytes(p: Path, raw: bytes, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: read from a private temporary copy, never beside the input."""
     with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
         copy = Path(tmp) / "trace.sqlite"
         copy.write_bytes(raw)
-        events, metadata = _renamed(lambda: nsys.read(copy), copy, p)
+        events, metadata = _renamed(lambda: nsys.read(copy, max_events), copy, p)
     return events, metadata, "nsys-sqlite"
 
 
@@ -248,7 +248,7 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
         if r.returncode != 0 or not out.is_file():
             why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
-        events, metadata = _renamed(lambda: nsys.read(out), out, p)
+        events, metadata = _renamed(lambda: nsys.read(out, max_events), out, p)
     return events, metadata, "nsys-sqlite"
 
 

@@ -9,6 +9,7 @@ the same run recorded both ways gives the same metrics.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import urllib.parse
@@ -69,11 +70,18 @@ def readonly_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro&immutable=1"
 
 
-def read(path: Path) -> tuple[pd.DataFrame, dict]:
+def read(path: Path, max_events: int | None = None, max_bytes: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Read an export; over ``max_bytes`` on disk or ``max_events`` activity rows is refused with TraceError."""
+    _refuse_live_wal(path)
+    if max_bytes is not None and (size := os.stat(path).st_size) > max_bytes:
+        raise TraceError(f"{path}: {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+                         "raise it with --max-mb (API: max_bytes=) if the export is really this big")
     try:
         con = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if max_events is not None:
+                _refuse_too_many_rows(con, tables, path, max_events)
             return _read(con, tables, path)
         finally:
             con.close()
@@ -85,6 +93,32 @@ def read(path: Path) -> tuple[pd.DataFrame, dict]:
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise TraceError(f"{path}: the SQLite database cannot be read ({msg}); export it again with nsys export") from None
+
+
+_WAL_HEADER = 32  # bytes of a -wal file's header; anything more is committed pages not yet in the database
+
+
+def _refuse_live_wal(path: Path) -> None:
+    """Read-only (immutable) opening ignores a ``-wal`` file: changes committed there would be silently missed."""
+    try:
+        wal = os.stat(str(path) + "-wal").st_size
+    except OSError:
+        return
+    if wal > _WAL_HEADER:
+        raise TraceError(f"{path}: a {path.name}-wal file beside it holds {wal:,} bytes of changes not yet in the "
+                         "database; let the program writing it finish (or run: sqlite3 FILE 'PRAGMA wal_checkpoint'), "
+                         "then read it again")
+
+
+def _refuse_too_many_rows(con: sqlite3.Connection, tables: set[str], path: Path, max_events: int) -> None:
+    """Count the activity rows before reading any, so the events limit holds for exports as for JSON."""
+    total = 0
+    for t in ACTIVITY_TABLES:
+        if t in tables:
+            total += con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
+            if total > max_events:
+                raise TraceError(f"{path}: over {max_events:,} events; raise the limit with --max-events "
+                                 "(API: max_events=) if the export is really this big")
 
 
 def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.DataFrame, dict]:
