@@ -16,6 +16,7 @@ to the rules of :data:`helpers.patterns.CATALOGUE`, one record per pattern, and 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,7 +65,7 @@ def signals(trace: Trace) -> Signals:
     sg: Signals = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
                           "steps": n_steps if has_steps else 0,
                           "capture_ms": cap["capture_ms"], "capture_host_share": cap["host_share"],
-                          "capture_idle_gpu_share": cap["gpu_share"]}
+                          "capture_idle_gpu_share": cap["gpu_share"], **_capture_calls(trace)}
     if trace.metadata.get("steps_inferred"):
         sg["steps_inferred"] = dict(trace.metadata["steps_inferred"])
         st = trace.steps
@@ -134,6 +135,44 @@ def signals(trace: Trace) -> Signals:
                        "compute_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["compute_us"])},
                        "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}})
     return sg
+
+
+#: CUDA / HIP calls of a program's start and end: context creation (it happens inside whichever call
+#: comes first), device queries, allocations, stream / event creation, module loading and unloading.
+_STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
+                           r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
+                           r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
+_UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
+#: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device).
+_GPU_ONLY_OP = re.compile(r"cudnn|miopen|_cuda\b|::cuda_", re.IGNORECASE)
+
+
+def _capture_calls(trace: Trace) -> dict[str, float]:
+    """What the host's CUDA calls say about the capture: the share of it spent in start-up / teardown
+    calls (per rank, summed like capture_ms), the kernels in it, and on a trace without GPU rows
+    the launches, copies and GPU-only ops that show a GPU was used."""
+    ev = trace.events
+    rt = ev[(ev["kind"] == "runtime") & (ev["device"] < 0)]
+    total = start = unload = 0.0
+    for rank in sorted(int(r) for r in ev["rank"].unique()):
+        on = ev[ev["rank"] == rank]
+        total += float(on["end_us"].max() - on["start_us"].min())
+        mine = rt[rt["rank"] == rank]
+        hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine
+        us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
+        start += float((ue - us).sum())
+        un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
+        us, ue = m.merge_intervals(un["start_us"].to_numpy(), un["end_us"].to_numpy())
+        unload += float((ue - us).sum())
+    total = total or 1.0
+    out: dict[str, float] = {"startup_share": start / total, "teardown_share": unload / total,
+                             "capture_kernels": int((ev["kind"].isin(("kernel", "collective")) & (ev["device"] >= 0)).sum())}
+    if not trace.has_gpu:
+        launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
+        ops = ev[ev["kind"] == "cpu_op"]
+        gpu_ops = ops["name"].str.contains(_GPU_ONLY_OP).sum() if len(ops) else 0
+        out["gpu_calls_without_gpu"] = int(launches + gpu_ops)
+    return out
 
 
 # --- the steady-state step ------------------------------------------------------------------
@@ -216,7 +255,9 @@ def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding
         ev["gpu_utilization"] = sg["capture_idle_gpu_share"] if pattern.exclusive else sg["gpu_utilization"]
     if "steps_inferred" in sg:
         ev["steps_inferred"] = sg["steps_inferred"]
-    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, pattern.fix_for(trace.has_gpu),
+    if rule.reason:
+        ev["reason"] = rule.reason
+    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
                    _window(trace, pattern, rule, sg))
 
 

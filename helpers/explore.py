@@ -287,7 +287,7 @@ def _widget_class():
         width_px = t.Int(FIGURE_WIDTH_PX - 200).tag(sync=True)
         bins = t.Dict().tag(sync=True)
         probe = t.Dict().tag(sync=True)
-        tooltip = t.Dict().tag(sync=True)
+        hover_info = t.Dict().tag(sync=True)  # not "tooltip": DOMWidget has a trait of that name
         selection_ms = t.List(t.Float()).tag(sync=True)
         figures = t.Dict().tag(sync=True)
         figure_lines = t.List(t.Unicode()).tag(sync=True)
@@ -313,7 +313,7 @@ def _widget_class():
         def _on_probe(self, change) -> None:
             p = change["new"] or {}
             row = self._lanes.event_at(int(p.get("lane", -1)), float(p.get("t", 0.0)), float(p.get("tol", 0.0)))
-            self.tooltip = {"seq": p.get("seq", 0), **(self._lanes.describe(row) if row is not None else {})}
+            self.hover_info = {"seq": p.get("seq", 0), **(self._lanes.describe(row) if row is not None else {})}
 
         def _on_selection(self, change) -> None:
             sel = change["new"]

@@ -50,6 +50,10 @@ class Signals(TypedDict, total=False):
     capture_ms: float
     capture_host_share: float
     capture_idle_gpu_share: float
+    capture_kernels: int
+    startup_share: float
+    teardown_share: float
+    gpu_calls_without_gpu: int
     cpu_data_wait_share: float
     host_data_wait_ms_per_step: float
     gpu_utilization: float
@@ -116,6 +120,8 @@ class Rule:
     evidence: tuple[str, ...]  # the signals shown with the finding (and that can prove it in a reading)
     window: str  # where it shows: a key of :data:`WINDOWS`
     on: str = "gpu"  # "gpu": GPU traces only; "cpu": CPU-only traces only; "any": both
+    fix: str = ""  # this rule's own fix, when it differs from the pattern's ("" = the pattern's)
+    reason: str = ""  # which of the pattern's cases it is (shown as evidence ``reason``), when it has several
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,21 @@ def _capture_is_idle(s: Signals) -> bool:
     return not s.get("has_step_markers") and gpu_idle and get(s, "capture_host_share") < th.CAPTURE_IDLE_HOST_SHARE
 
 
+def _gpu_not_recorded(s: Signals) -> bool:
+    """CUDA / HIP launches or GPU-only ops on the host, but no GPU row: the profiler did not record the GPU."""
+    return not s.get("has_gpu") and get(s, "gpu_calls_without_gpu") >= 1
+
+
+def _startup(s: Signals) -> bool:
+    return get(s, "startup_share") >= th.CAPTURE_STARTUP_SHARE and get(s, "capture_idle_gpu_share") < th.GPU_BOUND_BUSY
+
+
+def _cold(s: Signals) -> bool:
+    # a busy GPU is its own figure however few its kernels; an idle one around a few first calls is no loop
+    return (bool(s.get("has_gpu")) and get(s, "capture_kernels") < th.CAPTURE_MIN_KERNELS
+            and get(s, "steps") <= th.CAPTURE_COLD_STEPS and get(s, "capture_idle_gpu_share") < th.CAPTURE_COLD_GPU_SHARE)
+
+
 # --- sentences ----------------------------------------------------------------------------------
 def _say_capture(s: Signals) -> str:
     gpu = f"the GPU is busy {s['capture_idle_gpu_share']:.1%} of it" if s.get("has_gpu") else "no GPU work is recorded"
@@ -248,6 +269,32 @@ def _say_capture(s: Signals) -> str:
             text += (f" Something repeats {steady['steps']} times across the capture, idle between repeats on host and "
                      "GPU alike (a sleep, I/O or another process): the trace cannot show what the program waited for.")
     return text
+
+
+def _say_not_recorded(s: Signals) -> str:
+    return (f"The host makes {s['gpu_calls_without_gpu']} CUDA/HIP launches, copies or GPU-only ops, but the trace holds no "
+            "GPU activity: the GPU was used and not recorded, so no figure about it can be read here.")
+
+
+def _say_startup(s: Signals) -> str:
+    what = "teardown (module unloading at exit)" if get(s, "teardown_share") >= 0.5 * get(s, "startup_share") else \
+        "start-up (CUDA context creation inside the first CUDA call, allocations, module loading)"
+    return (f"The host spends {s['startup_share']:.0%} of the {s['capture_ms'] / 1e3:.1f} s capture in CUDA {what}: the "
+            "capture shows the program starting or ending, not its loop.")
+
+
+def _say_cold(s: Signals) -> str:
+    return (f"The capture holds {s['capture_kernels']} kernels in {max(s.get('steps', 0), 1)} iteration(s) and the GPU is busy "
+            f"{s['capture_idle_gpu_share']:.0%} of it: these are first calls, whose host time is lazy initialisation "
+            "(module loading, the allocator, library handles) that a warm loop does not pay.")
+
+
+_FIX_RECORD_GPU = ("Record the GPU: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) (on ROCm "
+                   "the same flag records HIP kernels), or nsys profile --trace=cuda; if it is already set, look for a "
+                   "CUPTI error in the profiler's log (another profiler attached, or no permission for GPU counters).")
+_FIX_WARM_UP = ("Warm up before capturing: run a few steps first, then capture several steady ones: torch.profiler.schedule("
+                "wait=1, warmup=2, active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi "
+                "around the steady steps; stop the capture before the program exits.")
 
 
 CATALOGUE: tuple[Pattern, ...] = (
@@ -352,9 +399,17 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#55a868"),
     Pattern(
         "capture_window", "a capture that is not a training loop",
-        rules=(Rule(_capture_is_idle, ("has_step_markers", "capture_idle_gpu_share", "capture_host_share"), "none",
+        rules=(Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
+                    ("gpu_calls_without_gpu", "capture_ms"), "none", on="cpu", fix=_FIX_RECORD_GPU, reason="gpu_not_recorded"),
+               Rule(_startup, ("startup_share", "capture_idle_gpu_share"), "none", _say_startup,
+                    ("startup_share", "teardown_share", "capture_ms", "capture_idle_gpu_share"), "none", on="any",
+                    fix=_FIX_WARM_UP, reason="startup"),
+               Rule(_cold, ("capture_kernels", "steps", "capture_idle_gpu_share"), "none", _say_cold,
+                    ("capture_kernels", "steps", "capture_idle_gpu_share", "capture_ms"), "none", fix=_FIX_WARM_UP,
+                    reason="cold"),
+               Rule(_capture_is_idle, ("has_step_markers", "capture_idle_gpu_share", "capture_host_share"), "none",
                     _say_capture, ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
-                                   "steps_inferred"), "steady_state", on="any"),),
+                                   "steps_inferred"), "steady_state", on="any", reason="idle")),
         fix="Scope the capture to the training loop's steady state: torch.profiler.schedule(wait=1, warmup=1, "
             "active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi / "
             "--delay and --duration; mark steps (ProfilerStep#N or an NVTX range) so figures are per step.",

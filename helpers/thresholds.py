@@ -56,6 +56,22 @@ CAPTURE_IDLE_GPU_SHARE = 0.01
 #: the figures describe the capture, not the loop (the public AlexNet trace: 0.2% GPU over 43 s).
 CAPTURE_IDLE_HOST_SHARE = 0.5
 
+#: A capture whose host spends at least this share of it in CUDA start-up or teardown calls (context
+#: creation inside the first CUDA call, allocations, module loading and unloading) describes the
+#: program's start or end, not its loop. The corpus's start-up captures (tests/corpus: HTA's AlexNet
+#: and simple-add examples, a 20 s capture of four kernels) spend 0.81-0.99 of the capture there;
+#: its real loops 0.00-0.38 (a ResNet-50 whose first step allocates: 0.38); the course's traces 0.00-0.01.
+CAPTURE_STARTUP_SHARE = 0.5
+#: With at most CAPTURE_COLD_STEPS steps, fewer kernels than this in the whole capture are first calls:
+#: the host time around them is lazy initialisation (module loading, allocator, library handles), not
+#: a loop's. Real steps in the corpus launch 41-1,500 kernels (the smallest, a BERT-small forward: 60);
+#: its one- or two-iteration captures of 1-14 kernels are all cold starts.
+CAPTURE_MIN_KERNELS = 32
+CAPTURE_COLD_STEPS = 2
+#: ... while the GPU is busy less than this share of the capture (the corpus's cold starts: 0-2%; a
+#: CUDA Graph replayed from a graph-level nsys export has a few rows and a GPU busy 74% of the time).
+CAPTURE_COLD_GPU_SHARE = 0.5
+
 # --- metric constants (moved here from metrics.py, still importable there) ------------------
 #: Kernels shorter than this (microseconds) are "small": launch cost rivals their run time.
 SMALL_KERNEL_US = 10.0

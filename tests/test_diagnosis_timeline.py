@@ -104,3 +104,72 @@ def test_expert_parallel_all_to_all_is_communication(tmp_path):
     assert kinds["void expert_gemm<64>(float*)"] == "kernel"
     result = dg.diagnose(trace)
     assert result[0].pattern == "communication" and result[0].cost > 0.5, [(f.pattern, f.cost) for f in result]
+
+
+# --- captures that are not a training loop ---------------------------------------------------------
+def startup_capture(teardown: bool = False) -> list[Ev]:
+    """A 10 s capture whose first CUDA call (a cudaMalloc) holds 8 s of context creation before a
+    few warm steps; with ``teardown`` the same 8 s are 2,000 cuModuleUnload calls at exit instead."""
+    out: list[Ev] = []
+    t = 0
+    if not teardown:
+        out.append(Ev("runtime", "cudaMalloc", 0, 8_000_000 * US))
+        t = 8_000_000 * US
+    out += [Ev(e.kind, e.name, e.start_ns + t, e.end_ns + t, correlation=e.correlation) for e in launch_bound_loop()]
+    if teardown:
+        t = out[-1].end_ns + 10 * US
+        for _ in range(2000):
+            out.append(Ev("runtime", "cuModuleUnload", t, t + 4000 * US))
+            t += 4000 * US
+    return out
+
+
+def cold_iteration() -> list[Ev]:
+    """One marked iteration of 4 kernels, 3 ms of host time around 40 us of GPU work."""
+    out = [Ev("annotation", "ProfilerStep#0", 0, 3000 * US)]
+    for i in range(4):
+        t = (200 + 700 * i) * US
+        out.append(Ev("runtime", "cudaLaunchKernel", t, t + 600 * US, correlation=i + 1))
+        out.append(Ev("kernel", "add", t + 610 * US, t + 620 * US, correlation=i + 1))
+    return out
+
+
+def gpu_not_recorded() -> list[Ev]:
+    """Host ops and CUDA launches of a GPU model, with the profiler's CUDA activity left off."""
+    out: list[Ev] = []
+    for i in range(40):
+        t = i * 100 * US
+        out.append(Ev("cpu_op", "aten::cudnn_convolution", t, t + 50 * US))
+        out.append(Ev("runtime", "cudaLaunchKernel", t + 10 * US, t + 15 * US, correlation=i + 1))
+    return out
+
+
+def test_startup_capture_is_named_with_warm_up_fix(tmp_path):
+    f = dg.diagnose(_load(startup_capture(), tmp_path))[0]
+    assert f.pattern == "capture_window" and f.evidence["reason"] == "startup" and "start-up" in f.summary
+    assert "warmup" in f.fix and f.evidence["startup_share"] > 0.75
+
+
+def test_teardown_capture_is_named_teardown(tmp_path):
+    f = dg.diagnose(_load(startup_capture(teardown=True), tmp_path))[0]
+    assert f.pattern == "capture_window" and f.evidence["reason"] == "startup" and "teardown" in f.summary
+
+
+def test_cold_single_iteration_is_not_launch_overhead(tmp_path):
+    result = dg.diagnose(_load(cold_iteration(), tmp_path))
+    assert [f.pattern for f in result] == ["capture_window"] and result[0].evidence["reason"] == "cold"
+
+
+def test_warm_loop_of_few_kernels_per_step_is_still_diagnosed(tmp_path):
+    # four steps of one kernel each is a loop (host_bound), not a cold start: the cold rule needs <= 2 steps
+    from synth import host_bound_loop
+
+    assert dg.diagnose(_load(host_bound_loop(), tmp_path))[0].pattern == "host_bound"
+
+
+def test_gpu_activity_missing_says_add_profileractivity_cuda(tmp_path):
+    trace = _load(gpu_not_recorded(), tmp_path)
+    assert not trace.has_gpu
+    f = dg.diagnose(trace)[0]
+    assert f.pattern == "capture_window" and f.evidence["reason"] == "gpu_not_recorded"
+    assert "ProfilerActivity.CUDA" in f.fix and "not recorded" in f.summary

@@ -129,7 +129,7 @@ def test_widget_round_trips_and_reading_window(trace):
     assert view.figures == m.window_stats(trace, origin + 1250.0, origin + 1750.0) | {"window_ms": [1.25, 1.75]}
     gpu = next(i for i, lab in enumerate(view.labels) if lab.startswith("GPU"))
     view.probe = {"lane": gpu, "t": 1e9, "tol": 0.0, "seq": 7}
-    assert view.tooltip == {"seq": 7}
+    assert view.hover_info == {"seq": 7}
 
 
 def test_display_data_falls_back_to_the_static_figure(trace):

@@ -273,3 +273,31 @@ def test_lab05_check_needs_the_step():
         checks.check_capstone(before, after, 1000.0)
     with pytest.raises(checks.CheckFailed, match="(?i)the data is missing.*not one fixed batch"):
         checks.check_capstone(before, after, 1000.0, fixed_batch_step)
+
+
+# --- the learner's own trace: captured in this kernel, on the same track as its before ------------
+def test_a_copied_recording_is_refused_as_the_learners_trace(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from test_lab01 import mine
+
+    from helpers.course import recorded
+    from helpers.profiling import captured_here
+
+    src = Path(recorded("data_stall", "fixed", "cpu").source)
+    shutil.copy(src, tmp_path / "my_fixed.json.gz")  # copied out of data/: no longer under data/
+    copied = helpers.load(tmp_path / "my_fixed.json.gz")
+    before = mine(recorded("data_stall", "broken", "cpu"))
+    assert not captured_here(copied)
+    with pytest.raises(checks.CheckFailed, match="my_fixed.json.gz was loaded from a file .* not captured in this notebook"):
+        checks.check_data_stall_fixed(before, copied, 1.3, real_loader)
+    # a capture whose events were swapped for a recording's afterwards
+    live = helpers.capture(lambda i: torch.ones(3).sum(), steps=2, out_dir=tmp_path, name="live")
+    assert captured_here(live)
+    live.events = copied.events
+    assert not captured_here(live)
+    # an H200 "after" against a CPU "before"
+    gpu_after = mine(recorded("data_stall", "fixed"))
+    with pytest.raises(checks.CheckFailed, match="'before' is a CPU-only trace and your 'after' a GPU trace"):
+        checks.check_data_stall_fixed(before, gpu_after, 1.3, real_loader)

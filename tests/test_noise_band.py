@@ -19,7 +19,7 @@ def _scaled(t, factor: float):
             frame[col] = frame[col].astype(float) * factor
     out = mine(t, ev)
     out.metadata["steps"] = steps
-    return out
+    return out  # (the stamp digests the events only)
 
 
 def test_a_no_op_change_reads_within_noise():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from conftest import DATA
-from synth import host_bound_loop, two_step_loop, write_json
+from synth import host_bound_loop, write_json
 
 import helpers
 from helpers import diagnosis as dg
@@ -50,7 +50,7 @@ def test_host_bound_comes_from_its_record(tmp_path):
 
 
 def test_a_new_pattern_is_one_record(tmp_path, monkeypatch):
-    trace = _load(two_step_loop(), tmp_path)
+    trace = _load(host_bound_loop(), tmp_path)
     assert "many_steps" not in [f.pattern for f in dg.diagnose(trace)]
 
     def _two_steps_or_more(s: pt.Signals) -> bool:
@@ -61,7 +61,7 @@ def test_a_new_pattern_is_one_record(tmp_path, monkeypatch):
                 "longest_step", on="any"),))
     monkeypatch.setattr(dg, "CATALOGUE", (*pt.CATALOGUE, new))
     f = next(f for f in dg.diagnose(helpers.load(trace.source)) if f.pattern == "many_steps")
-    assert f.summary == "2 steps." and f.fix == "nothing to fix" and f.evidence["steps"] == 2 and f.window
+    assert f.summary == "4 steps." and f.fix == "nothing to fix" and f.evidence["steps"] == 4 and f.window
 
 
 def test_diagnosis_is_a_list_with_signals_and_its_steady_state(tmp_path):

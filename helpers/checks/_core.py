@@ -152,6 +152,26 @@ def learner_trace_problem(*traces: Trace) -> str | None:
             "(helpers.capture(your_step, ...)) and pass that; a recorded trace earns no credit.")
 
 
+def own_capture_problem(after: Trace, before: Trace | None = None) -> str | None:
+    """A message when ``after`` is not a capture made in this kernel (:func:`helpers.capture`), or is on
+    another track than ``before``; None when it is the learner's own."""
+    from ..profiling import captured_here  # profiling imports torch: import late
+
+    shipped_msg = learner_trace_problem(after) or (learner_trace_problem(before) if before is not None else None)
+    if shipped_msg:
+        return shipped_msg
+    if not captured_here(after):
+        name = Path(after.source).name if after.source else "this trace"
+        return (f"{name} was loaded from a file (or captured in another kernel, or its events changed since), not "
+                "captured in this notebook: run helpers.capture(your_step, ...) here and pass what it returns; a "
+                "loaded trace earns no credit")
+    if before is not None and before.has_gpu != after.has_gpu:
+        track = {True: "a GPU trace", False: "a CPU-only trace"}
+        return (f"your 'before' is {track[before.has_gpu]} and your 'after' {track[after.has_gpu]}: compare two "
+                "captures of the same track, made on this machine")
+    return None
+
+
 def _close(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:
     return math.isfinite(a) and abs(a - b) <= max(rel * abs(b), abs_)
 

@@ -14,7 +14,7 @@ from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
 from . import behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -166,7 +166,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     copied from pinned memory without the host waiting for each copy. Step times are reported, not
     judged (``min_speedup`` is what a quiet machine shows).
     """
-    refused = learner_trace_problem(before, after)
+    refused = own_capture_problem(after, before)
     if refused is None and not callable(make_loader):
         refused = ("pass your loader function too: check_data_stall_fixed(broken, fixed, MIN_SPEEDUP, make_my_loader, "
                    "my_to_device); the check runs it to see that the loop still gets the dataset's samples")

@@ -18,7 +18,7 @@ from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
 from . import behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -263,7 +263,7 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
     model's own parameters and on random shapes (:func:`adam_update_problem`); then at least
     ``min_gain`` x fewer top-level PyTorch ops per step. Step times are reported, never judged.
     """
-    problem = learner_trace_problem(after)
+    problem = own_capture_problem(after, before)
     if problem is None and not before.has_gpu:
         if not callable(update):
             problem = ("pass your update too: check_launch_fixed(broken, fixed, min_gain=1.5, update=adam_update); the check "

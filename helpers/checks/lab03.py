@@ -19,7 +19,7 @@ from ..diagnosis import diagnose
 from ..errors import TraceError
 from ..model import Trace
 from . import behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -76,7 +76,7 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
 def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> str:
     """The learner's trace ``after``: at most ``max_per_step`` syncs per step (two or three reads every 10 steps are fine)
     and no ``sync_stall`` finding. Names what still syncs, and where, when it fails."""
-    problem = learner_trace_problem(after)
+    problem = own_capture_problem(after, before)
     if problem:
         _record("sync", "check_sync_fixed", False)
         raise CheckFailed(problem)

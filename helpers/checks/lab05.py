@@ -23,7 +23,7 @@ from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
 from . import behaviour
-from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab01 import _data_verdict, _data_wait_share, _timing_note, _uses_loader_workers  # noqa: F401
 from .reading import (
     EVIDENCE,
@@ -64,7 +64,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
     fall but does not grow either) the loader's structure decides and the verdict says so; the step times are reported beside the verdict (``min_speedup`` is
     what a quiet machine shows).
     """
-    refused = learner_trace_problem(after)
+    refused = own_capture_problem(after, before)
     if refused is None and not callable(make_step):
         refused = ("pass your step function too: check_capstone(before, after, MIN_SPEEDUP, my_mystery_step); the check "
                    "runs it to see that the loop still trains on the dataset's batches")

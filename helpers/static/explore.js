@@ -1,7 +1,7 @@
 // Front end of helpers.explore: one canvas, lanes as plots.timeline draws them.
 // Python holds the events; this file draws the bars it sends for the visible range and asks again
 // (view_ms) after a zoom or pan. Wheel: zoom at the pointer. Drag: pan. Shift-drag: select a stretch.
-// Hover: the event under the pointer (asked of Python: probe -> tooltip). Double-click: whole trace.
+// Hover: the event under the pointer (asked of Python: probe -> hover_info). Double-click: whole trace.
 
 const LABEL_W = 200, TOP = 26, LANE_H = 24, AXIS_H = 26, RIGHT = 12, MIN_SPAN_MS = 0.001;
 
@@ -195,6 +195,8 @@ function render({ model, el }) {
     if (x < LABEL_W) return;
     ev.preventDefault();
     drag = { mode: ev.shiftKey ? "select" : "pan", x0: x, t0: tOf(x), t1: tOf(x), view0: view.slice() };
+    clearTimeout(probeTimer);
+    seq += 1;  // a hover answer still on its way is stale now
     tip.style.display = "none";
   });
 
@@ -262,7 +264,7 @@ function render({ model, el }) {
   });
 
   function showTip() {
-    const info = model.get("tooltip") || {};
+    const info = model.get("hover_info") || {};
     if (!hover || info.seq !== seq || !info.name) {
       tip.style.display = "none";
       return;
@@ -277,7 +279,9 @@ function render({ model, el }) {
     tip.style.display = "block";
     const w = canvas.clientWidth;
     tip.style.left = Math.min(hover.x + 14, w - 320) + "px";
-    tip.style.top = hover.y + 16 + "px";
+    // below the pointer, or above it near the bottom: the output area clips what overflows it
+    const below = hover.y + 16, h = tip.offsetHeight;
+    tip.style.top = (below + h > canvas.clientHeight ? Math.max(0, hover.y - h - 10) : below) + "px";
   }
 
   function showFigures() {
@@ -314,7 +318,7 @@ function render({ model, el }) {
     const v = model.get("view_ms");
     if (!drag && v && (v[0] !== view[0] || v[1] !== view[1])) { view = v.slice(); draw(); }
   });
-  model.on("change:tooltip", showTip);
+  model.on("change:hover_info", showTip);
   model.on("change:figure_lines", showFigures);
   showLegend();
   showFigures();
