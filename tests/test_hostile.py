@@ -294,3 +294,64 @@ def test_a_live_wal_beside_a_database_is_said(tmp_path):
         writer.close()  # the last connection checkpoints: the database itself now holds the change
     assert not (tmp_path / "t.sqlite-wal").exists()
     assert not (helpers.load(db).events["kind"] == "kernel").any()
+
+
+# --- learner functions run through one guard -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    return helpers.load(write_json(two_step_loop(), tmp_path_factory.mktemp("t") / "t.json"))
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda t: 1 / 0, "raised ZeroDivisionError"),
+    (lambda t: int("x"), "raised ValueError"),
+    (lambda t: "0.3", "returned str"),
+    (lambda t: None, "returned NoneType"),
+    (lambda t: True, "returned bool"),
+])
+def test_a_learner_function_that_raises_or_returns_the_wrong_type(small_trace, monkeypatch, tmp_path, fn, says):
+    from helpers.checks import CheckFailed, check_gpu_idle_share
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckFailed, match=says) as exc:
+        check_gpu_idle_share(fn, small_trace)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_learner_function_that_never_returns_is_stopped(monkeypatch, tmp_path):
+    import threading
+
+    from helpers.checks import CheckFailed
+    from helpers.checks._core import run_learner
+
+    release = threading.Event()
+    with pytest.raises(CheckFailed, match="did not return within"):
+        run_learner(lambda: release.wait(), timeout=0.2)
+    release.set()
+
+
+def test_a_learner_function_that_edits_the_trace_cannot_pass(small_trace, monkeypatch, tmp_path):
+    from helpers import metrics
+    from helpers.checks import CheckFailed, check_gpu_idle_share
+
+    monkeypatch.chdir(tmp_path)
+    before = small_trace.events.copy()
+
+    def cheat(trace):  # empties the GPU's lanes, so any later measurement of "the" trace says 100% idle
+        trace.events.drop(trace.events.index, inplace=True)
+        return 1.0
+
+    with pytest.raises(CheckFailed):
+        check_gpu_idle_share(cheat, small_trace)
+    assert small_trace.events.equals(before) and metrics.gpu_utilization(small_trace) > 0
+
+
+def test_an_endless_sweep_is_refused_without_filling_memory(monkeypatch, tmp_path):
+    import itertools
+
+    from helpers.checks import CheckFailed, check_bucket_sweep
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckFailed, match="more than"):
+        check_bucket_sweep(itertools.repeat({"bucket_cap_mb": 1}))

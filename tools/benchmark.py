@@ -469,6 +469,36 @@ def startup(repeat: int) -> None:
               f"(20 steps, {total:.2f} s in all)")
 
 
+def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
+    """plots.explore on the --big trace: first draw (index the lanes, bins of the whole trace) and zooms
+    (bins of a 1/50 and a 1/5000 stretch), as the widget computes them in the kernel; the read is not included."""
+    import helpers
+    from helpers.explore import Lanes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = keep if keep is not None else Path(tmp) / "big.json"
+        if not path.exists():
+            kineto_like(n_events, path)
+        trace = helpers.load(path)
+        print(f"{path.name}: {len(trace.events):,} rows in the events table ({_load()})")
+        width = 1240  # the plot area in a 1440-px-wide JupyterLab window
+        for _ in range(max(repeat, 3)):
+            trace._memo.clear()
+            t0 = time.perf_counter()
+            lanes = Lanes(trace)
+            a, b = (float(lanes.to_ms(t)) for t in lanes.full_us)
+            first = lanes.bins(a, b, width)
+            draw = time.perf_counter() - t0
+            line = f"  first draw {draw:5.2f} s ({sum(len(ln['x0']) for ln in first):,} bars)"
+            mid = (a + b) / 2
+            for share in (50, 5000):  # a zoom to 1/50 of the trace, and one deep enough to show single kernels
+                span = (b - a) / share
+                t0 = time.perf_counter()
+                zoom = lanes.bins(mid - span / 2, mid + span / 2, width)
+                line += f"   zoom to 1/{share} {time.perf_counter() - t0:5.3f} s ({sum(len(ln['x0']) for ln in zoom):,} bars)"
+            print(f"{line}   ({_load()})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big", action="store_true", help="the 2M-event trace: diagnose, plot, export")
@@ -476,6 +506,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="write (or reuse) the --big trace at this path")
     parser.add_argument("--costs", action="store_true",
                         help="with --big: read the trace once, then time what each command adds to the read")
+    parser.add_argument("--explore", action="store_true", help="plots.explore on the --big trace: first draw and a zoom")
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
@@ -506,6 +537,9 @@ def main() -> int:
                 series([16, 64, 256], args.events_per_rank, [250_000, 500_000, 1_000_000, 2_000_000])
         return 0
     everything = not (args.big or args.folder or args.real or args.scaling)
+    if args.explore:
+        explore_costs(args.events, args.repeat, args.keep)
+        return 0
     if args.costs:
         if args.keep is None or not args.keep.exists():
             parser.error("--costs reads the --big trace that --keep PATH names: run --big --keep PATH first")

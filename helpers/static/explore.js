@@ -195,6 +195,8 @@ function render({ model, el }) {
     if (x < LABEL_W) return;
     ev.preventDefault();
     drag = { mode: ev.shiftKey ? "select" : "pan", x0: x, t0: tOf(x), t1: tOf(x), view0: view.slice() };
+    clearTimeout(probeTimer);
+    seq += 1;  // a hover answer still on its way is stale now
     tip.style.display = "none";
   });
 
