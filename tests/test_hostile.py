@@ -355,3 +355,19 @@ def test_an_endless_sweep_is_refused_without_filling_memory(monkeypatch, tmp_pat
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CheckFailed, match="more than"):
         check_bucket_sweep(itertools.repeat({"bucket_cap_mb": 1}))
+
+
+# --- a user's --steps regex that would backtrack ----------------------------------------------------------
+
+@pytest.mark.parametrize("pattern", [r"^(a+)+$", r"(x|y+)*z", r"(\w*)*$"])
+def test_a_steps_regex_with_nested_repeats_is_refused(tmp_path, capsys, pattern):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    with pytest.raises(TraceError, match="repeat inside a repeat"):
+        helpers.load(src, pattern)
+    one_line_exit_2(capsys, ["summary", str(src), "--steps", pattern])
+
+
+def test_ordinary_steps_regexes_still_work(tmp_path):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    for pattern in (r"ProfilerStep#\d+", r"step \d+", "train_step|step"):
+        helpers.load(src, pattern)

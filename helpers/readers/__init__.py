@@ -60,6 +60,9 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
             re.compile(step_pattern)
         except re.error as exc:
             raise TraceError(f"step pattern {step_pattern!r}: not a regular expression ({exc})") from None
+        if _nested_repeat(step_pattern):
+            raise TraceError(f"step pattern {step_pattern!r}: a repeat inside a repeat (like (a+)+) can take exponential "
+                             "time on a long name; write it with one repeat, e.g. 'train_step' or 'step \\d+'")
     try:
         is_dir = p.is_dir()
         exists = is_dir or p.exists()
@@ -128,6 +131,39 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
         )
     events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
+
+
+def _nested_repeat(pattern: str) -> bool:
+    """Whether ``pattern`` repeats something that itself repeats (``(a+)+``, ``(a*)*``, ``(a|aa)+``-like
+    nesting): the shape that makes Python's backtracking engine take exponential time on a name."""
+    try:
+        from re import _parser as parser  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        import sre_parse as parser  # type: ignore[no-redef]
+    repeats = (parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None))
+
+    def walk(items, inside: bool) -> bool:
+        for op, av in items:
+            if op in repeats:
+                lo, hi, sub = av
+                if (inside and hi > 1) or walk(sub, inside or hi > 1):
+                    return True
+            elif op is parser.SUBPATTERN:
+                found = walk(av[-1], inside)
+            elif op is parser.BRANCH:
+                found = any(walk(b, inside) for b in av[1])
+            elif op in (parser.ASSERT, parser.ASSERT_NOT):
+                found = walk(av[1], inside)
+            else:
+                found = False
+            if found:
+                return True
+        return False
+
+    try:
+        return walk(parser.parse(pattern), False)
+    except Exception:  # the pattern compiled above; a parser detail we do not know is no reason to refuse it
+        return False
 
 
 def limit(value: object, name: str) -> int:
