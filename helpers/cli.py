@@ -40,9 +40,6 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return a * 1e3, b * 1e3
 
 
-_clean = render.clean  # kept for callers of the old name
-
-
 def load(path: str, args: argparse.Namespace):
     """Load with the command line's --steps and size limits."""
     return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
@@ -57,15 +54,17 @@ def _step_pattern(text: str | None) -> str | None:
     return text
 
 
-def _figure_path(text: str, force: bool) -> Path:
+def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:
     """The exact file a figure will be written to: ``.png`` is added when the name has no suffix."""
     p = Path(text)
+    if p.exists() and not p.is_file():  # a folder or /dev/null: not a figure name, whatever suffix is added
+        raise TraceError(f"{text}: is a folder or a device, not a file name; give the figure's file, e.g. -o timeline.png")
     fmt = p.suffix[1:].lower()
     if not fmt:
         p, fmt = p.with_name(p.name + ".png"), "png"
     if fmt not in FIGURE_FORMATS:
         raise TraceError(f"{text}: cannot draw a figure as .{fmt}; use one of " + ", ".join("." + f for f in FIGURE_FORMATS))
-    return check_output(p, force)
+    return check_output(p, force, inputs)
 
 
 def _save_figure(fig: Any, out: Path, force: bool) -> Path:
@@ -84,7 +83,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
-        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), "findings": [f.to_dict() for f in findings]}))
+        print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
     return 0
@@ -93,7 +92,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from . import plots
 
-    out = _figure_path(args.output, args.force)
+    out = _figure_path(args.output, args.force, [args.trace])
     window = _window(args.window)
     trace = load(args.trace, args)
     try:
@@ -106,7 +105,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    out = _figure_path(args.output, args.force) if args.output else None
+    out = _figure_path(args.output, args.force, [args.before, args.after]) if args.output else None
     before, after = load(args.before, args), load(args.after, args)
     print(render.compare_text(metrics.comparison(before, after)))
     if out is not None:
@@ -119,8 +118,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
-    check_output(args.output, args.force)
+    check_output(args.output, args.force, [args.trace])
     print(export(load(args.trace, args), args.output, force=args.force))
+    return 0
+
+
+def cmd_ranks(args: argparse.Namespace) -> int:
+    from .jobs import analyse_job, stderr_progress
+
+    report = analyse_job(args.folder, workers=args.workers, scheduler=args.scheduler, step_pattern=_step_pattern(args.steps),
+                         max_bytes=int(args.max_mb * 2**20), max_events=args.max_events, progress=stderr_progress())
+    if args.json:
+        doc = dict(report, per_rank=report["per_rank"].to_dict(orient="records"))
+        print(render.to_json(doc))
+    else:
+        print(render.job_text(report))
     return 0
 
 
@@ -189,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_export)
+    sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "
+                        "exposed communication per rank")
+    sp.add_argument("folder", help="folder with one trace per rank")
+    sp.add_argument("--workers", type=_positive_int, metavar="N", help="processes (default: one per core; 1 = one by one)")
+    sp.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask distributed scheduler, e.g. tcp://host:8786")
+    sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
+    sp.add_argument("--json", action="store_true")
+    _limits(sp)
+    sp.set_defaults(func=cmd_ranks)
     sp = sub.add_parser("selfcheck", help="the syllabus's self-check list, from your lab notebooks")
     sp.add_argument("labs", nargs="?", default="labs")
     sp.add_argument("--run", action="store_true", help="execute the notebooks first (takes minutes)")

@@ -5,13 +5,18 @@ repeats, e.g. the NVTX ranges of an Nsight export), and each finding's evidence 
 (``steps_inferred``). Patterns follow the course syllabus's table: data loading stall, launch overhead, sync stall,
 long host-to-device copies, a host-bound loop, communication bottleneck, uneven load across
 ranks, ``gpu_bound`` only when the GPU itself is busy (then the next tool is Nsight Compute), and
-``capture_window`` when the capture is mostly idle and has no steps. :func:`signals` computes every
-figure the rules read; :data:`RULES` is the table of patterns (predicate, cost, words, evidence).
+``capture_window`` when the capture is mostly idle and has no steps.
+
+The pipeline, each step explicit: :func:`steady_state` picks the steps the figures are taken over
+(the markers', or the steady state's repeats) and says what it left out and why; :func:`signals`
+computes every figure the rules read (:class:`helpers.patterns.Signals`); :func:`diagnose` holds them
+to the rules of :data:`helpers.patterns.CATALOGUE`, one record per pattern, and returns a
+:class:`Diagnosis`: the findings (it is their list) with the signals and the steady-state step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,42 +24,12 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
-from . import thresholds as th
 from .model import Trace
+from .patterns import CATALOGUE, PATTERNS, Pattern, Rule, Signals, get
 
-PATTERNS = ("data_stall", "launch_overhead", "sync_stall", "h2d_copy", "host_bound", "communication",
-            "load_imbalance", "gpu_bound", "capture_window")
-
-FIXES = {
-    "data_stall": "Feed the GPU faster: DataLoader(num_workers>0, pin_memory=True, prefetch_factor, "
-                  "persistent_workers=True) and .to(device, non_blocking=True); move heavy per-sample work out of the loop.",
-    "launch_overhead": "Launch fewer, bigger kernels: torch.compile (fuses ops), CUDA Graphs (one launch replays "
-                       "the whole step), fused/foreach optimizers, or a bigger batch so each kernel does more work.",
-    "sync_stall": "Remove syncs from the hot loop: drop torch.cuda.synchronize(), keep losses/metrics on the GPU "
-                  "and call .item()/.cpu()/print only every N steps; avoid branching on GPU values.",
-    "h2d_copy": "Make copies fast and hidden: pinned host memory (pin_memory=True or tensor.pin_memory()), "
-                ".to(device, non_blocking=True), and prefetch the next batch on a side stream while this one computes.",
-    "host_bound": "Take the host work off the critical path: do it every N steps, on the GPU (torch ops instead of "
-                  "NumPy/Python), in a background thread, or in the DataLoader's workers; profile it with "
-                  "with_stack=True (or py-spy) to see which Python code it is.",
-    "communication": "Overlap and shrink communication: let DDP bucket gradients and all-reduce during backward "
-                     "(tune bucket_cap_mb), compress gradients (bf16/fp16 comm hook), and all-reduce less often (no_sync with accumulation).",
-    "load_imbalance": "Give every rank the same work: even shards and batch sizes, the same sequence lengths per rank, "
-                      "or a better parallelism strategy; the fast ranks' waiting in all-reduce is the cost.",
-    "gpu_bound": "The GPU itself is the bottleneck: profile the top kernels with Nsight Compute "
-                 "(ncu --set full -k <kernel>) and make them faster (mixed precision, better shapes, fused kernels).",
-    "capture_window": "Scope the capture to the training loop's steady state: torch.profiler.schedule(wait=1, warmup=1, "
-                      "active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi / "
-                      "--delay and --duration; mark steps (ProfilerStep#N or an NVTX range) so figures are per step.",
-}
-#: On a CPU-only trace there is no GPU to feed: the same fix, worded for the loop.
-CPU_FIXES = {
-    "host_bound": "Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
-                  "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
-                  "profile it with with_stack=True (or py-spy) to see which Python code it is.",
-    "data_stall": "Load batches ahead of the loop: DataLoader(num_workers>0, prefetch_factor, persistent_workers=True) "
-                  "so workers prepare the next batch while this one trains; move heavy per-sample work out of the loop.",
-}
+#: Kept for callers of the old names: the catalogue's fixes, GPU and CPU-only wording.
+FIXES = {p.name: p.fix for p in CATALOGUE}
+CPU_FIXES = {p.name: p.cpu_fix for p in CATALOGUE if p.cpu_fix}
 
 
 @dataclass
@@ -68,11 +43,6 @@ class Finding:
     fix: str = ""
     window: tuple[float, float] | None = None  # (start_us, end_us) where it shows most
 
-    @property
-    def share(self) -> float:
-        """Old name of :attr:`cost`, kept read-only for notebooks and checks written against it."""
-        return self.cost
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["window"] = list(self.window) if self.window else None
@@ -80,24 +50,26 @@ class Finding:
 
 
 # --- signals: every figure a rule reads, named like its threshold -----------------------------
-def signals(trace: Trace) -> dict[str, Any]:
+def signals(trace: Trace) -> Signals:
     """Every figure the rules use, as plain numbers, named like the thresholds they are held to.
 
     Shares are of step time summed over (rank, device) pairs. ``*_share`` idle figures come from
     :func:`helpers.metrics.idle_cost_by_cause`, the breakdown ``summary`` prints, so costs reconcile.
     """
     cap = m.capture_stats(trace)  # the whole capture, before any steady state is looked for
-    has_markers = not trace.steps.empty
+    has_markers = not trace.steps.empty and not trace.metadata.get("steps_inferred")  # inferred steps are no markers
     trace = m.stepped(trace)
     win = m.windows(trace)
     has_steps = bool((win["step"] >= 0).any())
     n_steps = max(int((win["step"] >= 0).sum()), 1)
-    sg: dict[str, Any] = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
+    sg: Signals = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
                           "steps": n_steps if has_steps else 0,
                           "capture_ms": cap["capture_ms"], "capture_host_share": cap["host_share"],
-                          "capture_idle_gpu_share": cap["gpu_share"]}
+                          "capture_idle_gpu_share": cap["gpu_share"], **_capture_calls(trace)}
     if trace.metadata.get("steps_inferred"):
         sg["steps_inferred"] = dict(trace.metadata["steps_inferred"])
+        st = trace.steps
+        sg["steady_window"] = (float(st["start_us"].min()), float(st["end_us"].max()))
     dw = m.data_wait(trace)
     sg["cpu_data_wait_share"] = dw["data_wait_share"]
     sg["host_data_wait_ms_per_step"] = dw["data_wait_us_per_step"] / 1e3
@@ -110,10 +82,14 @@ def signals(trace: Trace) -> dict[str, Any]:
         kstats = m.kernel_stats(trace)
         launch = m.launch_stats(trace)
         sg.update({
+            # graph_span_share: busy work or inside a CUDA Graph replay's span, shown apart from busy (the
+            # gaps between a replay's kernels are the GPU's own per-kernel cost, which no host change removes).
             "gpu_utilization": util, "gpu_bound_busy": util,
+            "graph_span_share": float(busy["graph_span_us"].sum()) / denom,
             "gpu_kernel_share": float(busy["kernel_us"].sum()) / denom,
             "data_stall_share": cost["data_wait"] / denom, "sync_stall_share": cost["sync"] / denom,
-            "launch_idle_share": cost["launch"] / denom, "host_bound_idle_share": cost["other"] / denom,
+            "launch_idle_share": cost["launch"] / denom,
+            "launch_share_of_idle": cost["launch"] / (sum(cost.values()) or 1.0), "host_bound_idle_share": cost["other"] / denom,
             "collective_idle_share": cost["collective"] / denom,
             "gpu_idle_ms_per_step": {c: v / n_steps / 1e3 for c, v in cost.items()},
             "sync_points_per_step": sync["sync_points_per_step"], "sync_blocked_share": sync["blocked_share"],
@@ -129,6 +105,11 @@ def signals(trace: Trace) -> dict[str, Any]:
             sg.update({"h2d_exposed_share": h2d["exposed_us"] / denom, "h2d_pageable_share": h2d["pageable_byte_share"],
                        "h2d_overlap": h2d["overlap_with_compute"], "h2d_gb_per_s": h2d["gb_per_s"],
                        "h2d_ms_per_step": h2d["time_us"] / n_steps / 1e3})
+        both = m.host_copy_stats(trace)
+        if both:  # what the copies cost: both directions (pageable device-to-host copies block as well)
+            sg.update({"copy_exposed_share": both["exposed_us"] / denom, "copy_pageable_share": both["pageable_byte_share"],
+                       "copy_overlap": both["overlap_with_compute"],
+                       "d2h_ms_per_step": (both["time_us"] - (h2d["time_us"] if h2d else 0.0)) / n_steps / 1e3})
     else:
         # CPU-only: the host is the only device. Its time outside PyTorch ops, data waits and exposed
         # collectives is the loop's own Python / NumPy work (step_breakdown's ``other``).
@@ -145,148 +126,165 @@ def signals(trace: Trace) -> dict[str, Any]:
                    "imbalance_spread": imb["compute_spread"], "ranks": imb["ranks"],
                    "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
                    "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
+        pr = imb["per_rank"]
+        if len(pr) >= 2:
+            # uneven load costs what the fastest rank waits in collectives, as a share of its step
+            fast = pr[pr["rank"] == imb["fastest_rank"]].iloc[0]
+            sg.update({"slowest_rank": int(imb["slowest_rank"]), "fastest_rank": int(imb["fastest_rank"]),
+                       "imbalance_cost_share": float(fast["exposed_us"] / (cs[cs["rank"] == imb["fastest_rank"]]["window_us"].mean() or 1.0)),
+                       "compute_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["compute_us"])},
+                       "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}})
     return sg
 
 
-def _get(sg: dict[str, Any], key: str) -> float:
-    v = sg.get(key)
-    return float(v) if isinstance(v, (int, float)) and v == v else 0.0
+#: CUDA / HIP calls of a program's start and end: context creation (it happens inside whichever call
+#: comes first), device queries, allocations, stream / event creation, module loading and unloading.
+_STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
+                           r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
+                           r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
+_UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
+#: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device).
+_GPU_ONLY_OP = re.compile(r"cudnn|miopen|_cuda\b|::cuda_", re.IGNORECASE)
 
 
-# --- rules as data --------------------------------------------------------------------------
+def _capture_calls(trace: Trace) -> dict[str, float]:
+    """What the host's CUDA calls say about the capture: the share of it spent in start-up / teardown
+    calls (per rank, summed like capture_ms), the kernels in it, and on a trace without GPU rows
+    the launches, copies and GPU-only ops that show a GPU was used."""
+    ev = trace.events
+    rt = ev[(ev["kind"] == "runtime") & (ev["device"] < 0)]
+    total = start = unload = 0.0
+    for rank in sorted(int(r) for r in ev["rank"].unique()):
+        on = ev[ev["rank"] == rank]
+        total += float(on["end_us"].max() - on["start_us"].min())
+        mine = rt[rt["rank"] == rank]
+        hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine
+        us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
+        start += float((ue - us).sum())
+        un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
+        us, ue = m.merge_intervals(un["start_us"].to_numpy(), un["end_us"].to_numpy())
+        unload += float((ue - us).sum())
+    total = total or 1.0
+    out: dict[str, float] = {"startup_share": start / total, "teardown_share": unload / total,
+                             "capture_kernels": int((ev["kind"].isin(("kernel", "collective")) & (ev["device"] >= 0)).sum())}
+    if not trace.has_gpu:
+        launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
+        ops = ev[ev["kind"] == "cpu_op"]
+        gpu_ops = ops["name"].str.contains(_GPU_ONLY_OP).sum() if len(ops) else 0
+        out["gpu_calls_without_gpu"] = int(launches + gpu_ops)
+    return out
+
+
+# --- the steady-state step ------------------------------------------------------------------
 @dataclass(frozen=True)
-class Rule:
-    """One pattern: when it fires (a predicate over signals), its cost signal, its words, its evidence."""
+class LeftOut:
+    """A stretch of the capture the figures are not taken over, and why."""
 
-    pattern: str
-    when: Callable[[dict[str, Any]], bool]
-    cost: str  # the signal that is its cost
-    say: Callable[[dict[str, Any]], str]
-    evidence: tuple[str, ...]
-    gpu: bool | None = True  # True: GPU traces only; False: CPU-only traces only; None: both
+    start_us: float
+    end_us: float
+    why: str
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("data_stall", lambda s: _get(s, "data_stall_share") >= th.DATA_STALL_SHARE, "data_stall_share",
-         lambda s: f"The GPU waits for data: {s['data_stall_share']:.0%} of step time it sits idle while the host loads the next batch.",
-         ("data_stall_share", "host_data_wait_ms_per_step", "gpu_idle_ms_per_step")),
-    Rule("sync_stall",
-         lambda s: (_get(s, "sync_points_per_step") >= th.SYNC_POINTS_PER_STEP and _get(s, "sync_blocked_share") >= th.SYNC_BLOCKED_SHARE
-                    and _get(s, "sync_gpu_idle_share") >= th.SYNC_GPU_IDLE_SHARE and _get(s, "sync_stall_share") > 0),
-         "sync_stall_share",
-         lambda s: (f"{s['sync_points_per_step']:.1f} host syncs per step: the host waits {s['sync_blocked_share']:.0%} of the step "
-                    f"for the GPU, and the GPU then idles {s['sync_gpu_idle_share']:.0%} of it waiting for the host; they take "
-                    f"turns instead of overlapping (at most {s['sync_stall_share']:.0%} to win back)."),
-         ("sync_stall_share", "sync_points_per_step", "host_blocked_ms_per_step", "sync_blocked_share", "sync_caused_by")),
-    Rule("launch_overhead",
-         lambda s: (_get(s, "launch_idle_share") >= th.LAUNCH_IDLE_SHARE and _get(s, "launch_median_kernel_us") <= th.LAUNCH_MEDIAN_KERNEL_US
-                    and _get(s, "launch_individual_share") >= th.LAUNCH_INDIVIDUAL_SHARE),
-         "launch_idle_share",
-         lambda s: (f"{s['kernels_per_step']:.0f} kernels per step, median {s['launch_median_kernel_us']:.1f} us: the GPU finishes each "
-                    f"faster than the host launches the next, so it idles {s['launch_idle_share']:.0%} of the step."),
-         ("launch_idle_share", "kernels_per_step", "launch_median_kernel_us", "share_kernels_under_10us",
-          "median_launch_call_us", "launch_individual_share")),
-    Rule("h2d_copy",
-         lambda s: (_get(s, "h2d_exposed_share") >= th.H2D_EXPOSED_SHARE
-                    # pinned copies that already overlap compute run at link speed: nothing left to fix
-                    and (_get(s, "h2d_pageable_share") >= th.H2D_PAGEABLE_SHARE or _get(s, "h2d_overlap") < th.H2D_MIN_OVERLAP)),
-         "h2d_exposed_share",
-         lambda s: (f"Host-to-device copies take {s['h2d_ms_per_step']:.2f} ms per step at {s['h2d_gb_per_s']:.1f} GB/s "
-                    f"({s['h2d_pageable_share']:.0%} of bytes from pageable memory) and nothing computes meanwhile."),
-         ("h2d_exposed_share", "h2d_ms_per_step", "h2d_gb_per_s", "h2d_pageable_share", "h2d_overlap")),
-    Rule("host_bound", lambda s: _get(s, "host_bound_idle_share") >= th.HOST_BOUND_IDLE_SHARE, "host_bound_idle_share",
-         lambda s: (f"The GPU idles {s['host_bound_idle_share']:.0%} of the step while the host runs code that is neither data "
-                    "loading, kernel launching nor a sync (Python, NumPy, logging or metric work between steps)."),
-         ("host_bound_idle_share", "gpu_idle_ms_per_step", "host_busy_in")),
-    Rule("communication",
-         lambda s: _get(s, "comm_exposed_share") >= th.COMM_EXPOSED_SHARE and not _imbalanced(s), "comm_exposed_share",
-         lambda s: (f"Collectives take {s['collective_ms_per_step']:.2f} ms per step and {s['comm_exposed_share']:.0%} of step "
-                    "time is spent in communication that nothing overlaps."),
-         ("comm_exposed_share", "collective_ms_per_step", "exposed_ms_per_step", "ranks"), gpu=None),
-    Rule("gpu_bound", lambda s: _get(s, "gpu_bound_busy") >= th.GPU_BOUND_BUSY, "gpu_kernel_share",
-         lambda s: f"The GPU is busy {s['gpu_bound_busy']:.0%} of the step: it is the bottleneck itself.",
-         ("gpu_bound_busy", "gpu_kernel_share", "top_kernels")),
-    Rule("host_bound", lambda s: _get(s, "cpu_host_other_share") >= th.CPU_HOST_BOUND_SHARE, "cpu_host_other_share",
-         lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) outside "
-                    f"PyTorch ops, data loading and communication, more than in the model's ops ({s['cpu_op_share']:.0%}): "
-                    "Python, NumPy, logging or metric code runs the loop. CPU-only trace: the host is the only device, so "
-                    "it shows how long that work takes, not how long a GPU would sit idle for it."),
-         ("cpu_host_other_share", "host_other_ms_per_step", "cpu_op_share", "host_busy_in"), gpu=False),
-    Rule("data_stall", lambda s: _get(s, "cpu_data_wait_share") >= th.CPU_DATA_WAIT_SHARE, "cpu_data_wait_share",
-         lambda s: (f"The loop spends {s['cpu_data_wait_share']:.0%} of each step waiting for the next batch "
-                    "(CPU-only trace: no GPU activity recorded)."),
-         ("cpu_data_wait_share", "host_data_wait_ms_per_step"), gpu=False),
-)
+@dataclass(frozen=True)
+class SteadyState:
+    """Which part of the capture the figures describe: the steps kept, and what was left out and why."""
+
+    source: str  # "markers" (step markers), "inferred" (the steady state's repeats) or "capture" (no steps)
+    steps: int
+    capture_us: tuple[float, float]
+    kept_us: tuple[float, float]
+    left_out: tuple[LeftOut, ...] = ()
+    inferred: dict[str, Any] = field(default_factory=dict)  # how the repeats were found (source, period, ...)
+
+    @property
+    def kept_share(self) -> float:
+        span = self.capture_us[1] - self.capture_us[0]
+        return (self.kept_us[1] - self.kept_us[0]) / span if span > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kept_share"] = self.kept_share
+        return d
 
 
-def _imbalanced(s: dict[str, Any]) -> bool:
-    return _get(s, "ranks") >= 2 and _get(s, "imbalance_spread") >= th.IMBALANCE_SPREAD
+def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
+    """The trace the figures are taken over (with its steps) and the report of that choice."""
+    ev = trace.events
+    cap = (float(ev["start_us"].min()), float(ev["end_us"].max())) if len(ev) else (0.0, 0.0)
+    marked = not trace.steps.empty
+    stepped = m.stepped(trace)
+    st = stepped.steps
+    if st.empty:
+        return stepped, SteadyState("capture", 0, cap, cap)
+    kept = (float(st["start_us"].min()), float(st["end_us"].max()))
+    info = dict(stepped.metadata.get("steps_inferred") or {})
+    before = ("before the first step marker: start-up and profiler warm-up" if marked else
+              "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
+                                                          if info.get("ramp_up_dropped") else ""))
+    after = "after the last step marker" if marked else "after the last repeat: teardown or a partial step"
+    out = tuple(LeftOut(a, b, why) for a, b, why in ((cap[0], kept[0], before), (kept[1], cap[1], after)) if b > a)
+    return stepped, SteadyState("markers" if marked else "inferred", int(len(st)), cap, kept, out, info)
 
 
-def _capture_is_idle(s: dict[str, Any]) -> bool:
-    """No steps marked, and neither the GPU nor the host did much in the capture (a steady state found
-    in it does not change that: the capture then holds a little loop in a lot of idle time)."""
-    gpu_idle = (not s["has_gpu"]) or _get(s, "capture_idle_gpu_share") < th.CAPTURE_IDLE_GPU_SHARE
-    return not s["has_step_markers"] and gpu_idle and s["capture_host_share"] < th.CAPTURE_IDLE_HOST_SHARE
+# --- the result ---------------------------------------------------------------------------------
+class Diagnosis(list):
+    """The findings, most costly first (this object is their list: iterate, ``len``, index it), with the
+    signals they came from (:attr:`signals`) and the steady-state step (:attr:`steady`)."""
+
+    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState) -> None:
+        super().__init__(findings)
+        self.signals = signals
+        self.steady = steady
+
+    @property
+    def findings(self) -> list[Finding]:
+        return list(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict()}
 
 
-def diagnose(trace: Trace) -> list[Finding]:
-    """Findings for a trace, most costly first. An empty list means nothing stood out.
+# --- the rules -------------------------------------------------------------------------------
+def _applies(rule: Rule, has_gpu: bool) -> bool:
+    return rule.on == "any" or (rule.on == "gpu") == has_gpu
+
+
+def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding:
+    ev = {k: sg[k] for k in rule.evidence if k in sg}  # type: ignore[literal-required]
+    if trace.has_gpu:
+        ev["gpu_utilization"] = sg["capture_idle_gpu_share"] if pattern.exclusive else sg["gpu_utilization"]
+    if "steps_inferred" in sg:
+        ev["steps_inferred"] = sg["steps_inferred"]
+    if rule.reason:
+        ev["reason"] = rule.reason
+    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
+                   _window(trace, pattern, rule, sg))
+
+
+def diagnose(trace: Trace) -> Diagnosis:
+    """Findings for a trace, most costly first. An empty result means nothing stood out.
 
     Costs are shares of step time a fix would save at most; in rank order each is capped at what
     the findings before it leave, so together they never exceed the step.
     """
+    trace, steady = steady_state(trace)
     sg = signals(trace)
-    if _capture_is_idle(sg):
-        return [_capture_window(trace, sg)]
-    trace = m.stepped(trace)  # the steps signals() measured: the markers', or the steady state's repeats
-    if "top_kernels" not in sg and trace.has_gpu:
+    for p in CATALOGUE:  # a capture that holds no loop: its figures describe nothing else
+        if p.exclusive and any(_applies(r, trace.has_gpu) and r.when(sg) for r in p.rules):
+            rule = next(r for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg))
+            return Diagnosis([_finding(trace, p, rule, sg)], sg, steady)
+    if trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
     sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
-    findings: list[Finding] = []
-    for rule in RULES:
-        if rule.gpu is not None and rule.gpu != trace.has_gpu:
-            continue
-        if not rule.when(sg):
-            continue
-        ev = {k: sg[k] for k in rule.evidence if k in sg}
-        if trace.has_gpu:
-            ev["gpu_utilization"] = sg["gpu_utilization"]
-        if "steps_inferred" in sg:
-            ev["steps_inferred"] = sg["steps_inferred"]
-        fixes = FIXES if trace.has_gpu else {**FIXES, **CPU_FIXES}
-        findings.append(Finding(rule.pattern, _get(sg, rule.cost), rule.say(sg), ev, fixes[rule.pattern],
-                                _window_for(trace, rule.pattern)))
-    findings += _imbalance_findings(trace, sg)
+    findings = [_finding(trace, p, r, sg) for p in CATALOGUE if not p.exclusive
+                for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
     findings.sort(key=lambda f: -f.cost)
     left = 1.0
     for f in findings:
         f.cost = max(min(f.cost, left), 0.0)
         left -= f.cost
-    return findings
-
-
-def _capture_window(trace: Trace, sg: dict[str, Any]) -> Finding:
-    gpu = f"the GPU is busy {sg['capture_idle_gpu_share']:.1%} of it" if trace.has_gpu else "no GPU work is recorded"
-    text = (f"The capture spans {sg['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
-            f"ops, CUDA calls or ranges {sg['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
-    window = None
-    steady = sg.get("steps_inferred")
-    if steady:
-        st = m.stepped(trace).steps
-        window = (float(st["start_us"].min()), float(st["end_us"].max()))
-        if (window[1] - window[0]) / 1e3 < th.CAPTURE_STEADY_SPAN_SHARE * sg["capture_ms"]:
-            text += (f" A loop repeats {steady['steps']} times at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
-                     "scope the capture to it.")
-        else:
-            text += (f" Something repeats {steady['steps']} times across the capture, idle between repeats on host and "
-                     "GPU alike (a sleep, I/O or another process): the trace cannot show what the program waited for.")
-    ev = {k: sg[k] for k in ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
-                             "steps_inferred") if k in sg}
-    if trace.has_gpu:
-        ev["gpu_utilization"] = sg["capture_idle_gpu_share"]
-    return Finding("capture_window", 0.0, text, ev, FIXES["capture_window"], window)
+    return Diagnosis(findings, sg, steady)
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
@@ -339,33 +337,37 @@ def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
     return {str(k)[:60]: float(v / 1e3) for k, v in by.items()}
 
 
-def _window_for(trace: Trace, pattern: str) -> tuple[float, float] | None:
-    cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
-    if trace.has_gpu and cause:
-        gaps = m.idle_gaps(trace)
-        return _largest_gap(gaps, cause) or (_longest_sync(trace) if pattern == "sync_stall" else None)
-    if pattern == "host_bound" and not trace.has_gpu:
+def _window(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> tuple[float, float] | None:
+    """Where a finding shows, by its rule's locator (:data:`helpers.patterns.WINDOWS`)."""
+    how = rule.window
+    if how in ("idle_gap", "longest_sync"):
+        found = _largest_gap(m.idle_gaps(trace), pattern.cause or "")
+        return found or (_longest_sync(trace) if how == "longest_sync" else None)
+    if how == "host_other":
         gs, ge = _other_host_stretches(trace)
         if gs.size:
             i = int(np.argmax(ge - gs))
             return float(gs[i]), float(ge[i])
         return None
-    if pattern == "h2d_copy":
+    if how == "largest_h2d":
         ev = trace.events
         big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
         if not big.empty:
             row = big.loc[big["dur_us"].idxmax()]
             return float(row["start_us"]), float(row["end_us"])
-    if pattern in ("data_stall", "communication"):  # CPU-only or comm: the longest step
+        return None
+    if how == "longest_step":
         win = m.windows(trace)
-        if pattern == "communication":
-            cs = m.comm_stats(trace)
-            worst = cs.loc[cs["exposed_us"].idxmax()]
-            win = m.windows(trace, int(worst["rank"]))
-            row = win[win["step"] == worst["step"]].iloc[0]
-        else:
-            row = win.loc[win["dur_us"].idxmax()]
+        row = win.loc[win["dur_us"].idxmax()]
         return float(row["start_us"]), float(row["end_us"])
+    if how == "worst_comm_step":
+        cs = m.comm_stats(trace)
+        worst = cs.loc[cs["exposed_us"].idxmax()]
+        win = m.windows(trace, int(worst["rank"]))
+        row = win[win["step"] == worst["step"]].iloc[0]
+        return float(row["start_us"]), float(row["end_us"])
+    if how == "steady_state":
+        return sg.get("steady_window")
     return None
 
 
@@ -386,27 +388,5 @@ def _longest_sync(trace: Trace) -> tuple[float, float] | None:
     return float(row["start_us"]), float(row["end_us"])
 
 
-def _imbalance_findings(trace: Trace, sg: dict[str, Any]) -> list[Finding]:
-    """Uneven load across ranks: its cost is the fastest rank's exposed (waiting) collective time."""
-    if "comm_exposed_share" not in sg or not _imbalanced(sg):
-        return []
-    cs = m.comm_stats(trace)
-    imb = m.rank_imbalance(trace)
-    pr = imb["per_rank"]
-    fast = pr[pr["rank"] == imb["fastest_rank"]].iloc[0]
-    slow = pr[pr["rank"] == imb["slowest_rank"]].iloc[0]
-    worst = cs.loc[cs["exposed_us"].idxmax()]
-    win = m.windows(trace, int(worst["rank"]))
-    wrow = win[win["step"] == worst["step"]].iloc[0]
-    cost = float(fast["exposed_us"] / (cs[cs["rank"] == imb["fastest_rank"]]["window_us"].mean() or 1.0))
-    return [Finding(
-        "load_imbalance", cost,
-        f"Rank {imb['slowest_rank']} computes {slow['compute_us'] / 1e3:.1f} ms per step, rank {imb['fastest_rank']} only "
-        f"{fast['compute_us'] / 1e3:.1f} ms ({imb['compute_spread']:.0%} spread): the fast ranks wait in the all-reduce.",
-        {"compute_spread": imb["compute_spread"], "slowest_rank": imb["slowest_rank"], "fastest_rank": imb["fastest_rank"],
-         "compute_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["compute_us"])},
-         "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}},
-        FIXES["load_imbalance"], (float(wrow["start_us"]), float(wrow["end_us"])))]
-
-
-__all__ = ["CPU_FIXES", "FIXES", "Finding", "PATTERNS", "RULES", "Rule", "diagnose", "signals"]
+__all__ = ["CPU_FIXES", "FIXES", "Diagnosis", "Finding", "LeftOut", "PATTERNS", "SteadyState", "diagnose", "signals",
+           "steady_state"]

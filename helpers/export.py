@@ -280,4 +280,4 @@ def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
         else:
             _write_all(fh, _fragments(trace))
 
-    return write_output(path, write, force)
+    return write_output(path, write, force, [trace.source] if trace.source else [])

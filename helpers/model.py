@@ -76,7 +76,15 @@ COLUMNS: dict[str, str] = {
 #: Annotation names taken as training steps when the caller names no pattern.
 DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d*$")
 
-_NCCL_KERNEL = re.compile(r"^nccl(Dev)?Kernel", re.IGNORECASE)
+#: Communication kernels: NCCL / RCCL (``ncclDevKernel_*``, older ``ncclKernel_*``), MSCCL++ and
+#: NVSHMEM, the expert-parallel all-to-all of MoE layers (DeepEP's ``deep_ep::*::dispatch`` /
+#: ``combine``, ``moe_dispatch`` / ``ep_combine``-style names), and custom all-reduce / all-gather
+#: kernels (vLLM's ``cross_device_reduce_*``, PyTorch symmetric memory's ``one_shot_all_reduce``).
+#: Matched on the kernel's own name, before template arguments, which can name anything.
+_COMM_KERNEL = re.compile(
+    r"(?:^|\b|_)(?:nccl(?:Dev)?Kernel|rccl|msccl|nvshmem|deep_ep::|cross_device_reduce|all_?reduce|all_?gather|"
+    r"reduce_?scatter|all_?to_?all|(?:moe|ep|expert)s?_?(?:dispatch|combine)|(?:dispatch|combine)_?(?:moe|ep|experts?)\b)",
+    re.IGNORECASE)
 
 #: CUPTI / Nsight copy directions as the events table spells them.
 COPY_DIRECTION = {"HtoD": "H2D", "DtoH": "D2H", "DtoD": "D2D", "HtoH": "H2H", "PtoP": "P2P"}
@@ -105,8 +113,8 @@ def lane_name(kind: str, device: int, stream: int, tid: int) -> str:
 
 
 def is_collective_kernel(name: str) -> bool:
-    """NCCL kernels are named ``ncclDevKernel_*`` (newer) or ``ncclKernel_*`` (older)."""
-    return bool(_NCCL_KERNEL.match(name))
+    """A GPU kernel that moves data between GPUs (see :data:`_COMM_KERNEL` for the names known)."""
+    return bool(_COMM_KERNEL.search(re.split(r"[<(]", name, maxsplit=1)[0]))
 
 
 def is_host_collective(name: str) -> bool:
@@ -228,28 +236,38 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
     GPU work runs after the host call that launched it, so device events take the step of
     their launching CUDA API call where the correlation id links them.
     """
-    events["step"] = -1
-    if steps.empty:
+    n = len(events)
+    step = np.full(n, -1, dtype=np.int64)
+    if steps.empty or n == 0:
+        events["step"] = step
         return
+    ranks = events["rank"].to_numpy()
+    starts = events["start_us"].to_numpy()
+    # One pass over the events groups their rows by rank (a mask per rank would read every row per rank).
+    rows_of = pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
     for rank, st in steps.groupby("rank"):
+        rows = rows_of.get(rank)
+        if rows is None:
+            continue
         st = st.sort_values("start_us")
-        on_rank = (events["rank"] == rank).to_numpy()
-        starts = events.loc[on_rank, "start_us"].to_numpy()
-        idx = np.searchsorted(st["start_us"].to_numpy(), starts, side="right") - 1
-        inside = (idx >= 0) & (starts < st["end_us"].to_numpy()[np.clip(idx, 0, None)])
-        step_ids = np.where(inside, st["step"].to_numpy()[np.clip(idx, 0, None)], -1)
-        events.loc[on_rank, "step"] = step_ids
-    # Device work inherits the step of the API call that launched it.
-    api = events[(events["kind"] == "runtime") & (events["correlation"] >= 0)]
-    if api.empty:
-        return
-    launch_step = dict(zip(zip(api["rank"], api["correlation"]), api["step"]))
-    dev = (events["device"] >= 0) & (events["correlation"] >= 0)
-    if not dev.any():  # CUDA API calls but no GPU events: nothing to inherit
-        return
-    keys = zip(events.loc[dev, "rank"], events.loc[dev, "correlation"])
-    current = events.loc[dev, "step"].to_numpy()
-    events.loc[dev, "step"] = [launch_step.get(k, c) for k, c in zip(keys, current)]
+        s = starts[rows]
+        idx = np.searchsorted(st["start_us"].to_numpy(), s, side="right") - 1
+        at = np.clip(idx, 0, None)
+        inside = (idx >= 0) & (s < st["end_us"].to_numpy()[at])
+        step[rows] = np.where(inside, st["step"].to_numpy()[at], -1)
+    # Device work inherits the step of the API call that launched it (the last such call when a
+    # correlation id repeats on a rank).
+    corr = events["correlation"].to_numpy()
+    kind = events["kind"]
+    api = ((kind == "runtime").to_numpy()) & (corr >= 0)
+    dev = (events["device"].to_numpy() >= 0) & (corr >= 0)
+    if api.any() and dev.any():
+        keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
+        keys = keys.drop_duplicates(["rank", "corr"], keep="last")
+        index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
+        found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
+        step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
+    events["step"] = step
 
 
 def finish(events: pd.DataFrame, source: str, fmt: str, metadata: dict[str, Any],

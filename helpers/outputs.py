@@ -8,8 +8,9 @@ and an existing file (or one that appears meanwhile) is never replaced unless ``
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,9 +21,13 @@ TEMP_PREFIX = ".helpers-"
 TEMP_SUFFIX = ".partial"
 
 
-def check_output(path: str | os.PathLike, force: bool = False) -> Path:
-    """``path`` if it may be written, else :class:`TraceError` with one line saying why."""
-    p = Path(path)
+def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """``path`` if it may be written, else :class:`TraceError` with one line saying why.
+
+    ``inputs`` are the files or folders the same command reads: an output that is one of them, or lies
+    inside one of those folders, is refused even with ``force`` (the command would destroy what it reads).
+    """
+    p = Path(os.fsdecode(path))
     if p.name.endswith(TEMP_SUFFIX) or p.name.startswith(TEMP_PREFIX):
         raise TraceError(f"{p}: names ending in {TEMP_SUFFIX} or starting with {TEMP_PREFIX} are for temporary "
                          "files; choose another output name")
@@ -31,6 +36,11 @@ def check_output(path: str | os.PathLike, force: bool = False) -> Path:
                          "link itself (its target is never written)")
     if p.is_dir():
         raise TraceError(f"{p}: is a folder; give a file name for the output, e.g. {p / 'out'}")
+    _refuse_special(p)
+    for source in inputs:
+        if _same_or_inside(p, Path(os.fsdecode(source))):
+            raise TraceError(f"{p}: is (or is inside) {source}, an input of this command; write the output "
+                             "elsewhere (--force never replaces an input)")
     if p.exists() and not force:
         raise TraceError(f"{p}: already exists; choose another output name, or pass --force to replace it")
     parent = p.parent
@@ -41,9 +51,10 @@ def check_output(path: str | os.PathLike, force: bool = False) -> Path:
     return p
 
 
-def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], force: bool = False) -> Path:
+def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], force: bool = False,
+                 inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """Call ``write(fh)`` on a private temporary file, then put it at ``path`` (see the module's doc)."""
-    p = check_output(path, force)
+    p = check_output(path, force, inputs)
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
     except OSError as exc:
@@ -69,6 +80,61 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
     finally:
         tmp.unlink(missing_ok=True)
     return p
+
+
+def _refuse_special(p: Path) -> None:
+    """A device, pipe or socket is never an output: writing there is not saving a file."""
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise TraceError(f"{p}: is a device, pipe or socket, not a file; give a file name for the output")
+
+
+def _same_or_inside(out: Path, source: Path) -> bool:
+    """Whether writing ``out`` would replace ``source`` or a file in the folder ``source``."""
+    try:
+        if out.exists() and source.exists() and os.path.samefile(out, source):
+            return True
+        src = source.resolve()
+        target = out.parent.resolve() / out.name
+        return src.is_dir() and (target == src or src in target.parents)
+    except OSError:
+        return False
+
+
+def read_regular(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else :class:`TraceError`.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO, ``/dev/zero`` or a file
+    swapped in after a check can neither hang the reader nor fill its memory; at most ``limit + 1``
+    bytes are ever read.
+    """
+    p = Path(os.fsdecode(path))
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be opened ({exc.strerror}); check the path and its permissions") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceError(f"{p}: not a regular file (a pipe, device or socket); the {what} must be a plain file")
+        chunks, total = [], 0
+        while total <= limit:
+            block = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise TraceError(f"{p}: over {limit / 2**20:,.1f} MB, too big for a {what}")
+    return b"".join(chunks)
 
 
 def _umask() -> int:

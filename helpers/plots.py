@@ -16,6 +16,8 @@ import pandas as pd
 from . import metrics as m
 from .diagnosis import Finding
 from .model import Trace
+from .patterns import BY_CAUSE
+from .patterns import colour as pattern_colour
 from .render import change_text
 
 KIND_COLORS = {
@@ -25,8 +27,6 @@ KIND_COLORS = {
 COPY_COLORS = {"H2D": "#ff7f0e", "D2H": "#d62728", "D2D": "#8c564b"}
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#c44e52", "optimizer": "#55a868", "data": "#dd8452",
                 "logging": "#8172b3", "step": "#bbbbbb"}
-PATTERN_COLORS = {"data_stall": "#dd8452", "launch_overhead": "#4c72b0", "sync_stall": "#c44e52",
-                  "h2d_copy": "#ff7f0e", "communication": "#9467bd", "load_imbalance": "#8c564b", "gpu_bound": "#55a868"}
 # Not drawn: Python frames and GPU shadows of ranges (noise at this scale), sync records (drawn as the
 # CUDA calls that made them), and OS runtime calls (a lane per thread, mostly idle waits: a loader's
 # poll spans the whole capture; the metrics read them instead).
@@ -69,7 +69,7 @@ def _lane_label(lane: str, rank: int, multi_rank: bool) -> str:
     label = lane.replace("ranges", "NVTX / ranges, thread")
     label = re.sub(r"^CPU (\d+)", r"CPU thread \1", label)
     label = re.sub(r"^CUDA API (\d+)", r"CUDA API, thread \1", label)
-    label = label.replace("GPU", "GPU").replace("memcpy", "MemCopy")
+    label = label.replace("memcpy", "MemCopy")
     return f"rank {rank} · {label}" if multi_rank else label
 
 
@@ -201,7 +201,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
         if fe <= fs:  # listed under the title instead of drawn off-axis (which would widen the figure)
             outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
             continue
-        color = PATTERN_COLORS.get(f.pattern, "red")
+        color = pattern_colour(f.pattern, "red")
         ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, color=color, alpha=0.15, zorder=0)
         ax.text((fs - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
     ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=10)
@@ -280,7 +280,7 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}")
     ax = fig.add_subplot(grid[2])
     ax.axis("off")
-    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"])] for _, row in table.iterrows()]
+    cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"], row.get("noise"))] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)
@@ -317,8 +317,7 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
     edges = np.logspace(np.log10(max(gaps["dur_us"].min(), 0.1)), np.log10(gaps["dur_us"].max() * 1.01), bins)
     if by_cause:
         data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
-        colors = [PATTERN_COLORS.get({"sync": "sync_stall", "data_wait": "data_stall", "collective": "communication",
-                                      "launch": "launch_overhead"}.get(c, ""), "#999999") for c in m.CAUSES]
+        colors = [BY_CAUSE[c].colour if c in BY_CAUSE else "#999999" for c in m.CAUSES]
         ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
     else:
         d = gaps["dur_us"].to_numpy()
@@ -368,3 +367,15 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     return fig
+
+
+def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
+            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True):
+    """The interactive timeline (zoom, pan, hover, select): see :func:`helpers.explore.explore`.
+
+    Same lanes, colours and time origin as :func:`timeline`; shows :func:`timeline`'s figure where no
+    widget front end runs.
+    """
+    from .explore import explore as _explore  # anywidget is imported only when asked for
+
+    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback)

@@ -10,6 +10,7 @@ import functools
 import gzip
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -163,7 +164,33 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
             step_fn(i)
             prof.step()
         _sync()
-    return load(save_trace(prof, run_dir / "trace.json.gz"))
+    return _stamp(load(save_trace(prof, run_dir / "trace.json.gz")))
+
+
+#: This process's capture token: a trace captured here carries it (and its events' digest), so a check can
+#: tell the learner's own capture from a file loaded in (a recording copied out of data/, another kernel's).
+_TOKEN = secrets.token_hex(16)
+
+
+def events_digest(trace: Trace) -> str:
+    """A content digest of a trace's events (names, kinds, times): changes when the events are swapped."""
+    import hashlib
+
+    import pandas as pd
+
+    ev = trace.events[[c for c in ("name", "kind", "start_us", "dur_us", "rank") if c in trace.events.columns]]
+    return hashlib.sha256(pd.util.hash_pandas_object(ev, index=False).to_numpy().tobytes()).hexdigest()
+
+
+def _stamp(trace: Trace) -> Trace:
+    trace.metadata["capture"] = {"token": _TOKEN, "digest": events_digest(trace)}
+    return trace
+
+
+def captured_here(trace: Trace) -> bool:
+    """Whether ``trace`` was captured by :func:`capture` in this process, its events unchanged since."""
+    stamp = trace.metadata.get("capture")
+    return isinstance(stamp, dict) and stamp.get("token") == _TOKEN and stamp.get("digest") == events_digest(trace)
 
 
 def save_trace(prof: torch.profiler.profile, path: Path) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .diagnosis import PATTERNS, Finding
+from .diagnosis import PATTERNS, Finding, SteadyState
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
@@ -41,7 +41,9 @@ def json_schema_doc() -> str:
         "diagnose --json prints one object:\n"
         '  {"trace": str, "summary": {...metrics.summary...},\n'
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
-        '                 "window": [start_us, end_us] | null}]}\n'
+        '                 "window": [start_us, end_us] | null}],\n'
+        '   "steady_state": {"source": "markers"|"inferred"|"capture", "steps": int, "capture_us": [a, b],\n'
+        '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]}}\n'
         "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
         "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
         "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
@@ -97,11 +99,28 @@ def steady_text(info: dict[str, Any]) -> str:
     return text
 
 
+def steady_state_text(st: SteadyState) -> str:
+    """What the figures are taken over, and what was left out and why (empty when that is all of it)."""
+    if st.source == "capture" or (st.source == "markers" and st.kept_share >= STEADY_NOTE_BELOW):
+        return ""
+    what = "step markers" if st.source == "markers" else "repeats found in the capture"
+    parts = [f"{(b.end_us - b.start_us) / 1e3:.1f} ms {b.why}" for b in st.left_out]
+    return (f"figures over {st.steps} steps ({what}), {st.kept_share:.0%} of the capture"
+            + (f"; left out: {'; '.join(parts)}" if parts else ""))
+
+
+#: Marked steps covering less than this share of the capture get a line saying what was left out.
+STEADY_NOTE_BELOW = 0.5
+
+
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
-    """Findings as numbered text; the plot hint names the trace the user gave."""
+    """Findings as numbered text; the plot hint names the trace the user gave. A
+    :class:`helpers.diagnosis.Diagnosis` also gets a line on its steady-state step."""
+    steady = steady_state_text(findings.steady) if hasattr(findings, "steady") else ""
     if not findings:
-        return f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
-    lines = []
+        return (f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
+                + (f"\n   {steady}" if steady else ""))
+    lines = [f"   {steady}"] if steady else []
     for i, f in enumerate(findings, 1):
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
         lines += [head, f"   {f.summary}"]
@@ -129,12 +148,17 @@ def number(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def change_text(before: float | None, after: float | None, better: str) -> str:
-    """How a figure moved, in words: ``2.00x less (better)``, ``2 -> 0 (better)``, ``same``."""
+def change_text(before: float | None, after: float | None, better: str, noise: float | None = None) -> str:
+    """How a figure moved, in words: ``2.00x less (better)``, ``2 -> 0 (better)``, ``same``; with a noise
+    band (``noise``: the half-width a difference must leave), ``1.02x less (within noise)`` inside it."""
     if before is None or after is None or math.isnan(before) or math.isnan(after):
         return ""
     if before == after:
         return "same"
+    if noise is not None and math.isfinite(noise) and abs(after - before) <= noise:
+        ratio = after / before if before else float("nan")
+        moved = f"{1 / ratio:.2f}x less" if 0 < ratio < 1 else f"{ratio:.2f}x more" if ratio >= 1 else "moved"
+        return f"{moved} (within noise: +/- {number(noise)})"
     improved = (after < before) == (better == "lower")
     word = "better" if improved else "worse"
     if before == 0 or after == 0:  # a ratio to or from zero says nothing: show the move
@@ -146,11 +170,39 @@ def change_text(before: float | None, after: float | None, better: str) -> str:
 
 
 def compare_text(table: pd.DataFrame) -> str:
-    rows = [(r["metric"], number(r["before"]), number(r["after"]), change_text(r["before"], r["after"], r["better"]))
+    rows = [(r["metric"], number(r["before"]), number(r["after"]),
+             change_text(r["before"], r["after"], r["better"], r.get("noise")))
             for _, r in table.iterrows()]
     out = pd.DataFrame(rows, columns=["metric", "before", "after", "change"])
     return out.to_string(index=False)
 
 
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
-           "steady_text", "summary_text", "to_json"]
+           "steady_state_text", "steady_text", "summary_text", "to_json"]
+
+
+def job_text(report: dict[str, Any], top: int = 8) -> str:
+    """The cross-rank report of :func:`helpers.jobs.analyse_job`: the job's figures, the stragglers,
+    and the ranks that wait most and compute most (the whole table is in ``--json``)."""
+    r = report
+    lines = [f"{r.get('folder', 'job')}: {r['ranks']} ranks, {r['events']:,} events"]
+    if r.get("has_collectives"):
+        lines.append(f"  communication: {r['collective_ms_per_step']:.2f} ms per step, {r['exposed_ms_per_step']:.2f} ms of it "
+                     f"exposed ({r['comm_exposed_share']:.0%} of step time)")
+    else:
+        lines.append("  communication: no collectives recorded")
+    if "slowest_rank" in r:
+        lines.append(f"  compute spread {r['compute_spread']:.0%}: slowest rank {r['slowest_rank']}, fastest {r['fastest_rank']}")
+    lines.append("  stragglers: " + (", ".join(str(x) for x in r["stragglers"][:20]) + (" ..." if len(r["stragglers"]) > 20 else "")
+                                    if r["stragglers"] else "none"))
+    lines.append("  job findings: " + (", ".join(r["findings"]) or "nothing stands out across ranks"))
+    pr: pd.DataFrame = r["per_rank"].assign(top_finding=lambda t: t["top_finding"].replace("", "-"))
+    if len(pr):
+        cols = ["rank", "steps", "step_ms", "compute_ms", "collective_ms", "exposed_ms", "top_finding"]
+        for title, order in (("most compute per step", "compute_ms"), ("most exposed communication", "exposed_ms")):
+            part = pr.sort_values([order, "rank"], ascending=[False, True]).head(top)[cols]
+            lines += [f"  {title} (top {len(part)} of {len(pr)}):",
+                      "    " + part.to_string(index=False, float_format=lambda v: f"{v:.2f}").replace("\n", "\n    ")]
+        found = pr["top_finding"].replace("-", "nothing").value_counts()
+        lines.append("  each rank's own top finding: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
+    return "\n".join(lines)

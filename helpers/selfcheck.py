@@ -14,7 +14,9 @@ import tempfile
 from pathlib import Path
 
 from .checks import CREDIT, RESULTS_FILE, SELF_CHECK
+from .checks._core import RESULTS_LIMIT
 from .errors import TraceError
+from .outputs import read_regular
 
 
 def execute_notebooks(labs: Path, timeout_s: int = 900) -> list[str]:
@@ -46,10 +48,12 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> list[str]:
 
 def read_results(path: Path) -> dict[str, dict]:
     """The recorded check results; a file that is not the course's format is a one-line error."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {}
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
+        results = json.loads(read_regular(path, RESULTS_LIMIT, "self-check results file").decode("utf-8"))
+    except FileNotFoundError:
+        return {}
     except (OSError, ValueError) as exc:
         raise TraceError(f"{path}: not a readable self-check results file ({exc.__class__.__name__}); delete it and "
                          "run the labs' check cells again") from None

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .errors import TraceError
 
 SYNCING_METHODS = {
     "item": "copies one value to the host and waits for the GPU",
@@ -66,7 +69,16 @@ def every_step(sites: list[SyncSite]) -> list[SyncSite]:
 
 def scan(fn: Callable) -> list[SyncSite]:
     """Possible sync points in a function (or method) given as an object."""
-    source, first = inspect.getsourcelines(fn)
+    try:
+        file = inspect.getsourcefile(fn) or inspect.getfile(fn)
+    except TypeError:
+        raise TraceError(f"{fn!r}: not a Python function with source code; pass the function itself") from None
+    if file and os.path.exists(file) and not os.path.isfile(file):  # a FIFO or device would hang or fill memory
+        raise TraceError(f"{file}: the source of {getattr(fn, '__name__', fn)} is not a regular file; define it in a .py file")
+    try:
+        source, first = inspect.getsourcelines(fn)
+    except OSError as exc:
+        raise TraceError(f"{getattr(fn, '__name__', fn)}: its source cannot be read ({exc}); define it in a file or cell") from None
     return scan_source("".join(source), first)
 
 

@@ -13,8 +13,22 @@ def b_f(workload, a="broken", b="fixed", tag="h200"):
 def mine(pair):
     """The recorded pair as if the learner had captured it: lab 01's fix checks refuse the course's traces."""
     from helpers.model import Trace
+    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
 
-    return tuple(Trace(t.events, f"runs/mine/{i}.json.gz", t.format, dict(t.metadata)) for i, t in enumerate(pair))
+    return tuple(_stamp(Trace(t.events, f"runs/mine/{i}.json.gz", t.format, dict(t.metadata))) for i, t in enumerate(pair))
+
+
+def _real_mystery_step():
+    from test_fake_fixes import real_mystery_step  # the fix checks run the learner's step before judging the trace
+
+    return real_mystery_step
+
+
+def OK_LOADER(dataset, batch_size):
+    """A loader that gives the dataset's samples (the fix checks run it before judging the trace)."""
+    import torch
+
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True)
 
 
 #: The tool-choice answers, here in the tests only (the checks hold digests).
@@ -22,11 +36,11 @@ TOOL_ANSWERS = {q: t for q, t in zip(checks.TOOL_QUESTIONS, ("nsys", "ncu", "tor
 
 
 CASES = [
-    ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0), mine(b_f("data_stall"))),
+    ("data_stall", lambda br, fx: checks.check_data_stall_fixed(br, fx, 4.0, OK_LOADER), mine(b_f("data_stall"))),
     ("h2d", lambda br, fx: checks.check_h2d_fixed(br, fx, 3.0), mine(b_f("h2d_copy"))),
     # launch and sync: their fix checks refuse the course's recorded traces; tests/test_lab02.py, test_lab03.py
     # comm: its fix check refuses recorded traces; tests/test_lab04.py runs it on live two-rank jobs
-    ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0), mine(b_f("mystery"))),
+    ("capstone", lambda br, fx: checks.check_capstone(br, fx, 2.0, _real_mystery_step()), mine(b_f("mystery"))),
 ]
 
 
@@ -80,11 +94,11 @@ def test_results_are_recorded_for_selfcheck(capsys):
 def test_fix_checks_judge_structure_not_timing():
     """A fixed loop on a busy machine (its speed-up below the quiet-machine bar) still passes, and says why."""
     broken, fixed = mine(b_f("data_stall"))
-    verdict = checks.check_data_stall_fixed(broken, fixed, 1000.0)
+    verdict = checks.check_data_stall_fixed(broken, fixed, 1000.0, OK_LOADER)
     assert verdict.startswith("passed") and "timing is not judged" in verdict
-    assert checks.check_capstone(*mine(b_f("mystery")), 1000.0).startswith("passed")
+    assert checks.check_capstone(*mine(b_f("mystery")), 1000.0, _real_mystery_step()).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
         checks.check_capstone(*b_f("mystery"), 2.0)
     with pytest.raises(checks.CheckFailed) as info:
-        checks.check_data_stall_fixed(broken, broken, 1.0)
+        checks.check_data_stall_fixed(broken, broken, 1.0, OK_LOADER)
     assert "DataLoader" in str(info.value)

@@ -30,7 +30,8 @@ def test_summary_and_diagnose_text(capsys):
 def test_diagnose_json_schema(capsys):
     assert main(["diagnose", BROKEN, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"trace", "summary", "findings"}
+    assert set(doc) == {"trace", "summary", "findings", "steady_state"}
+    assert doc["steady_state"]["source"] == "markers" and doc["steady_state"]["steps"] > 0
     f = doc["findings"][0]
     assert set(f) == {"pattern", "cost", "summary", "evidence", "fix", "window"}
     assert f["pattern"] == "data_stall" and len(f["window"]) == 2

@@ -38,7 +38,7 @@ def test_recorded_trace_diagnosis(key):
     for p in absent:
         assert p not in patterns, patterns
     for f in findings:
-        assert 0 <= f.share <= 1 and f.fix and f.summary and f.evidence
+        assert 0 <= f.cost <= 1 and f.fix and f.summary and f.evidence
 
 
 def test_mystery_data_fix_uncovers_the_sync_stall():

@@ -19,6 +19,7 @@ from synth import Ev, write_json
 import helpers
 from helpers import checks, diagnose, metrics, plots, syncscan
 from helpers.course import recorded
+from helpers.profiling import _stamp  # stands in for helpers.capture in this process
 from helpers.selfcheck import item_status
 from helpers.workloads import sync_stall
 
@@ -29,7 +30,9 @@ def as_mine(workload: str, variant: str, tmp_path: Path):
     src = Path(recorded(workload, variant).source)
     dst = tmp_path / f"mine_{src.name}"
     shutil.copy(src, dst)
-    return helpers.load(dst)
+    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+
+    return _stamp(helpers.load(dst))
 
 
 # --- the learner's step functions: the reference and plausible wrong answers --------------------
@@ -239,12 +242,12 @@ def gpu_logging_loop(steps: int = 4, to_cpu: int = 2, items: int = 0) -> list[Ev
 
 
 def test_cpu_left_in_the_loop_fails_on_a_gpu_trace_naming_the_op(tmp_path):
-    before = helpers.load(write_json(gpu_logging_loop(to_cpu=2, items=3), tmp_path / "before.json"))
-    after = helpers.load(write_json(gpu_logging_loop(to_cpu=2, items=0), tmp_path / "after.json"))
+    before = _stamp(helpers.load(write_json(gpu_logging_loop(to_cpu=2, items=3), tmp_path / "before.json")))
+    after = _stamp(helpers.load(write_json(gpu_logging_loop(to_cpu=2, items=0), tmp_path / "after.json")))
     with pytest.raises(checks.CheckFailed, match=r"Your trace still has 2\.0 sync points per step \(the broken loop: 5\.0.*"
                                                  r"aten::to in 'logging' 2\.0 per step \(\.cpu\(\) / \.to\('cpu'\)\)"):
         checks.check_sync_fixed(before, after)
-    clean = helpers.load(write_json(gpu_logging_loop(to_cpu=0, items=0), tmp_path / "clean.json"))
+    clean = _stamp(helpers.load(write_json(gpu_logging_loop(to_cpu=0, items=0), tmp_path / "clean.json")))
     assert checks.check_sync_fixed(before, clean).startswith("passed")
 
 

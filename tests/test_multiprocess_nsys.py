@@ -95,7 +95,7 @@ def test_profiler_traces_still_count_framework_ops_as_compute(tmp_path):
     assert float((e - s).sum()) == pytest.approx(3_000)
 
 
-# --- the recorded gloo jobs (tools/record_traces.py --comm, docs/gpu-track/session16-call3.sh) ----------
+# --- the recorded gloo jobs (tools/record_traces.py --comm, tools/comm_session.sh) ----------
 def _comm_recordings() -> list[dict]:
     doc = json.loads((DATA / "manifest.json").read_text())
     return [e for e in doc.get("recordings", []) if e["workload"] == "communication"]

@@ -172,7 +172,7 @@ def test_run_ncu_without_ncu_says_how(monkeypatch, tmp_path):
 # --- lab 00's nsys command check ---------------------------------------------------------------
 REFERENCE = {
     "capture range": profiling.nsys_command(SCRIPT + ["--nsys-range"], output="data_stall_broken"),
-    "time window": profiling.nsys_command(SCRIPT, output="steady", capture_range=None, delay_s=10, duration_s=30),
+    "time window": profiling.nsys_command(SCRIPT[:-1] + ["1500"], output="steady", capture_range=None, delay_s=20, duration_s=5),
     "gpu metrics": profiling.nsys_command(SCRIPT, output="metrics", capture_range=None, gpu_metrics_device=0),
 }
 
@@ -191,6 +191,10 @@ WRONG = {
     ("capture range", "nsys profile --trace=cuda,nvtx -c cudaProfilerApi python t.py --nsys-range"): "no -o NAME",
     ("time window", "nsys profile --trace=cuda,nvtx -o w --duration=30 python t.py"): "no --delay",
     ("time window", "nsys profile --trace=cuda,nvtx -o w --delay=10 python t.py"): "no --duration",
+    # the syllabus's numbers on lab 00's 10-step script: the window starts after the program has ended
+    ("time window", "nsys profile -t cuda,nvtx -o w -y 10 -d 30 python -m helpers.workloads.data_stall --steps 10"): "more --steps",
+    ("time window", "nsys profile -t cuda,nvtx -o w -y 2 -d 5 python -m helpers.workloads.data_stall --steps 5000"): "inside start-up",
+    ("time window", "nsys profile -t cuda,nvtx -o w -y 20 -d 5 python -m helpers.workloads.data_stall --steps 1000"): "more --steps",
     ("time window", "nsys profile --trace=cuda,nvtx -o w -y 10 -d 30 -c cudaProfilerApi python t.py"): "no --capture-range",
     ("gpu metrics", "nsys profile --trace=cuda,nvtx -o m python t.py"): "--gpu-metrics-devices=0",
     ("gpu metrics", "nsys profile --trace=cuda,nvtx -o m --gpu-metrics-devices=0"): "program",

@@ -202,9 +202,13 @@ def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
     from helpers.model import Trace
 
     def as_mine(t):  # the recorded pair standing in for the learner's own captures
-        return Trace(t.events, "runs/mine/trace.json.gz", t.format, dict(t.metadata))
+        from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+
+        return _stamp(Trace(t.events, "runs/mine/trace.json.gz", t.format, dict(t.metadata)))
 
     broken, fixed = (as_mine(recorded("mystery", v, "cpu")) for v in ("broken", "fixed"))
-    assert checks.check_capstone(broken, fixed, 1.3).startswith("passed")
+    from test_fake_fixes import real_mystery_step  # the check runs the learner's step first
+
+    assert checks.check_capstone(broken, fixed, 1.3, real_mystery_step).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="Data wait"):  # no worker processes: busy or not, not fixed
-        checks.check_capstone(broken, broken, 1.3)
+        checks.check_capstone(broken, broken, 1.3, real_mystery_step)

@@ -6,6 +6,9 @@ synthetic traces of growing size. Results and the commands that made them: docs/
     python tools/benchmark.py --folder          # 8 ranks: load + diagnose, ranks in parallel vs one by one
     python tools/benchmark.py --real            # the recorded trace, helpers vs HTA's load
     python tools/benchmark.py --scaling         # 10k, 100k, 1M synthetic events
+    python tools/benchmark.py --ranks 256 --events-per-rank 50000   # a synthetic job: python -m helpers ranks
+    python tools/benchmark.py --ranks 256 --scheduler local          # the same on a local Dask cluster
+    python tools/benchmark.py --series          # time and memory against size: ranks and single traces
     python tools/benchmark.py                   # all of the above
 
 Each command-line figure comes from a fresh ``python -m helpers ...`` process: wall time, CPU time
@@ -292,14 +295,208 @@ def folder_of_ranks(repeat: int) -> None:
                   f"peak RSS {usage.ru_maxrss / 1024:5.0f} MB   ({before} before; TraceAnalysis(trace_dir) alone)")
 
 
-def median_of(fn, repeat: int = 3) -> float:
-    """Median wall time: the machine is shared, so one run can be slowed by others' load."""
-    times = []
-    for _ in range(repeat):
+# --- jobs of many ranks -------------------------------------------------------------------------
+_RANK_HEAD = ('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], '
+              '"distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d}, "traceEvents": [\n')
+
+
+def _rank_body(events_per_rank: int, launch_us: float, step_us: float) -> bytes:
+    """The events of one rank of a synchronous data-parallel job, as the JSON after ``traceEvents: [``:
+    ProfilerStep#N ranges of 1,000 kernel launches (operator, cudaLaunchKernel, kernel: 3 events each,
+    ``launch_us`` apart), each step ending in an NCCL all-reduce that lasts until ``step_us``, when the
+    slowest rank's compute is done."""
+    out, n, step, corr = [], 0, 0, 0
+    t0 = 5375593353828.372
+    while n < events_per_rank:
+        t = t0 + step * step_us
+        out.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 1, "tid": 1, '
+                   f'"ts": {t:.3f}, "dur": {step_us - 1:.3f}, "args": {{}}}}')
+        n += 1
+        for i in range(min(1000, max((events_per_rank - n) // 3 - 2, 0))):
+            corr += 1
+            ts = t + 1 + i * launch_us
+            out.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": {ts:.3f}, "dur": 6.0, "args": {{}}}}')
+            out.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {ts + 1:.3f}, '
+                       f'"dur": 4.0, "args": {{"correlation": {corr}}}}}')
+            out.append(f'{{"ph": "X", "cat": "kernel", "name": "{_KERNELS[corr % len(_KERNELS)]}", "pid": 0, "tid": 7, '
+                       f'"ts": {ts + 8:.3f}, "dur": {launch_us - 1.5:.3f}, "args": {{"device": 0, "stream": 7, "correlation": {corr}}}}}')
+            n += 3
+        corr += 1
+        end = t + 1 + 1000 * launch_us
+        out.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {end - 5:.3f}, '
+                   f'"dur": 4.0, "args": {{"correlation": {corr}}}}}')
+        out.append(f'{{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 9, '
+                   f'"ts": {end:.3f}, "dur": {t + step_us - 2 - end:.3f}, "args": {{"device": 0, "stream": 9, "correlation": {corr}}}}}')
+        n += 2
+        step += 1
+    return (",\n".join(out) + "\n]}\n").encode()
+
+
+def job_folder(folder: Path, ranks: int, events_per_rank: int) -> int:
+    """A synthetic job of ``ranks`` gzipped per-rank traces; every 16th rank (from rank 5) computes
+    1.5x longer per step, the straggler the others wait for in the all-reduce. Each file is two gzip
+    members, the rank's own header and a body compressed once per kind of rank (readers take
+    multi-member gzip, as ``cat a.gz b.gz`` makes it). Returns the bytes written."""
+    import zlib
+
+    def gz(data: bytes) -> bytes:
+        c = zlib.compressobj(1, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+
+    step_us = 1000 * 13.5 + 500
+    bodies = {False: gz(_rank_body(events_per_rank, 9.0, step_us)), True: gz(_rank_body(events_per_rank, 13.5, step_us))}
+    total = 0
+    for r in range(ranks):
+        data = gz(_RANK_HEAD.encode() % (r, ranks)) + bodies[r % 16 == 5]
+        (folder / f"rank{r:04d}.pt.trace.json.gz").write_bytes(data)
+        total += len(data)
+    return total
+
+
+def run_tree(argv: list[str]) -> tuple[float, float, float, int, str]:
+    """``argv`` in a fresh process: (wall s, CPU s, peak RSS MB, exit status, stdout). CPU is user + system
+    of the command and its child processes (os.wait4), plus what processes that were already running under
+    this one (a local cluster's workers) used meanwhile; peak RSS is of all of them together, sampled every
+    200 ms with psutil (rusage keeps each process's peak, which do not add up)."""
+    import psutil
+
+    me = psutil.Process(os.getpid())
+
+    def cpu_of(procs: list) -> float:
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    others = me.children(recursive=True)
+    others_cpu = cpu_of(others)
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:  # files: a full pipe would block it
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out_f, stderr=err_f, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+        peak = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            rss = 0
+            for p in me.children(recursive=True):  # the command, its workers, and a local cluster's workers
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak = max(peak, rss)
+            time.sleep(0.2)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime + cpu_of(others) - others_cpu
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
+    if proc.returncode != 0:
+        print(f"    (exit {proc.returncode}: {err.strip()[-300:]})")
+    return wall, cpu, peak / 2**20, proc.returncode, out
+
+
+def ranks_job(ranks: int, events_per_rank: int, workers: int | None, scheduler: str | None) -> tuple[float, float]:
+    """``python -m helpers ranks`` on a synthetic job, in a fresh process (or on a local Dask cluster)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        size = job_folder(Path(tmp), ranks, events_per_rank)
+        argv = [sys.executable, "-m", "helpers", "ranks", tmp, "--json"]
+        argv += ["--workers", str(workers)] if workers else []
+        cluster = None
+        if scheduler == "local":
+            from distributed import LocalCluster
+
+            n = workers or len(os.sched_getaffinity(0))
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+            argv += ["--scheduler", cluster.scheduler_address]
+        elif scheduler:
+            argv += ["--scheduler", scheduler]
+        try:
+            before = _load()
+            wall, cpu, rss, code, out = run_tree(argv)
+        finally:
+            if cluster is not None:
+                cluster.close()
+        where = "local Dask cluster" if scheduler == "local" else scheduler or f"{workers or 'default'} workers"
+        ok = ""
+        if code == 0:
+            doc = json.loads(out)
+            ok = f", {doc['events']:,} events read, stragglers {len(doc['stragglers'])}"
+        print(f"  {ranks} ranks x {events_per_rank:,} events ({size / 1e6:.0f} MB gzipped), {where}: wall {wall:6.2f} s  "
+              f"CPU {cpu:6.2f} s  peak RSS (all processes) {rss:6.0f} MB   ({before} before{ok})")
+        return wall, rss
+
+
+def series(ranks: list[int], events_per_rank: int, sizes: list[int]) -> None:
+    """Time and memory against input size: jobs of growing rank counts, single traces of growing size."""
+    print(f"jobs of {events_per_rank:,} events a rank: python -m helpers ranks DIR (default workers)")
+    for n in ranks:
+        ranks_job(n, events_per_rank, None, None)
+    print("single traces: python -m helpers diagnose TRACE")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            path = Path(tmp) / f"t{n}.json"
+            size = kineto_like(n, path)
+            before = _load()
+            wall, cpu, rss, _, _ = run_tree([sys.executable, "-m", "helpers", "diagnose", str(path)])
+            print(f"  {n:>9,} events ({size / 1e6:4.0f} MB of JSON): wall {wall:6.2f} s  CPU {cpu:6.2f} s  "
+                  f"peak RSS {rss:6.0f} MB   ({before} before)")
+            path.unlink()
+
+
+def startup(repeat: int) -> None:
+    """Lab 00's script (data_stall broken): seconds before its first step, and per step, from the outside.
+
+    A time window (nsys --delay/--duration) must start after the start-up and end before the program does;
+    this measures both: the process's wall time with 20 steps, less the steps' own time (the script's step_ms).
+    """
+    script = [sys.executable, "-m", "helpers.workloads.data_stall", "--variant", "broken", "--warmup", "0"]
+
+    def wall(steps: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        out = subprocess.run(script + ["--steps", str(steps)], check=True, capture_output=True, text=True).stdout
+        return time.perf_counter() - t0, json.loads(out.splitlines()[-1])["step_ms"] / 1e3
+
+    for _ in range(repeat):
+        total, step_s = wall(20)
+        print(f"startup: {total - 20 * step_s:.2f} s outside the steps, {step_s * 1e3:.1f} ms a step "
+              f"(20 steps, {total:.2f} s in all)")
+
+
+def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
+    """plots.explore on the --big trace: first draw (index the lanes, bins of the whole trace) and zooms
+    (bins of a 1/50 and a 1/5000 stretch), as the widget computes them in the kernel; the read is not included."""
+    import helpers
+    from helpers.explore import Lanes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = keep if keep is not None else Path(tmp) / "big.json"
+        if not path.exists():
+            kineto_like(n_events, path)
+        trace = helpers.load(path)
+        print(f"{path.name}: {len(trace.events):,} rows in the events table ({_load()})")
+        width = 1240  # the plot area in a 1440-px-wide JupyterLab window
+        for _ in range(max(repeat, 3)):
+            trace._memo.clear()
+            t0 = time.perf_counter()
+            lanes = Lanes(trace)
+            a, b = (float(lanes.to_ms(t)) for t in lanes.full_us)
+            first = lanes.bins(a, b, width)
+            draw = time.perf_counter() - t0
+            line = f"  first draw {draw:5.2f} s ({sum(len(ln['x0']) for ln in first):,} bars)"
+            mid = (a + b) / 2
+            for share in (50, 5000):  # a zoom to 1/50 of the trace, and one deep enough to show single kernels
+                span = (b - a) / share
+                t0 = time.perf_counter()
+                zoom = lanes.bins(mid - span / 2, mid + span / 2, width)
+                line += f"   zoom to 1/{share} {time.perf_counter() - t0:5.3f} s ({sum(len(ln['x0']) for ln in zoom):,} bars)"
+            print(f"{line}   ({_load()})")
 
 
 def main() -> int:
@@ -309,18 +506,40 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="write (or reuse) the --big trace at this path")
     parser.add_argument("--costs", action="store_true",
                         help="with --big: read the trace once, then time what each command adds to the read")
+    parser.add_argument("--explore", action="store_true", help="plots.explore on the --big trace: first draw and a zoom")
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
+    parser.add_argument("--startup", action="store_true",
+                        help="lab 00's script: start-up seconds and step ms from outside the process")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--ranks", type=int, help="a synthetic job of this many ranks through python -m helpers ranks")
+    parser.add_argument("--events-per-rank", type=int, default=50_000, help="events in each rank's trace (--ranks, --series)")
+    parser.add_argument("--workers", type=int, help="with --ranks: processes (default one per core)")
+    parser.add_argument("--scheduler", help="with --ranks: a Dask scheduler address, or 'local' to start a local cluster")
+    parser.add_argument("--series", action="store_true",
+                        help="jobs of 16, 64 and 256 ranks; single traces of 0.25M, 0.5M, 1M and 2M events")
     parser.add_argument("--only-folder", action="store_true", help=argparse.SUPPRESS)  # older name of --folder
     parser.add_argument("--skip-scaling", action="store_true", help=argparse.SUPPRESS)  # older: all but --scaling
     args = parser.parse_args()
     args.folder |= args.only_folder
     if args.skip_scaling:
         args.big = args.folder = args.real = True
-    everything = not (args.big or args.folder or args.real or args.scaling)
+    if args.startup:
+        startup(max(args.repeat, 3))
+        return 0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
+    if args.ranks or args.series:
+        for _ in range(args.repeat):
+            if args.ranks:
+                ranks_job(args.ranks, args.events_per_rank, args.workers, args.scheduler)
+            if args.series:
+                series([16, 64, 256], args.events_per_rank, [250_000, 500_000, 1_000_000, 2_000_000])
+        return 0
+    everything = not (args.big or args.folder or args.real or args.scaling)
+    if args.explore:
+        explore_costs(args.events, args.repeat, args.keep)
+        return 0
     if args.costs:
         if args.keep is None or not args.keep.exists():
             parser.error("--costs reads the --big trace that --keep PATH names: run --big --keep PATH first")

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
                 steps = trace.steps
                 entry = {k: meta[k] for k in ("workload", "variant", "tag", "device", "torch", "python", "date",
                                               "command", "run", "profiled_steps", "warmup_steps")}
-                # step_ms (a timed run without a profiler) was not measured in this session: None, not a guess.
+                # step_ms (a timed run without a profiler) was not measured in these runs: None, not a guess.
                 entry.update(file=rel, format="torch-json", events=int(len(trace.events)),
                              pair_note=GLOO_NOTE if meta["workload"] == "communication" else PAIR_NOTE,
                              step_ms=None, timed_steps=0,

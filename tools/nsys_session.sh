@@ -2,8 +2,12 @@
 # Nsight recordings on the H200 in one go (the device copy has the Nsight env at shared-device/):
 #   1. every GPU workload variant under the course's nsys command line, torch.profiler on the same
 #      steps (tools/record_traces.py --nsys), SQLite export, nsys stats / analyze text;
-#   2. ncu (--set basic, CSV details page) on the top kernel of the GPU-bound sync_stall:fixed loop.
+#   2. the PyTorch-profiler twins of the same variants (--torch-pairs: the same command and seed in
+#      its own process), unless SKIP_TWINS is set;
+#   3. ncu (--set basic, CSV details page) on the top kernel of the GPU-bound sync_stall:fixed loop.
 # Usage: OUT=/tmp/x bash tools/nsys_session.sh [workload:variant ...]   (default: the whole GPU plan)
+# RECORD_ARGS adds record_traces.py flags to both recordings, e.g. RECORD_ARGS=--triage for the
+# blind-triage lab's cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-nsys-session-out}
@@ -14,7 +18,12 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nsys --version; ncu --version | tail -1
 ONLY=()
 for pair in "$@"; do ONLY+=(--only "$pair"); done
-timeout "${RECORD_TIMEOUT:-430}" python3 tools/record_traces.py --tag "$TAG" --nsys --out "$OUT/nsys" "${ONLY[@]}" 2>&1 | grep -v USDT | tee "$OUT/nsys/record.log"
+# shellcheck disable=SC2086  # RECORD_ARGS is a list of flags
+timeout "${RECORD_TIMEOUT:-430}" python3 tools/record_traces.py --tag "$TAG" --nsys --out "$OUT/nsys" "${ONLY[@]}" ${RECORD_ARGS:-} 2>&1 | grep -v USDT | tee "$OUT/nsys/record.log"
+if [ -z "${SKIP_TWINS:-}" ]; then
+  # shellcheck disable=SC2086
+  timeout "${RECORD_TIMEOUT:-430}" python3 tools/record_traces.py --tag "$TAG" --torch-pairs --out "$OUT/nsys" "${ONLY[@]}" ${RECORD_ARGS:-} 2>&1 | grep -v USDT | tee -a "$OUT/nsys/record.log"
+fi
 if [ -z "${SKIP_NCU:-}" ]; then
   KERNEL=$(python3 - "$OUT/nsys/sync_stall__fixed__$TAG.sqlite.gz" <<'PY'
 import gzip, re, shutil, sqlite3, sys, tempfile

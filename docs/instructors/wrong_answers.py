@@ -42,7 +42,8 @@ def lab00() -> list[tuple[str, str]]:
     from helpers.course import recorded
 
     t = recorded("sync_stall", "broken")
-    swapped = dict(checks.TOOL_ANSWERS)
+    # The reference answers (lab 00's solution; the checks keep only digests of them).
+    swapped = dict(zip(checks.TOOL_QUESTIONS, ("nsys", "ncu", "torch", "nsys", "ncu", "torch")))
     first = next(iter(swapped))
     swapped[first] = "torch"  # the timeline question given to the operator profiler
     longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
@@ -56,6 +57,13 @@ def lab00() -> list[tuple[str, str]]:
              "capture range": "nsys profile --trace=cuda,nvtx -o r --capture-range=cudaProfilerApi python -m helpers.workloads.data_stall",
              "time window": "nsys profile --trace=cuda,nvtx -o r --delay=10 python -m helpers.workloads.data_stall",
              "gpu metrics": "nsys profile --trace=cuda,nvtx -o r --gpu-metrics-devices=0 python -m helpers.workloads.data_stall"})),
+        ("nsys: the syllabus's --delay=10 --duration=30 on the lab's 10-step script",
+         _said(checks.check_nsys_commands, {
+             "capture range": "nsys profile --trace=cuda,nvtx -o r --capture-range=cudaProfilerApi --capture-range-end=stop "
+                              "python -m helpers.workloads.data_stall --steps 10 --nsys-range",
+             "time window": "nsys profile --trace=cuda,nvtx -o w --delay=10 --duration=30 python -m helpers.workloads.data_stall "
+                            "--variant broken --steps 10",
+             "gpu metrics": "nsys profile --trace=cuda,nvtx -o m --gpu-metrics-devices=0 python -m helpers.workloads.data_stall"})),
     ]
 
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
+import re
 import shlex
 from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
 
 from .. import metrics as m
+from .. import thresholds as _th
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -45,7 +51,6 @@ _TOOL_NEEDS = {
     'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': "one kernel's resources and occupancy, read from hardware counters",
     'What is the operator breakdown of forward vs backward in my model, from inside Python?': 'operators seen from inside Python, by phase',
 }
-TOOLS = ("nsys", "ncu", "torch")
 
 
 def _tool_is_right(question: str, answer: object) -> bool:
@@ -100,7 +105,7 @@ def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
-    got = float(fn(trace))
+    got = float(run_learner(fn, trace, name="fn", returns=(int, float, np.floating, np.integer)))
     ok = _close(got, want, 0.0, 0.02)
     why = ""
     if not ok:
@@ -110,7 +115,7 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
         from ..course import recorded
 
         other = recorded("h2d_copy", "fixed")  # copies on a side stream under the compute stream's kernels
-        want2, got2 = 1.0 - m.gpu_utilization(other), float(fn(other))
+        want2, got2 = 1.0 - m.gpu_utilization(other), float(run_learner(fn, other, name="fn", returns=(int, float, np.floating, np.integer)))
         if not _close(got2, want2, 0.0, 0.02):
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
@@ -140,7 +145,7 @@ def check_longest_gap(answer_ms: float, trace: Trace) -> str:
 #: The three nsys command lines lab 00 asks for, and what each must do.
 NSYS_TASKS = {
     "capture range": "record only between torch.cuda.profiler.start() and stop() (the workload's --nsys-range)",
-    "time window": "skip start-up with a delay, then record for a fixed duration",
+    "time window": "skip start-up with a delay, then record for a fixed duration that ends while steps still run",
     "gpu metrics": "sample the GPU's hardware counters on device 0 as well",
 }
 
@@ -178,6 +183,60 @@ def _seconds(value: str | None) -> float:
         return float("nan")
 
 
+def _workload_of(program: list[str]) -> tuple[str, str, int, int] | None:
+    """(workload, variant, steps, warmup) of ``python -m helpers.workloads.W ...``; None for another program."""
+    if "-m" not in program or program.index("-m") + 1 >= len(program):
+        return None
+    module = program[program.index("-m") + 1]
+    if not module.startswith("helpers.workloads."):
+        return None
+    name = module.rsplit(".", 1)[1]
+    try:
+        mod = importlib.import_module(module)
+        source = Path(mod.__file__ or "").read_text()
+    except (ImportError, OSError):
+        return None
+    found = re.search(r"default_steps=(\d+)", source)
+    args = dict(zip(program[:-1], program[1:]))
+    variants = getattr(mod, "VARIANTS", ("broken",))
+    try:
+        steps = int(args.get("--steps", found.group(1) if found else 20))
+        warmup = int(args.get("--warmup", 3))
+    except ValueError:
+        return None
+    return name, args.get("--variant", variants[0]), steps, warmup
+
+
+def window_problems(delay_s: float, duration_s: float, program: list[str]) -> list[str]:
+    """Whether an nsys time window holds steps of a course workload: start after its start-up, end before it ends.
+
+    The program's length is its steps (``--steps`` plus ``--warmup``) at the fastest step time recorded for
+    its workload and variant (data/manifest.json), after the shortest start-up; the start-up bound is the
+    longest measured (helpers/thresholds.py, ``NSYS_WINDOW_*``). Another program's length is unknown: [].
+    """
+    from ..course import manifest
+
+    found = _workload_of(program)
+    if found is None:
+        return []
+    name, variant, steps, warmup = found
+    times = [e["step_ms"] for e in manifest() if e["workload"] == name and e["variant"] == variant
+             and e.get("tag") in ("h200", "cpu") and e.get("step_ms")]
+    if not times:
+        return []
+    step_s = min(times) / 1e3
+    ends_s = _th.NSYS_WINDOW_STARTUP_MIN_S + (steps + warmup) * step_s
+    problems = []
+    if delay_s < _th.NSYS_WINDOW_STARTUP_MAX_S:
+        problems.append(f"--delay={delay_s:g} may start inside start-up: the script's imports and set-up took up to "
+                        f"{_th.NSYS_WINDOW_STARTUP_MAX_S:g} s before its first step on the machines we measured")
+    if delay_s + duration_s > ends_s:
+        problems.append(f"the window ends at {delay_s + duration_s:g} s, but {steps + warmup} steps of {step_s * 1e3:.1f} ms "
+                        f"(the fastest recorded {name}:{variant} step) can be done {ends_s:.1f} s after launch: give the "
+                        "script more --steps, or a shorter window, so the window holds steps and nothing else")
+    return problems
+
+
 def nsys_command_problems(task: str, command: list[str] | str) -> list[str]:
     """What is wrong with ``command`` as the lab-00 answer to ``task`` (one of :data:`NSYS_TASKS`); [] if nothing."""
     try:
@@ -207,6 +266,8 @@ def nsys_command_problems(task: str, command: list[str] | str) -> list[str]:
             problems.append("no --delay=SECONDS (> 0): start-up (imports, cuDNN autotuning, warm-up) would be recorded")
         if not duration > 0:
             problems.append("no --duration=SECONDS (> 0): nsys would record until the program ends")
+        if delay > 0 and duration > 0:
+            problems += window_problems(delay, duration, program)
         if ranged:
             problems.append("a time window needs no --capture-range (with one, the delay counts from the range)")
     elif task == "gpu metrics":

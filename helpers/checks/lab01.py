@@ -13,7 +13,8 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
+from . import behaviour
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -36,7 +37,7 @@ def _timing_note(b: float | None, a: float | None, min_speedup: float) -> str:
     note = f"step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
     if b < a * min_speedup:
         note += (f", below the {min_speedup}x a quiet machine shows; other work on this machine slows worker "
-                 "processes, so the timing is not judged, the structure is")
+                 "processes, so the timing is not judged beyond its noise band, the structure is")
     return note
 
 
@@ -79,6 +80,26 @@ def _copy_words(t: Trace) -> str:
     return "; ".join(parts)
 
 
+def _busy(before: Trace, after: Trace) -> str:
+    """What measured says this machine is too busy to judge timing (the steps' own spread, the load average), or ''."""
+    from ..checks.lab05 import _cores_busy  # lab05 imports this module: import late
+
+    band = m.step_time_band(before, after)
+    spread = max(band["before_spread"], band["after_spread"])
+    if spread > th.NOISE_BUSY_SPREAD:
+        return f"the steps spread {spread:.0%} around their median (over {th.NOISE_BUSY_SPREAD:.0%} is a busy machine)"
+    return _cores_busy()
+
+
+def _slower(before: Trace, after: Trace) -> str:
+    """A line when the fix made the median step slower beyond the noise band, else ''."""
+    if m.timing_verdict(before, after) != "slower":
+        return ""
+    band = m.step_time_band(before, after)
+    return (f"your step is slower: median {band['before_ms']:.1f} -> {band['after_ms']:.1f} ms, beyond the noise band "
+            f"(+/- {band['band_ms']:.1f} ms from the steps' own spread); a fix never makes the step slower")
+
+
 def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, str]:
     """Whether the data side is fixed, and a line saying on what evidence.
 
@@ -90,9 +111,10 @@ def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, 
     line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
     if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
         return True, line
-    if _uses_loader_workers(after) and wa < wb:
-        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows: this machine is too busy "
-                      "to judge the wait, so the verdict rests on the loader using worker processes)")
+    busy = _busy(before, after)
+    if _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after):
+        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows, and measured too busy to "
+                      f"judge the wait: {busy}; so the verdict falls back to the structure, the loader using worker processes)")
     return False, line
 
 
@@ -126,21 +148,41 @@ def _pipeline_problems(before: Trace, after: Trace, data_ok: bool) -> list[str]:
     return problems
 
 
-def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float) -> str:
-    """Your fixed input pipeline, judged from your own traces (``before``: the loop as first written).
+def _probe_dataset():
+    """A small copy of the lab's dataset (the same class, small images) to run the learner's loader over."""
+    from ..workloads import data_stall
 
-    Passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
+    return data_stall.AugmentedImages(length=4 * data_stall.BATCH_SIZE, size=8, blur_passes=1)
+
+
+def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make_loader=None, to_device=None) -> str:
+    """Your fixed input pipeline, judged first by what it does, then from your own traces (``before``: the
+    loop as first written).
+
+    First the behaviour: ``make_loader(dataset, batch_size)`` is run over a small copy of the lab's
+    dataset and must yield its own samples, each once an epoch (shuffled or in order), and
+    ``to_device`` must hand back the same values; a loader over a cached sample is refused. Then passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
     a busy machine: falls, with worker processes prefetching) and, on a GPU trace, the batches are
     copied from pinned memory without the host waiting for each copy. Step times are reported, not
     judged (``min_speedup`` is what a quiet machine shows).
     """
-    refused = learner_trace_problem(before, after)
+    refused = own_capture_problem(after, before)
+    if refused is None and not callable(make_loader):
+        refused = ("pass your loader function too: check_data_stall_fixed(broken, fixed, MIN_SPEEDUP, make_my_loader, "
+                   "my_to_device); the check runs it to see that the loop still gets the dataset's samples")
+    if refused is None:
+        from ..workloads import data_stall
+
+        refused = behaviour.loader_problem(make_loader, to_device, _probe_dataset, data_stall.BATCH_SIZE)
     if refused:
         _record("data", "check_data_stall_fixed", False)
         raise CheckFailed(refused)
     found = [f.pattern for f in diagnose(after)]
     data_ok, evidence = _data_verdict(before, after, found)
     problems = _pipeline_problems(before, after, data_ok)
+    slower = _slower(before, after)
+    if slower:
+        problems.insert(0, slower)
     note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
     _check("data", "check_data_stall_fixed", not problems,
            "Your trace shows: " + "; ".join(problems) + f". ({evidence}; {note or 'no step times'}.)")

@@ -8,6 +8,8 @@ learner's own trace of that fix and says what *that* trace shows when it falls s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -15,7 +17,8 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from . import behaviour
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -213,46 +216,60 @@ def _cpu_verdict(before: Trace, after: Trace, min_gain: float) -> tuple[bool, st
 ADAM_TOLERANCE = 1e-5
 
 
+def _model_case() -> tuple[list, Callable[[int], list]]:
+    """TinyBlocks' own parameters and the gradients of the lab's loss on its batches (CPU)."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..workloads import launch_overhead
+
+    torch.manual_seed(0)
+    model = launch_overhead.TinyBlocks()
+    data = launch_overhead.make_data(torch.device("cpu"))
+
+    def grads(k: int) -> list:
+        model.zero_grad(set_to_none=True)
+        x, y = data[k % len(data)]
+        F.mse_loss(model(x), y).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    return list(model.parameters()), grads
+
+
+def adam_update_problem(update, steps: int = 3, seed: int | None = None) -> tuple[float, str | None]:
+    """The learner's ``update(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps)`` next to
+    ``torch.optim.Adam``: on the lab model's own parameters with their real gradients, and on random
+    shapes from a fresh seed each call. (largest difference, a message naming what is wrong or None)."""
+    params, grads = _model_case()
+    return behaviour.adam_problem(update, params, grads, ADAM_TOLERANCE, seed=seed, steps=steps)
+
+
 def adam_update_error(update, steps: int = 3) -> float:
-    """How far ``update(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps)`` lands from
-    ``torch.optim.Adam`` after ``steps`` steps on small random tensors (largest absolute difference).
+    """How far ``update`` lands from ``torch.optim.Adam`` after ``steps`` steps (largest absolute difference),
+    on the lab model's own parameters and on random tensors of random shapes.
 
     A checker, not a fix: it only runs the learner's function next to PyTorch's own Adam.
     """
-    import torch
-
-    g = torch.Generator().manual_seed(1)
-    shapes = [(5, 3), (7,), (2, 2, 2)]
-    start = [torch.randn(s, generator=g) for s in shapes]
-    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(steps)]
-    ref = [p.clone().requires_grad_(True) for p in start]
-    opt = torch.optim.Adam(ref, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, foreach=False)
-    mine = [p.clone() for p in start]
-    m1, m2 = [torch.zeros_like(p) for p in mine], [torch.zeros_like(p) for p in mine]
-    for k in range(steps):
-        for p, gr in zip(ref, grads[k]):
-            p.grad = gr.clone()
-        opt.step()
-        with torch.no_grad():
-            update(mine, [gr.clone() for gr in grads[k]], m1, m2, k + 1, 1e-2, 0.9, 0.999, 1e-8)
-    return max(float((a - b.detach()).abs().max()) for a, b in zip(mine, ref))
+    return adam_update_problem(update, steps)[0]
 
 
-def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, update_error: float | None = None) -> str:
+def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, update: Callable | None = None) -> str:
     """Judge the learner's fix from their own trace ``after`` (``before``: their capture of the broken loop).
 
     GPU: a CUDA Graph replays the whole step (cudaGraphLaunch present, at most
     :data:`LEFTOVER_LAUNCHES_PER_STEP` cudaLaunchKernel calls a step, no one-time fills recorded in
     the graph), launch idle below ``thresholds.LAUNCH_IDLE_SHARE`` and no ``launch_overhead``
-    finding. CPU: at least ``min_gain`` x fewer top-level PyTorch ops per step and, when
-    ``update_error`` is given (:func:`adam_update_error` of the learner's update), the same update as
-    ``torch.optim.Adam``. Step times are reported, never judged.
+    finding. CPU: first the learner's ``update`` itself, run here next to ``torch.optim.Adam`` on the
+    model's own parameters and on random shapes (:func:`adam_update_problem`); then at least
+    ``min_gain`` x fewer top-level PyTorch ops per step. Step times are reported, never judged.
     """
-    problem = learner_trace_problem(after)
-    if problem is None and update_error is not None and not update_error <= ADAM_TOLERANCE:
-        problem = (f"your update lands {update_error:.2g} away from torch.optim.Adam after 3 steps (want <= {ADAM_TOLERANCE:g}): "
-                   "fewer calls only count if they compute the same step. Check the bias corrections "
-                   "(1 - beta ** step) and where eps is added (to the square root, after the correction).")
+    problem = own_capture_problem(after, before)
+    if problem is None and not before.has_gpu:
+        if not callable(update):
+            problem = ("pass your update too: check_launch_fixed(broken, fixed, min_gain=1.5, update=adam_update); the check "
+                       "runs it next to torch.optim.Adam: fewer calls only count if they compute the same step")
+        else:
+            problem = adam_update_problem(update)[1]
     if problem:
         _record("launch", "check_launch_fixed", False)
         raise CheckFailed(problem)

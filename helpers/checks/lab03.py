@@ -16,8 +16,10 @@ import pandas as pd
 from .. import metrics as m
 from .. import syncscan
 from ..diagnosis import diagnose
+from ..errors import TraceError
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from . import behaviour
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -25,6 +27,8 @@ CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
     "sync": {"gpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed"),
              "cpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed")},
 }
+
+LOG_EVERY = 10  # sync_stall.LOG_EVERY: how often the loop reads its values back (the lab's exercise says so)
 
 #: What each op that syncs looks like in the learner's code.
 _LOOKS_LIKE = {"aten::item": ".item() / float() / int() / formatting a GPU tensor",
@@ -72,7 +76,7 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
 def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> str:
     """The learner's trace ``after``: at most ``max_per_step`` syncs per step (two or three reads every 10 steps are fine)
     and no ``sync_stall`` finding. Names what still syncs, and where, when it fails."""
-    problem = learner_trace_problem(after)
+    problem = own_capture_problem(after, before)
     if problem:
         _record("sync", "check_sync_fixed", False)
         raise CheckFailed(problem)
@@ -100,8 +104,26 @@ def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> 
                   "predictions added into tensors) and read them once every N steps.")
 
 
+def _small_setup():
+    """``sync_stall.setup`` on the CPU, small (two layers, 64 rows a batch) so the check runs both loops in a second."""
+    import torch
+
+    from ..workloads import sync_stall
+
+    torch.manual_seed(0)
+    model = sync_stall.make_model(sync_stall.NOISE, depth=2)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(8, 64, sync_stall.NOISE, generator=g)
+    return model, opt, xs, torch.randint(0, 10, (8, 64), generator=g)
+
+
 def check_sync_scan_clean(fn: Callable) -> str:
-    """Scan the learner's step function: no call that syncs may run on every step (under ``if i % N == 0:`` is fine)."""
+    """Scan the learner's step function: no call that syncs may run on every step (under ``if i % N == 0:`` is fine).
+
+    First what it does: its own code calls backward and the optimizer (not the course's reference
+    step), and run next to the broken loop from the same seed on the CPU it feeds the model the same
+    batches, ends with the same parameters and still logs the loop's losses every LOG_EVERY steps."""
     if not callable(fn):
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed("pass your step function itself (check_sync_scan_clean(my_fixed_step)); the check scans its source")
@@ -110,15 +132,25 @@ def check_sync_scan_clean(fn: Callable) -> str:
         raise CheckFailed(f"{getattr(fn, '__name__', fn)} is the course's own code, not yours: write your step in a cell "
                           "and scan that; the course's functions earn no credit")
     try:
+        sites = syncscan.every_step(syncscan.scan(fn))  # first: it refuses a source file that is a pipe or device
         source = inspect.getsource(fn)
-        sites = syncscan.every_step(syncscan.scan(fn))
-    except (OSError, TypeError, SyntaxError) as exc:
+    except (OSError, TypeError, SyntaxError, TraceError) as exc:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed(f"could not read the source of {getattr(fn, '__name__', fn)!r} ({exc}); define it in a cell") from None
-    if "ExerciseNotDone" in source or ".backward(" not in source:
+    if "ExerciseNotDone" in source:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed(f"{getattr(fn, '__name__', 'your function')} is not a training step yet: write the step (forward, "
                           "loss.backward(), the optimizer, logging) before scanning it")
+    problem = behaviour.own_step_problem(fn)
+    if problem is None:
+        from ..workloads import sync_stall
+
+        # the same training as the loop as first written: same batches, same parameters after 2 log periods, the log kept
+        problem = behaviour.same_training_problem(fn, sync_stall.broken_step, _small_setup,
+                                                  steps=2 * LOG_EVERY, log_every=LOG_EVERY)
+    if problem:
+        _record("sync", "check_sync_scan_clean", False)
+        raise CheckFailed((problem[0].upper() + problem[1:] if problem.startswith("the ") else problem) + ".")
     return _check("sync", "check_sync_scan_clean", not sites,
                   f"{len(sites)} line(s) of {getattr(fn, '__name__', 'your function')} still sync on every step: "
                   + "; ".join(f"line {s.line}: `{s.code}` ({s.call}: {s.why})" for s in sites[:3])

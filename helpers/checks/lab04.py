@@ -9,6 +9,7 @@ the verdict; with gloo on one core per rank they move with the machine's load.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -155,11 +156,17 @@ def check_comm_fixed(before: Trace, after: Trace) -> str:
             f"{_exposed_ms(after):.1f} ms a step, step {_step_ms(before):.1f} -> {_step_ms(after):.1f} ms (profiled).")
 
 
+MAX_SWEEP_ROWS = 1000  # the exercise asks for three to six runs
+
+
 def _rows_of_sweep(sweep: Any) -> list[Mapping[str, Any]]:
     if isinstance(sweep, pd.DataFrame):
         return sweep.to_dict("records")
     if isinstance(sweep, Iterable) and not isinstance(sweep, (str, bytes, Mapping)):
-        return list(sweep)
+        rows = list(itertools.islice(sweep, MAX_SWEEP_ROWS + 1))  # an endless iterator must not fill memory
+        if len(rows) > MAX_SWEEP_ROWS:
+            raise CheckFailed(f"sweep has more than {MAX_SWEEP_ROWS} runs; pass the few runs you made, one dict each")
+        return rows
     raise CheckFailed("sweep must be a list of dicts (or a DataFrame), one per run: "
                       "{'bucket_cap_mb': ..., 'step_ms': ..., 'exposed_ms': ..., 'trace': ...}")
 

@@ -22,7 +22,8 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
-from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
+from . import behaviour
+from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab01 import _data_verdict, _data_wait_share, _timing_note, _uses_loader_workers  # noqa: F401
 from .reading import (
     EVIDENCE,
@@ -54,14 +55,22 @@ def _cores_busy() -> str:
     return f"load average {load:.1f} on {cores} cores" if cores and load >= cores else ""
 
 
-def check_capstone(before: Trace, after: Trace, min_speedup: float) -> str:
-    """The mystery loop: no data or sync stall left, data wait down, syncs per step <= 0.2.
+def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=None) -> str:
+    """The mystery loop: first what the learner's ``make_step(device)`` does (run here on the CPU: new
+    batches of the dataset's rows every step, the model's weights updated); then no data or sync stall
+    left, data wait down, syncs per step <= 0.2.
 
     Judged on shares and counts; on a machine with no core to spare (the data-wait share does not
     fall but does not grow either) the loader's structure decides and the verdict says so; the step times are reported beside the verdict (``min_speedup`` is
     what a quiet machine shows).
     """
-    refused = learner_trace_problem(after)
+    refused = own_capture_problem(after, before)
+    if refused is None and not callable(make_step):
+        refused = ("pass your step function too: check_capstone(before, after, MIN_SPEEDUP, my_mystery_step); the check "
+                   "runs it to see that the loop still trains on the dataset's batches")
+    if refused is None:
+        refused = behaviour.capstone_problem(make_step)
+        refused = refused and refused[0].upper() + refused[1:] + "."
     if refused:
         return _check("workflow", "check_capstone", False, refused)
     found = [f.pattern for f in diagnose(after)]
@@ -238,10 +247,12 @@ TRIAGE: dict[str, Case] = {
     "t2": Case(("host_bound",), "held up by NumPy/Python on the host", {"data_stall": _host_code, "launch_overhead": _host_code,
                                                                         "sync_stall": _host_code}),
     "t3": Case(("gpu_bound",), "CUDA-Graph replay of small kernels", {"launch_overhead": _graph_replay},
-               note=("A CUDA Graph replay counts as GPU busy from its first kernel to its last (the way Nsight Systems draws "
-                     "it by default), so both formats read GPU-bound (90% in the profiler trace, over 99% in the Nsight "
-                     "Systems export). What the trace settles: one cudaGraphLaunch a step, so launches no longer cost "
-                     "anything; what is left is GPU work, and the next tool is Nsight Compute.")),
+               note=("GPU busy counts a CUDA Graph replay through its kernels: 81% of the step in the profiler trace. The "
+                     "replays span 90% of it; the gaps between their ~800 kernels are the GPU's own per-kernel cost, which no "
+                     "host change removes (the Nsight Systems export, recorded with the default --cuda-graph-trace=graph, "
+                     "keeps only whole replays and reads over 99%). What the trace settles: one cudaGraphLaunch a step, so "
+                     "launches no longer cost anything; what is left is GPU work: fewer, bigger kernels first, then "
+                     "Nsight Compute.")),
     "t4": Case(("data_stall",)),
     "t5": Case(("gpu_bound",), "two streams: white space on one is the other's busy time", {"*": _two_streams}),
     "t6": Case(("gpu_bound",), "pinned copies that already overlap compute", {"h2d_copy": _overlapped_copies}),

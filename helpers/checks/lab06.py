@@ -102,13 +102,23 @@ def kernel_limiter(row: dict | object) -> str:
     return "compute" if compute >= memory else "memory"
 
 
+def _memory_units(row) -> str:  # noqa: ANN001 - a row of read_ncu's table
+    """Which memory unit the 'memory' figure is (ncu's Memory Throughput is the busiest unit's share of its peak)."""
+    units = {"L1/TEX": row.get("l1_throughput_pct"), "L2": row.get("l2_throughput_pct"), "DRAM": row.get("dram_throughput_pct")}
+    known = {k: float(v) for k, v in units.items() if v is not None and v == v}
+    if not known:
+        return ""
+    return " (memory is the busiest unit's figure; by unit: " + ", ".join(f"{k} {v:.1f}%" for k, v in known.items()) + ")"
+
+
 def check_kernel_limiter(answer: str, ncu_table) -> str:
     """What limits the profiled kernel, from its ncu speed-of-light figures (first launch)."""
     want = kernel_limiter(ncu_table.iloc[0])
     row = ncu_table.iloc[0]
     return _check("nsight", "check_kernel_limiter", str(answer).strip().lower() == want,
                   f"{answer!r} is not what the figures say: compute {row['compute_throughput_pct']:.0f}% and memory "
-                  f"{row['memory_throughput_pct']:.0f}% of peak. The higher one limits the kernel if it is near peak; "
+                  f"{row['memory_throughput_pct']:.0f}% of peak{_memory_units(row)}. The higher one limits the kernel if it "
+                  "is near peak; "
                   "if both are well below (under ~60%), the kernel is latency-bound (occupancy, dependencies).")
 
 

@@ -20,9 +20,10 @@ import numpy as np
 
 from .. import metrics as m
 from .. import thresholds as th
-from ..diagnosis import PATTERNS, RULES, Finding, diagnose, signals
+from ..diagnosis import PATTERNS, Finding, diagnose, signals
 from ..metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
 from ..model import Trace
+from ..patterns import BY_CAUSE, BY_NAME
 from ._core import CheckFailed, _record, unit_slip
 
 #: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
@@ -49,19 +50,14 @@ FIGURE_HOWTO = {
     "collective_ms_per_step": "ms per step of collectives (all-reduce etc.)",
     "exposed_ms_per_step": "ms per step of collectives that no compute overlaps",
     "imbalance_spread": "(slowest - fastest rank's compute per step) / slowest",
-    "gpu_bound_busy": "share of step time the GPU is busy",
+    "gpu_bound_busy": "share of step time the GPU is busy (kernels, copies, memsets on all streams)",
+    "graph_span_share": "share of step time that is busy or inside a CUDA Graph replay's first-to-last-kernel span",
     "gpu_kernel_share": "share of step time kernels run",
 }
 
 
 def _figures_for(pattern: str) -> tuple[str, ...]:
-    names: list[str] = []
-    for rule in RULES:
-        if rule.pattern == pattern:
-            names += [n for n in rule.evidence if n in FIGURE_HOWTO and n not in names]
-    if pattern == "load_imbalance":
-        names += ["imbalance_spread", "exposed_ms_per_step"]
-    return tuple(names)
+    return tuple(n for n in BY_NAME[pattern].evidence if n in FIGURE_HOWTO)
 
 
 #: pattern -> the figures that prove it (see :data:`FIGURE_HOWTO` for how to measure each).
@@ -165,10 +161,8 @@ def describe_window(trace: Trace, window_ms: tuple[float, float]) -> str:
         if not inside.empty:
             clip = (np.minimum(inside["end_us"], we) - np.maximum(inside["start_us"], ws)).clip(lower=0)
             by = clip.groupby(inside["cause"]).sum().sort_values(ascending=False)
-            words = {"data_wait": "the host inside the DataLoader", "sync": "the host just back from a sync",
-                     "launch": "the host launching kernels", "collective": "a collective running",
-                     "other": "the host in other code"}
-            idle = ", ".join(f"{v / 1e3:.2f} ms with {words.get(k, k)}" for k, v in by.items() if v > 0)
+            idle = ", ".join(f"{v / 1e3:.2f} ms with {BY_CAUSE[k].host_is if k in BY_CAUSE else k}"
+                             for k, v in by.items() if v > 0)
             if idle:
                 parts.append(f"its idle time there: {idle}")
     ev = trace.events
@@ -303,16 +297,14 @@ def _what_the_trace_shows(sg: dict[str, Any], trace: Trace) -> str:
                 text += f"; the ranks compute {each} a step (spread {sg['imbalance_spread']:.0%})"
         return text
     idle = sg.get("gpu_idle_ms_per_step", {})
-    words = {"data_wait": "while the host is in the DataLoader", "sync": "just after a host sync",
-             "launch": "while the host launches kernels", "collective": "in collectives",
-             "other": "while the host runs other code"}
+    words = {c: p.during for c, p in BY_CAUSE.items()}
     busiest = sorted(((v, k) for k, v in idle.items() if v > 0), reverse=True)[:2]
     idle_txt = ", ".join(f"{v:.2f} ms per step {words.get(k, k)}" for v, k in busiest) or "almost never"
     text = (f"the GPU is busy {sg.get('gpu_utilization', 0):.0%} of the step and idles {idle_txt}; "
             f"{sg.get('kernels_per_step', 0):.0f} kernels per step (median {sg.get('launch_median_kernel_us', 0):.1f} us), "
             f"{sg.get('sync_points_per_step', 0):.1f} host syncs per step")
-    if "h2d_gb_per_s" in sg:
-        text += f", host-to-device copies {sg['h2d_ms_per_step']:.2f} ms per step at {sg['h2d_gb_per_s']:.1f} GB/s"
+    if "h2d_gb_per_s" in sg:  # their time only: the bandwidth and the memory kind are lab 01 Exercise 4's answer
+        text += f", host-to-device copies {sg['h2d_ms_per_step']:.2f} ms per step"
     if "comm_exposed_share" in sg:
         text += f", {sg['comm_exposed_share']:.0%} of step time in exposed collectives, rank compute spread {sg['imbalance_spread']:.0%}"
     return text

@@ -19,10 +19,15 @@ SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "cudaMemcpy2D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol", "cudaMemset",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
+    # ROCm's HIP runtime, as its traces name the same calls
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream",
+    "hipMemcpy2D", "hipMemcpyToSymbol", "hipMemcpyFromSymbol", "hipMemset", "hipMemcpyDtoH", "hipMemcpyHtoD",
 })
 #: CUDA API calls that queue work for the GPU.
 LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpyAsync",
-                   "cudaMemsetAsync", "cuMemcpyAsync", "cuMemsetAsync")
+                   "cudaMemsetAsync", "cuMemcpyAsync", "cuMemsetAsync",
+                   "hipLaunch", "hipExtLaunch", "hipModuleLaunch", "hipExtModuleLaunch", "hipGraphLaunch",
+                   "hipMemcpyAsync", "hipMemsetAsync")
 #: Host ranges that mean "waiting for the next batch".
 DATA_WAIT = re.compile(
     r"enumerate\(DataLoader\)|DataLoaderIter|^(?:data|data[ _]loading|dataloader|load[ _]batch|next[ _]batch|fetch)$",
@@ -60,44 +65,50 @@ def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
-    """Union of the GPU's work of ``kinds`` on one device.
+    """Union of the GPU's work of ``kinds`` on one device: the course's one definition of GPU busy.
 
-    A CUDA Graph replay counts as busy from its first kernel's start to its last kernel's end: the
-    GPU runs a graph as one unit, and the gaps between its kernels are the GPU's own scheduling,
-    which no host-side change removes (Nsight Systems records a replay as one such interval by
-    default, so both trace formats see the same busy time).
+    Busy is the union of kernels, copies and memsets on every stream (and collectives, which run as
+    kernels). A CUDA Graph replay counts only through its kernels: the gaps between them are idle
+    time on the GPU too (about 800 one-microsecond kernels leave a fifth of a replay's span empty), so
+    a replay's first-to-last-kernel span is shown apart (:func:`graph_spans`), never counted as busy.
+    An Nsight Systems export made with the default ``--cuda-graph-trace=graph`` holds only whole-graph
+    intervals ("CUDA Graph N (whole graph)"); those are its only record of the work and count as they
+    are, an upper bound: record with ``--cuda-graph-trace=node`` for the kernels.
     """
     key = ("gpu", rank, device, tuple(kinds))
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
         sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
-        s, e = sel["start_us"].to_numpy(), sel["end_us"].to_numpy()
-        if "kernel" in kinds:
-            gs, ge = _graph_spans(trace, rank, device)
-            s, e = np.r_[s, gs], np.r_[e, ge]
-        memo[key] = merge_intervals(s, e)
+        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
     return memo[key]
 
 
 def _is_graph_launch(name: str) -> bool:
-    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+    return name.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"))
 
 
-def _graph_spans(trace: Trace, rank: int, device: int) -> tuple[np.ndarray, np.ndarray]:
-    """First-kernel start to last-kernel end of each CUDA Graph launch's kernels on one device."""
+def graph_spans(trace: Trace) -> pd.DataFrame:
+    """One row per CUDA Graph launch: its kernels' first start to last end, and how much of that span they fill.
+
+    Columns: rank, device, correlation, start_us, end_us, span_us, kernels, busy_us (the union of its
+    kernels), fill (busy_us / span_us). Shown apart from GPU busy, which counts the kernels only.
+    """
+    cols = ["rank", "device", "correlation", "start_us", "end_us", "span_us", "kernels", "busy_us", "fill"]
     ev = trace.events
     graph = name_mask(trace, "graph_launch", _is_graph_launch)
-    empty = (np.zeros(0), np.zeros(0))
     if not graph.any():
-        return empty
-    calls = ev[graph & (ev["kind"] == "runtime").to_numpy() & (ev["rank"] == rank).to_numpy()]
-    k = ev[(ev["rank"] == rank) & (ev["device"] == device) & (ev["kind"] == "kernel")
-           & ev["correlation"].isin(calls["correlation"])]
+        return pd.DataFrame(columns=cols)
+    calls = ev[graph & (ev["kind"] == "runtime").to_numpy()]
+    k = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)].merge(calls[["rank", "correlation"]], on=["rank", "correlation"])
     if k.empty:
-        return empty
-    span = k.groupby("correlation").agg(s=("start_us", "min"), e=("end_us", "max"))
-    return span["s"].to_numpy(), span["e"].to_numpy()
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (rank, device, corr), g in k.groupby(["rank", "device", "correlation"], sort=True):
+        us, ue = merge_intervals(g["start_us"].to_numpy(), g["end_us"].to_numpy())
+        s, e, busy = float(us.min()), float(ue.max()), float((ue - us).sum())
+        rows.append((int(rank), int(device), int(corr), s, e, e - s, len(g), busy, busy / (e - s) if e > s else float("nan")))
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _is_launch_call(name: str) -> bool:

@@ -39,8 +39,14 @@ def copy_stats(trace: Trace) -> pd.DataFrame:
 def h2d_stats(trace: Trace) -> dict[str, float] | None:
     """All host-to-device copies together: ``time_us, bytes, gb_per_s, exposed_us`` (copy time no
     compute kernel overlaps), ``overlap_with_compute`` and ``pageable_byte_share``. None without H2D copies."""
+    return host_copy_stats(trace, ("H2D",))
+
+
+def host_copy_stats(trace: Trace, kinds: tuple[str, ...] = ("H2D", "D2H")) -> dict[str, float] | None:
+    """:func:`h2d_stats`' figures over copies between host and device in both directions (by default):
+    an offloading loop pays as much for its device-to-host copies as for the way back. None without any."""
     c = copy_stats(trace)
-    h = c[c["copy_kind"] == "H2D"]
+    h = c[c["copy_kind"].isin(kinds)]
     if h.empty:
         return None
     time_us, nbytes = float(h["time_us"].sum()), float(h["bytes"].sum())

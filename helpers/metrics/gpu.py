@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..model import GPU_WORK_KINDS, Trace
 from ._cache import _cached
-from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, host_union, is_sync_call
+from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, graph_spans, host_union, is_sync_call
 from .intervals import gaps_in, merge_intervals, overlap
 from .syncs import sync_stats
 from .windows import _devices_of, windows
@@ -17,7 +17,13 @@ from .windows import _devices_of, windows
 
 @_cached
 def gpu_busy(trace: Trace) -> pd.DataFrame:
-    """Per rank, device and window: ``busy_us``, ``kernel_us`` (compute only), ``idle_us``, ``busy_share``."""
+    """Per rank, device and window: ``busy_us``, ``kernel_us`` (compute only), ``idle_us``, ``busy_share``.
+
+    Busy is the union of kernels, copies and memsets on all streams (:func:`gpu_work_union`).
+    ``graph_span_us`` is shown apart: the window's time covered by busy work or by a CUDA Graph
+    replay's first-to-last-kernel span (:func:`graph_spans`); it equals ``busy_us`` without graphs.
+    """
+    spans = graph_spans(trace)
     rows = []
     for rank in trace.ranks:
         win = windows(trace, rank)
@@ -27,9 +33,16 @@ def gpu_busy(trace: Trace) -> pd.DataFrame:
             ws, we = win["start_us"].to_numpy(), win["end_us"].to_numpy()
             busy = overlap(us, ue, ws, we)
             kern = overlap(ks, ke, ws, we)
-            for step, w, b, k in zip(win["step"], we - ws, busy, kern):
-                rows.append((rank, device, int(step), w, b, k, w - b, b / w if w > 0 else 0.0))
-    return pd.DataFrame(rows, columns=["rank", "device", "step", "window_us", "busy_us", "kernel_us", "idle_us", "busy_share"])
+            mine = spans[(spans["rank"] == rank) & (spans["device"] == device)]
+            if mine.empty:
+                spanned = busy
+            else:
+                ss, se = merge_intervals(np.r_[us, mine["start_us"].to_numpy(float)], np.r_[ue, mine["end_us"].to_numpy(float)])
+                spanned = overlap(ss, se, ws, we)
+            for step, w, b, k, g in zip(win["step"], we - ws, busy, kern, spanned):
+                rows.append((rank, device, int(step), w, b, k, w - b, b / w if w > 0 else 0.0, g))
+    return pd.DataFrame(rows, columns=["rank", "device", "step", "window_us", "busy_us", "kernel_us", "idle_us", "busy_share",
+                                       "graph_span_us"])
 
 
 @_cached

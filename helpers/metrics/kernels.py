@@ -43,13 +43,16 @@ def kernel_stats(trace: Trace, top: int = 10) -> dict[str, Any]:
 def launch_stats(trace: Trace) -> dict[str, float]:
     """Launch-call durations and the delay from a launch call to its kernel's start."""
     ev = trace.events
-    calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "kernel_launch", lambda n: n.startswith(("cudaLaunch", "cuLaunch")))]
+    calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "kernel_launch", lambda n: n.startswith(("cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "hipModuleLaunch", "hipExtModuleLaunch")))]
     kernels = ev[ev["kind"].isin(("kernel", "collective")) & (ev["correlation"] >= 0)]
+    # One call per (rank, correlation id): a damaged or hostile trace that reuses an id for thousands of
+    # calls and kernels would otherwise multiply into calls x kernels rows. The first call is the launch.
+    first_call = calls[["rank", "correlation", "start_us", "dur_us"]].drop_duplicates(["rank", "correlation"])
     joined = kernels[["rank", "correlation", "start_us"]].merge(
-        calls[["rank", "correlation", "start_us", "dur_us"]], on=["rank", "correlation"], suffixes=("_kernel", "_call"))
+        first_call, on=["rank", "correlation"], suffixes=("_kernel", "_call"))
     delay = (joined["start_us_kernel"] - joined["start_us_call"]).to_numpy()
-    graph_calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch")))]
-    from_graphs = kernels.merge(graph_calls[["rank", "correlation"]], on=["rank", "correlation"])
+    graph_calls = ev[(ev["kind"] == "runtime") & name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")))]
+    from_graphs = kernels.merge(graph_calls[["rank", "correlation"]].drop_duplicates(), on=["rank", "correlation"])
     individually = 1.0 - len(from_graphs) / len(kernels) if len(kernels) else float("nan")
     return {
         "individually_launched_share": individually,

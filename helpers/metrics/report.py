@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from .. import thresholds as th
 from ..model import Trace
 from .activity import CAUSES, host_union
 from .comm import comm_stats, rank_imbalance
@@ -105,15 +107,63 @@ def summary(trace: Trace) -> dict[str, Any]:
 
 
 def comparison(before: Trace, after: Trace) -> pd.DataFrame:
-    """What changed between two traces: ``metric, before, after, better`` (numbers; ``better`` is
-    ``lower`` or ``higher``). :func:`helpers.render.change_text` words the change."""
+    """What changed between two traces: ``metric, before, after, better, noise`` (numbers; ``better`` is
+    ``lower`` or ``higher``; ``noise`` the half-width of the band a difference must leave to count, NaN
+    where the traces cannot say). :func:`helpers.render.change_text` words the change."""
     rows = []
+    band = step_time_band(before, after)
     for label, fn, better in _COMPARED:
+        if label.startswith("step time"):
+            rows.append((label, band["before_ms"], band["after_ms"], better, band["band_ms"]))
+            continue
         b, a = fn(before), fn(after)
         if b is None and a is None:
             continue
-        rows.append((label, b, a, better))
-    return pd.DataFrame(rows, columns=["metric", "before", "after", "better"])
+        rows.append((label, b, a, better, float("nan")))
+    return pd.DataFrame(rows, columns=["metric", "before", "after", "better", "noise"])
+
+
+def step_times(t: Trace) -> np.ndarray:
+    """Each step's time in ms (the slowest rank's), in step order; empty without steps."""
+    w = windows(t)
+    w = w[w["step"] >= 0]
+    if w.empty:
+        return np.array([])
+    return (w.groupby("step")["dur_us"].max() / 1e3).to_numpy(dtype=float)
+
+
+def _spread(x: np.ndarray) -> float:
+    return float(1.4826 * np.median(np.abs(x - np.median(x)))) if len(x) else float("nan")
+
+
+def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
+    """Median step times of two traces and the noise band of their difference (``thresholds.NOISE_BAND_SE``
+    standard errors, from each run's own spread): ``before_ms, after_ms, band_ms`` (NaN with fewer than
+    ``NOISE_MIN_STEPS`` steps a side), ``before_spread, after_spread`` (relative), ``n_before, n_after``."""
+    b, a = step_times(before), step_times(after)
+    out = {"before_ms": float(np.median(b)) if len(b) else (step_time_ms(before) or float("nan")),
+           "after_ms": float(np.median(a)) if len(a) else (step_time_ms(after) or float("nan")),
+           "n_before": float(len(b)), "n_after": float(len(a)), "band_ms": float("nan")}
+    out["before_spread"] = _spread(b) / out["before_ms"] if len(b) else float("nan")
+    out["after_spread"] = _spread(a) / out["after_ms"] if len(a) else float("nan")
+    if min(len(b), len(a)) >= th.NOISE_MIN_STEPS:
+        se = np.hypot(1.2533 * _spread(b) / np.sqrt(len(b)), 1.2533 * _spread(a) / np.sqrt(len(a)))
+        out["band_ms"] = float(th.NOISE_BAND_SE * se)
+    return out
+
+
+def timing_verdict(before: Trace, after: Trace) -> str:
+    """``faster``, ``slower`` (beyond the noise band), ``within noise``, ``too noisy`` (a run's steps spread more
+    than ``NOISE_BUSY_SPREAD``: the machine is busy) or ``unknown`` (too few steps for a band)."""
+    band = step_time_band(before, after)
+    if max(band["before_spread"], band["after_spread"]) > th.NOISE_BUSY_SPREAD:
+        return "too noisy"
+    if not np.isfinite(band["band_ms"]):
+        return "unknown"
+    diff = band["after_ms"] - band["before_ms"]
+    if abs(diff) <= band["band_ms"]:
+        return "within noise"
+    return "slower" if diff > 0 else "faster"
 
 
 def step_time_ms(t: Trace) -> float | None:
@@ -133,7 +183,7 @@ def _comm(t: Trace, col: str) -> float | None:
 
 
 _COMPARED = [
-    ("step time (ms, mean)", step_time_ms, "lower"),
+    ("step time (ms, median)", step_time_ms, "lower"),
     ("GPU utilization", lambda t: gpu_utilization(t) if t.has_gpu else None, "higher"),
     ("kernels per step", lambda t: kernel_stats(t)["per_step"] if t.has_gpu else None, "lower"),
     ("data wait (ms/step)", lambda t: data_wait(t)["data_wait_us_per_step"] / 1e3, "lower"),

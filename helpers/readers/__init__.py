@@ -6,6 +6,7 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import shutil
@@ -52,7 +53,8 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     (after decompression) or ``max_events`` are refused. Inputs are only ever read.
     Raises :class:`TraceError` with a one-line explanation for anything it cannot read.
     """
-    p = Path(path)
+    p = _as_path(path)
+    max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     if step_pattern is not None:
         try:
             re.compile(step_pattern)
@@ -80,6 +82,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
 
     ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
     """
+    max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     try:
         info = os.stat(p)
     except OSError as exc:
@@ -96,13 +99,13 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
-        events, metadata = nsys.read(p)
+        events, metadata = nsys.read(p, max_events, max_bytes)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
         blocks = _gunzip_blocks(p, max_bytes)
         first = _take(blocks, len(SQLITE_MAGIC))
         if first.startswith(SQLITE_MAGIC):
-            return _read_sqlite_bytes(p, first + b"".join(blocks))
+            return _read_sqlite_bytes(p, first + b"".join(blocks), max_events)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -118,13 +121,35 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     first, blocks = _as_utf8(first, blocks, p)
     while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
         first += more
-    if not first.lstrip()[:1] == b"{":
+    if first.lstrip()[:1] not in (b"{", b"["):  # an object with traceEvents, or Chrome's bare JSON array
         raise TraceError(
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
     events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
+
+
+def limit(value: object, name: str) -> int:
+    """A size limit as a positive whole number; NaN, infinity, zero, negatives and non-numbers are refused,
+    so a limit can be raised but never switched off by accident (NaN compares false with everything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TraceError(f"{name}={value!r}: give a positive number")
+    if not math.isfinite(value) or value < 1:
+        raise TraceError(f"{name}={value!r}: give a positive, finite number (a limit cannot be switched off)")
+    return int(value)
+
+
+def _as_path(path: object) -> Path:
+    """``str``, ``bytes`` and ``os.PathLike`` paths; an open file or anything else is refused in one line."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        try:
+            return Path(os.fsdecode(path))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"{path!r}: not a usable path ({exc})") from None
+    if hasattr(path, "read"):
+        raise TraceError(f"{path!r}: an open file; pass its path instead (helpers.load(\"trace.json\"))")
+    raise TraceError(f"{path!r}: not a path; pass the trace's file or folder name as a string or Path")
 
 
 def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
@@ -197,12 +222,12 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
-def _read_sqlite_bytes(p: Path, raw: bytes) -> tuple[pd.DataFrame, dict, str]:
+def _read_sqlite_bytes(p: Path, raw: bytes, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: read from a private temporary copy, never beside the input."""
     with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
         copy = Path(tmp) / "trace.sqlite"
         copy.write_bytes(raw)
-        events, metadata = _renamed(lambda: nsys.read(copy), copy, p)
+        events, metadata = _renamed(lambda: nsys.read(copy, max_events), copy, p)
     return events, metadata, "nsys-sqlite"
 
 
@@ -223,7 +248,7 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
         if r.returncode != 0 or not out.is_file():
             why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
-        events, metadata = _renamed(lambda: nsys.read(out), out, p)
+        events, metadata = _renamed(lambda: nsys.read(out, max_events), out, p)
     return events, metadata, "nsys-sqlite"
 
 

@@ -11,6 +11,7 @@ import gc
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,29 @@ _CATEGORY_KIND = {
     "python_function": "python",
     "cuda_sync": "sync",
     "os_runtime": "osrt",  # not Kineto's: what helpers' export writes for Nsight Systems' OS runtime calls
+    # PyTorch 1.8-1.9 (the first Kineto releases) spelled the categories differently.
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+    "Runtime": "runtime",
+    "Operator": "cpu_op",
+    "Python": "python",
+    "User annotation": "annotation",
+    "GPU user annotation": "gpu_annotation",
+    "user annotation": "annotation",
+    "gpu user annotation": "gpu_annotation",
+    # ROCm builds (roctracer) name some categories after HIP; the rows are otherwise the same.
+    "hip_runtime": "runtime",
+    "hip_driver": "runtime",
 }
+#: ``torch.autograd.profiler``'s own export (the legacy profiler, a bare JSON array) has no categories:
+#: its rows are told apart by ``pid``, and a GPU row's ``tid`` is the device.
+_LEGACY_PIDS = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+#: PyTorch 1.8-1.9 wrote the profiler's own ranges (steps, DataLoader fetches, optimizer calls) as
+#: ``Operator`` rows; later releases write them as ``user_annotation``, which is what they are.
+_OLD_RANGE_CATEGORY = "Operator"
+_OLD_SPELLING = frozenset({"Kernel", "Memcpy", "Memset", "Runtime", "Operator", "Python"})
+_OLD_RANGE_NAME = re.compile(r"^(?:ProfilerStep#\d+$|enumerate\(DataLoader\)#|Optimizer\.(?:step|zero_grad)#)")
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
@@ -65,6 +88,7 @@ _CUT = re.compile(rb"\}\s*,\s*\{")
 _PIECE = 4 << 20
 _HEAD_LIMIT = 64 << 20
 _END_TRIES = 64
+_HEAD_TRIES = 16
 
 
 def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.DataFrame, dict]:
@@ -98,23 +122,30 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
 
 def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
     """Feed every trace event to ``cols``; return the document's other top-level members."""
-    buf, eof = b"", False
+    # A bytearray: appending a block and dropping the used front cost the block's size, not the buffer's.
+    buf, eof = bytearray(), False
 
     def more(keep_from: int = 0) -> bool:
         """Append the next block to ``buf``, dropping the ``keep_from`` bytes already used."""
-        nonlocal buf, eof
+        nonlocal eof
         for block in blocks:
             if block:
-                buf = buf[keep_from:] + block
+                del buf[:keep_from]
+                buf.extend(block)
                 return True
         eof = True
         return False
 
-    # The head: everything before the top-level "traceEvents": [ ...
-    search_from = 0
+    # The head: everything before the top-level "traceEvents": [ ... Each candidate key costs a parse of
+    # the head before it, so only _HEAD_TRIES are tried (a document of nested "traceEvents" keys would
+    # otherwise cost keys x head); past that the document is parsed whole, as json.loads would.
+    search_from, tries = 0, 0
     while True:
         m = _EVENTS_KEY.search(buf, search_from)
         if m is not None:
+            tries += 1
+            if tries > _HEAD_TRIES:
+                return _whole(bytes(buf) + b"".join(blocks), path, cols)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
                 break
@@ -122,24 +153,34 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(buf + b"".join(blocks), path, cols)
+            return _whole(bytes(buf) + b"".join(blocks), path, cols)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
-    # ... then the events, piece by piece ...
+    # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
+    # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
+    # of times instead of once per block.
     pos, piece = m.end(), _PIECE
+    search_at = pos + piece
     while True:
-        cut = _CUT.search(buf, pos + piece) if len(buf) > pos + piece else None
+        cut = None
+        if len(buf) > pos + piece and len(buf) >= search_at:
+            cut = _CUT.search(buf, pos + piece)
+            if cut is None:
+                search_at = pos + 2 * (len(buf) - pos)
         if cut is None:
             if more(pos):
+                search_at -= pos
                 pos = 0
                 continue
-            tail = _last_piece(buf[pos:], path, cols)
+            tail = _last_piece(bytes(memoryview(buf)[pos:]), path, cols)
             break
         events = _try_loads(b"[" + buf[pos:cut.start() + 1] + b"]")
         if events is None:  # the cut fell inside a string or a nested value: take a longer piece
             piece *= 2
+            search_at = pos + piece
             continue
         cols.add(events)
         pos, piece = cut.end() - 1, _PIECE
+        search_at = pos + piece
     # ... and the members after the list.
     if tail.get("traceEvents") is not None:
         raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
@@ -178,6 +219,8 @@ def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
             f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: record or copy it again"
         ) from None
     del raw
+    if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone
+        doc = {"traceEvents": _legacy_rows(doc)}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON without a 'traceEvents' list, so not a PyTorch-profiler trace; "
@@ -187,6 +230,19 @@ def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
     for i in range(0, len(events), 50_000):
         cols.add(events[i:i + 50_000])
     return doc
+
+
+def _legacy_rows(events: list) -> list:
+    """Give the legacy profiler's uncategorised rows the category and device Kineto would have given them."""
+    out = []
+    for e in events:
+        if type(e) is dict and "cat" not in e and e.get("ph") == "X" and (cat := _LEGACY_PIDS.get(e.get("pid"))):
+            e = {**e, "cat": cat, "pid": 0}
+            if cat == "kernel":
+                args = e.get("args") if type(e.get("args")) is dict else {}
+                e["args"] = {"device": e.get("tid"), "stream": 0, **args}
+        out.append(e)
+    return out
 
 
 def _try_loads(data: bytes) -> Any:
@@ -204,6 +260,8 @@ class _Columns:
         self.seen = 0  # trace events of any kind so far (what max_events counts)
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
+        # What the events were, tallied only while none has been understood: a refusal says what was found.
+        self.unknown: Counter[str] = Counter()
 
     def add(self, raw_events: list) -> None:
         path = self.path
@@ -219,6 +277,8 @@ class _Columns:
             evs = [e for e in raw_events
                    if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
         if not evs:
+            if not self.parts["kind"]:
+                self.unknown.update(_category_of(e) for e in raw_events)
             return
         ts = _times(evs, "ts", path)
         dur = _times(evs, "dur", path)
@@ -233,6 +293,9 @@ class _Columns:
         name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
         code_of = _CATEGORY_CODE
         kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
+            ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
+            kind[ranges] = _CODE["annotation"]
         args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
         on_device = _ON_DEVICE[kind]
         n = len(evs)
@@ -267,6 +330,8 @@ class _Columns:
         c = {col: np.concatenate(parts) if parts else np.zeros(0, dtype=_PART_DTYPES[col])
              for col, parts in self.parts.items()}
         self.parts = {}
+        if not len(c["kind"]) and self.seen:
+            _refuse_unknown(self.path, self.seen, self.unknown)
         kind, code = c["kind"], c["name"]
         uniq = np.empty(len(self.name_ids), dtype=object)
         uniq[:] = list(self.name_ids)
@@ -308,6 +373,25 @@ class _Columns:
         if rank is not None:
             events["rank"] = rank
         return events, metadata
+
+
+def _category_of(e: object) -> str:
+    if type(e) is not dict:
+        return "(not an object)"
+    cat = e.get("cat")
+    if e.get("ph") != "X":
+        return f"{cat or 'uncategorised'} (phase {str(e.get('ph'))[:8]})"
+    return str(cat)[:40] if cat is not None else "(no category)"
+
+
+def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
+    """Events were there, none of them one this reader knows: say what they were instead of reading nothing."""
+    top = ", ".join(f"{c} ({n:,})" for c, n in found.most_common(5))
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    raise TraceError(
+        f"{path}: {seen:,} events, categories {top}{more}: none is a PyTorch-profiler or Chrome trace event this "
+        "reader knows, so not a PyTorch-profiler trace (it reads timed 'X' events of categories such as kernel, "
+        "cuda_runtime, cpu_op); record one with torch.profiler and export_chrome_trace, or nsys export --type sqlite")
 
 
 def _metadata(doc: dict, origin: float) -> dict:

@@ -9,6 +9,7 @@ the same run recorded both ways gives the same metrics.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import urllib.parse
@@ -38,7 +39,12 @@ ACTIVITY_TABLES = (
     "NVTX_EVENTS",
     "OSRT_API",
 )
-COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+             10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+#: ENUM_CUDA_MEMCPY_OPER 11-13: unified-memory migrations (the pages move on demand, not by a cudaMemcpy).
+UNIFIED_COPY_KINDS = frozenset({11, 12, 13})
+#: Copies to or from a CUDA array go the same way as the device copy they stand for.
+_ARRAY_DIRECTION = {"HtoA": "H2D", "AtoH": "D2H", "AtoA": "D2D", "AtoD": "D2D", "DtoA": "D2D"}
 MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
 SYNC_TYPE = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 NVTX_RANGE_TYPES = (59, 60)
@@ -64,11 +70,18 @@ def readonly_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro&immutable=1"
 
 
-def read(path: Path) -> tuple[pd.DataFrame, dict]:
+def read(path: Path, max_events: int | None = None, max_bytes: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Read an export; over ``max_bytes`` on disk or ``max_events`` activity rows is refused with TraceError."""
+    _refuse_live_wal(path)
+    if max_bytes is not None and (size := os.stat(path).st_size) > max_bytes:
+        raise TraceError(f"{path}: {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+                         "raise it with --max-mb (API: max_bytes=) if the export is really this big")
     try:
         con = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if max_events is not None:
+                _refuse_too_many_rows(con, tables, path, max_events)
             return _read(con, tables, path)
         finally:
             con.close()
@@ -80,6 +93,32 @@ def read(path: Path) -> tuple[pd.DataFrame, dict]:
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise TraceError(f"{path}: the SQLite database cannot be read ({msg}); export it again with nsys export") from None
+
+
+_WAL_HEADER = 32  # bytes of a -wal file's header; anything more is committed pages not yet in the database
+
+
+def _refuse_live_wal(path: Path) -> None:
+    """Read-only (immutable) opening ignores a ``-wal`` file: changes committed there would be silently missed."""
+    try:
+        wal = os.stat(str(path) + "-wal").st_size
+    except OSError:
+        return
+    if wal > _WAL_HEADER:
+        raise TraceError(f"{path}: a {path.name}-wal file beside it holds {wal:,} bytes of changes not yet in the "
+                         "database; let the program writing it finish (or run: sqlite3 FILE 'PRAGMA wal_checkpoint'), "
+                         "then read it again")
+
+
+def _refuse_too_many_rows(con: sqlite3.Connection, tables: set[str], path: Path, max_events: int) -> None:
+    """Count the activity rows before reading any, so the events limit holds for exports as for JSON."""
+    total = 0
+    for t in ACTIVITY_TABLES:
+        if t in tables:
+            total += con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
+            if total > max_events:
+                raise TraceError(f"{path}: over {max_events:,} events; raise the limit with --max-events "
+                                 "(API: max_events=) if the export is really this big")
 
 
 def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.DataFrame, dict]:
@@ -123,13 +162,17 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
         m = frame("SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind, srcKind, dstKind "
                   "FROM CUPTI_ACTIVITY_KIND_MEMCPY")
-        op = [COPY_KIND.get(_int(c), f"Kind{_int(c)}") for c in m["copyKind"]]
-        src = [MEM_KIND.get(_int(s), "Unknown") for s in m["srcKind"]]
-        dst = [MEM_KIND.get(_int(s), "Unknown") for s in m["dstKind"]]
-        names = [f"Memcpy {o} ({s} -> {d})" for o, s, d in zip(op, src, dst)]
+        kinds = [_int(c) for c in m["copyKind"]]
+        op = [COPY_KIND.get(c, f"Kind{c}") for c in kinds]
+        unified = [c in UNIFIED_COPY_KINDS for c in kinds]
+        # A migration's ends are managed memory whatever the export put in srcKind/dstKind (often Unknown).
+        src = ["Managed" if u else MEM_KIND.get(_int(s), "Unknown") for s, u in zip(m["srcKind"], unified)]
+        dst = ["Managed" if u else MEM_KIND.get(_int(s), "Unknown") for s, u in zip(m["dstKind"], unified)]
+        names = [f"Unified Memory Memcpy {o} ({s} -> {d})" if u else f"Memcpy {o} ({s} -> {d})"
+                 for o, s, d, u in zip(op, src, dst, unified)]
         part = _device_part(m, names, ["memcpy"] * len(m))
         part["bytes"] = m["bytes"].astype("float64")
-        part["copy_kind"] = [COPY_DIRECTION.get(o, "") for o in op]
+        part["copy_kind"] = [COPY_DIRECTION.get(o, _ARRAY_DIRECTION.get(o, "")) for o in op]
         part["host_memory"] = [host_memory_of(COPY_DIRECTION.get(o, ""), s, d) for o, s, d in zip(op, src, dst)]
         parts.append(part)
     if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
@@ -143,7 +186,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
         names = [SYNC_TYPE.get(_int(t), "Sync") for t in y["syncType"]]
         parts.append(_device_part(y, names, ["sync"] * len(y)))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        r = frame("SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        r = _one_row_per_call(frame("SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"))
         names = [_VERSION_SUFFIX.sub("", strings.get(n, "?")) for n in r["nameId"]]
         parts.append(_host_part(r, names, "runtime"))
     if "NVTX_EVENTS" in tables:
@@ -188,6 +231,23 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
             device_names = []
     distributed = {"world_size": len(ranks), "processes": processes} if processes else {}
     return events, {"origin_us": origin_us, "device_names": device_names, "distributed": distributed, "torch_version": ""}
+
+
+def _one_row_per_call(r: pd.DataFrame) -> pd.DataFrame:
+    """Older nsys exports store some runtime calls twice (two eventClass values, one correlation id):
+    keep one row per call, the longer, so syncs and blocked time are not counted twice."""
+    corr = r["correlationId"]
+    has_id = corr.notna() & (corr > 0)  # 0/NULL: a call that launched nothing, never a duplicate
+    if not has_id.any():
+        return r
+    keyed = r[has_id]
+    dup = keyed.duplicated(["globalTid", "correlationId"], keep=False)
+    if not dup.any():
+        return r
+    longest = (keyed[dup].assign(_dur=keyed["end"] - keyed["start"])
+               .sort_values("_dur", ascending=False, kind="stable")
+               .drop_duplicates(["globalTid", "correlationId"]).drop(columns="_dur"))
+    return pd.concat([r[~has_id], keyed[~dup], longest]).sort_index()
 
 
 def _rank_marks(con: sqlite3.Connection, tables: set[str], strings: dict[int, str]) -> dict[int, int]:

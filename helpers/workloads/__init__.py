@@ -9,5 +9,3 @@ and offers the same pieces to the notebooks: ``VARIANTS``, ``make_step(variant, 
 On a CUDA machine they run on the GPU, else on the CPU, sized to finish a profiled run within
 about 30 s on two CPU cores.
 """
-
-WORKLOADS = ("data_stall", "h2d_copy", "launch_overhead", "sync_stall", "communication", "mystery")

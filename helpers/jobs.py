@@ -1,0 +1,287 @@
+"""Jobs of many ranks: a folder of per-rank traces analysed rank by rank, then reduced across ranks.
+
+``helpers.load`` on a folder builds one events table of every rank, so its memory grows with the
+whole job. Here each rank is read and analysed on its own (in a process pool by default, one after
+another with ``workers=1``, or on a Dask distributed cluster given its scheduler's address), and what
+comes back is a small :class:`RankSummary` per rank (its per-step communication figures and its own
+findings), never the events. :func:`reduce_ranks` turns the summaries into the cross-rank report:
+the same compute spread, exposed communication and slowest/fastest ranks that
+:func:`helpers.diagnose` computes on the in-memory folder, plus the stragglers. Memory is bounded by
+the ranks in flight at a time (one per worker), not by the job.
+
+    report = analyse_job("traces/")          # or: python -m helpers ranks traces/ [--workers N]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as th
+from .errors import TraceError
+from .model import build_events, finish
+
+#: Columns of a rank's per-step communication figures, as :func:`helpers.metrics.comm_stats` names them.
+COMM_COLUMNS = ("step", "window_us", "collective_us", "compute_us", "exposed_us")
+
+Progress = Callable[[int, int], None]  # (ranks done, ranks in all)
+
+
+@dataclass
+class RankSummary:
+    """What one rank's analysis hands back: figures, not events (a few KB whatever the trace)."""
+
+    rank: int
+    source: str
+    format: str
+    events: int
+    has_gpu: bool
+    comm: dict[str, np.ndarray]  # COMM_COLUMNS -> one value per analysis window (step)
+    findings: list[tuple[str, float, str]] = field(default_factory=list)  # (pattern, cost, summary), costliest first
+
+    @property
+    def steps(self) -> int:
+        return int((self.comm["step"] >= 0).sum())
+
+
+def job_files(folder: str | os.PathLike) -> list[Path]:
+    """The trace files of a folder of per-rank traces, in the order :func:`helpers.load` reads them."""
+    from .readers import _is_trace_file
+
+    d = Path(folder)
+    try:
+        if not d.is_dir():
+            raise TraceError(f"{d}: not a folder; pass the folder that holds one trace per rank")
+        files = sorted(f for f in d.iterdir() if _is_trace_file(f))
+    except OSError as exc:
+        raise TraceError(f"{d}: the folder cannot be listed ({exc.strerror}); check its permissions") from None
+    if not files:
+        raise TraceError(f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
+                         "point at the folder your profiler wrote into")
+    if (d / "manifest.json").is_file() and len(files) > 1:
+        raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json, "
+                         f"not the ranks of one run; pass one of them, e.g. {files[0]}")
+    return files
+
+
+def _rank_of(path: Path, meta: dict[str, Any], index: int) -> int:
+    """The rank a file holds, as the folder reader decides it: the trace's own distributed info, else
+    ``rank N`` in the file name, else the file's place in the sorted folder."""
+    from .readers import _RANK_IN_NAME
+
+    rank = meta.get("distributed", {}).get("rank")
+    if rank is None:
+        m = _RANK_IN_NAME.search(path.name)
+        rank = int(m.group(1)) if m else index
+    return int(rank)
+
+
+def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | None = None,
+                 max_bytes: int | None = None, max_events: int | None = None) -> RankSummary:
+    """Read one rank's trace and analyse it alone: its per-step communication figures and its findings.
+
+    ``index`` is the file's place in its folder (the rank when the file says none). Runs in a worker
+    process or on a cluster worker, so it takes and returns only small, picklable values.
+    """
+    from . import metrics
+    from .diagnosis import diagnose
+    from .readers import MAX_BYTES, MAX_EVENTS, read_file
+
+    p = Path(path)
+    columns, meta, fmt = read_file(p, MAX_BYTES if max_bytes is None else max_bytes,
+                                   MAX_EVENTS if max_events is None else max_events, table=False)
+    if isinstance(columns, pd.DataFrame):
+        columns = {c: columns[c].to_numpy() for c in columns.columns}
+    columns = {c: v for c, v in columns.items() if c not in ("step", "end_us")}  # labelled again below
+    rank = _rank_of(p, meta, index)
+    columns["rank"] = np.full(len(columns["name"]), rank, dtype=np.int64)  # as the folder reader labels a file
+    trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
+    cs = metrics.comm_stats(trace)
+    comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
+    found = [(f.pattern, float(f.cost), f.summary) for f in diagnose(trace)]
+    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found)
+
+
+def default_workers(n_files: int) -> int:
+    """One process per usable core, at most one per file."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(n_files, cores))
+
+
+def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, scheduler: str | None = None,
+                step_pattern: str | None = None, max_bytes: int | None = None, max_events: int | None = None,
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Analyse every rank of ``folder`` on its own and reduce them into the cross-rank report.
+
+    ``workers``: processes (default one per core; 1 = one rank after another in this process).
+    ``scheduler``: the address of a Dask distributed scheduler (``tcp://host:8786``) to run the ranks
+    on instead; its workers need this package installed and the folder at the same path.
+    ``progress(done, total)`` is called as ranks finish. Limits apply to each rank's file.
+    """
+    files = job_files(folder)
+    args = [(str(f), i, step_pattern, max_bytes, max_events) for i, f in enumerate(files)]
+    if scheduler is not None:
+        summaries = _on_dask(scheduler, args, progress)
+    else:
+        n = default_workers(len(files)) if workers is None else int(workers)
+        if n < 1:
+            raise TraceError(f"workers={workers}: give 1 or more")
+        summaries = _on_pool(n, args, progress) if n > 1 and len(files) > 1 else _serial(args, progress)
+    report = reduce_ranks(summaries)
+    report["folder"] = str(folder)
+    return report
+
+
+def _serial(args: list[tuple], progress: Progress | None) -> list[RankSummary]:
+    out = []
+    for a in args:
+        out.append(analyse_rank(*a))
+        if progress:
+            progress(len(out), len(args))
+    return out
+
+
+def _on_pool(workers: int, args: list[tuple], progress: Progress | None) -> list[RankSummary]:
+    """At most ``2 * workers`` ranks queued at a time, so a job of thousands of files holds a few
+    ranks' worth of pending work, and a failed rank stops the job without reading the rest."""
+    results: dict[int, RankSummary] = {}
+    todo = iter(enumerate(args))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        running = {}
+        for i, a in todo:
+            running[pool.submit(analyse_rank, *a)] = i
+            if len(running) >= 2 * workers:
+                break
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                try:
+                    results[i] = fut.result()
+                except BaseException:
+                    for other in running:
+                        other.cancel()
+                    raise
+                if progress:
+                    progress(len(results), len(args))
+                nxt = next(todo, None)
+                if nxt is not None:
+                    running[pool.submit(analyse_rank, *nxt[1])] = nxt[0]
+    return [results[i] for i in range(len(args))]
+
+
+def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout: float = 30) -> list[RankSummary]:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise TraceError("--scheduler needs Dask's distributed scheduler: pip install 'dask[distributed]'") from None
+    try:
+        client = Client(address, timeout=timeout)  # the default client while it runs: as_completed needs one
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise TraceError(f"{address}: no Dask scheduler answers there ({exc}); check the address "
+                         "(tcp://HOST:8786) and that the scheduler is running") from None
+    try:
+        futures = [client.submit(analyse_rank, *a, key=f"helpers-rank-{i}-{os.getpid()}", pure=False)
+                   for i, a in enumerate(args)]
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: dict[int, RankSummary] = {}
+        for fut in as_completed(futures):
+            results[index[fut.key]] = fut.result()  # a worker's TraceError is raised here as itself
+            fut.release()
+            if progress:
+                progress(len(results), len(args))
+        return [results[i] for i in range(len(args))]
+    finally:
+        client.close()
+
+
+def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
+    """The cross-rank report from per-rank summaries.
+
+    ``compute_spread``, ``slowest_rank``/``fastest_rank``, ``comm_exposed_share``,
+    ``collective_ms_per_step`` and ``exposed_ms_per_step`` are computed as
+    :func:`helpers.diagnosis.signals` computes them on the in-memory folder (same figures);
+    ``per_rank`` has a row per rank (mean per step) and ``stragglers`` the ranks whose compute per
+    step exceeds the median rank's by :data:`helpers.thresholds.STRAGGLER_EXCESS`.
+    """
+    seen: dict[int, str] = {}
+    for s in summaries:
+        if s.rank in seen:
+            raise TraceError(f"two files claim rank {s.rank} ({Path(seen[s.rank]).name} and {Path(s.source).name}); "
+                             "keep one trace per rank in the folder")
+        seen[s.rank] = s.source
+    cs = pd.DataFrame({c: np.concatenate([s.comm[c] for s in summaries]) if summaries else [] for c in COMM_COLUMNS})
+    cs.insert(0, "rank", np.concatenate([np.full(len(s.comm["step"]), s.rank) for s in summaries]) if summaries else [])
+    per_rank = (cs.groupby("rank")[["window_us", "compute_us", "exposed_us", "collective_us"]].mean()
+                if len(cs) else pd.DataFrame(columns=["window_us", "compute_us", "exposed_us", "collective_us"]))
+    by = {s.rank: s for s in summaries}
+    rows = []
+    for r, v in per_rank.iterrows():
+        s = by[int(r)]
+        top = s.findings[0] if s.findings else ("", 0.0, "")
+        rows.append({"rank": int(r), "events": s.events, "steps": s.steps, "step_ms": v["window_us"] / 1e3,
+                     "compute_ms": v["compute_us"] / 1e3, "collective_ms": v["collective_us"] / 1e3,
+                     "exposed_ms": v["exposed_us"] / 1e3,
+                     "exposed_share": v["exposed_us"] / v["window_us"] if v["window_us"] > 0 else 0.0,
+                     "top_finding": top[0], "top_cost": top[1]})
+    table = pd.DataFrame(rows, columns=["rank", "events", "steps", "step_ms", "compute_ms", "collective_ms", "exposed_ms",
+                                        "exposed_share", "top_finding", "top_cost"])
+    report: dict[str, Any] = {"ranks": len(summaries), "events": int(sum(s.events for s in summaries)),
+                              "has_gpu": any(s.has_gpu for s in summaries), "per_rank": table,
+                              "compute_spread": 0.0, "stragglers": [], "has_collectives": False}
+    comp = per_rank["compute_us"]
+    if len(per_rank) >= 2:  # as metrics.rank_imbalance
+        report["compute_spread"] = float((comp.max() - comp.min()) / comp.max()) if comp.max() > 0 else 0.0
+        report["slowest_rank"], report["fastest_rank"] = int(comp.idxmax()), int(comp.idxmin())
+        median = float(comp.median())
+        if median > 0:
+            report["stragglers"] = [int(r) for r in comp.index[comp > median * (1 + th.STRAGGLER_EXCESS)]]
+    if len(cs) and cs["collective_us"].sum() > 0:  # as diagnosis.signals
+        per_step = cs.groupby("step")[["collective_us", "exposed_us"]].mean()
+        report.update({"has_collectives": True,
+                       "comm_exposed_share": float(cs["exposed_us"].sum() / cs["window_us"].sum()),
+                       "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
+                       "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
+    report["findings"] = _job_findings(report)
+    return report
+
+
+def _job_findings(r: dict[str, Any]) -> list[str]:
+    """The job-level patterns, held to the diagnosis's own thresholds: uneven load across ranks, else
+    communication that nothing hides."""
+    if not r["has_collectives"]:
+        return []
+    if r["ranks"] >= 2 and r["compute_spread"] >= th.IMBALANCE_SPREAD:
+        return ["load_imbalance"]
+    return ["communication"] if r["comm_exposed_share"] >= th.COMM_EXPOSED_SHARE else []
+
+
+def stderr_progress(label: str = "ranks") -> Progress | None:
+    """A one-line progress bar on stderr, or None when stderr is not a terminal (logs and pipes get nothing)."""
+    stream = sys.stderr
+    try:
+        if not stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        fill = width * done // max(total, 1)
+        end = "\n" if done >= total else ""
+        stream.write(f"\r{label} {done}/{total} [{'#' * fill}{'.' * (width - fill)}]{end}")
+        stream.flush()
+
+    return show
+
+
+__all__ = ["COMM_COLUMNS", "RankSummary", "analyse_job", "analyse_rank", "default_workers", "job_files",
+           "reduce_ranks", "stderr_progress"]

@@ -1,0 +1,433 @@
+"""The pattern catalogue: everything the toolkit knows about one bottleneck pattern, in one record.
+
+A :class:`Pattern` holds a pattern's name, the idle cause it owns (the label
+:func:`helpers.metrics.idle_gaps` puts on GPU gaps), the words for that cause, its fix (GPU and CPU
+wording), its plot colour and its :class:`Rule` s. A rule is how the pattern is found on one kind of
+trace: a named predicate over named signals (:class:`Signals`, computed by
+:func:`helpers.diagnosis.signals`) held to thresholds from :mod:`helpers.thresholds`, the signal that
+is its cost, the sentence it says, the signals it shows as evidence and where on the timeline it
+shows (a :data:`WINDOWS` locator). :func:`helpers.diagnose`, :mod:`helpers.checks.reading` (which
+figures prove a pattern, what the host does in its gaps) and :mod:`helpers.plots` (colours) read
+this module and keep no copy of their own.
+
+How to add a pattern
+--------------------
+1. If its rule needs a figure no signal has yet, compute it in :func:`helpers.diagnosis.signals` and
+   declare its name and type in :class:`Signals`; put any number it is held to in
+   :mod:`helpers.thresholds` with where the number came from.
+2. Write its predicate here as a named function of the signals (``def _my_rule(s: Signals) -> bool``).
+3. Add one :class:`Pattern` record to :data:`CATALOGUE`: rules, fix, colour (and ``cause`` if it owns
+   an idle cause). Its place in the tuple is its place in :data:`PATTERNS`.
+4. Test it: a synthetic trace (``tests/synth.py``) that shows it and one that must not.
+
+``host_bound`` is the worked example: its GPU rule (:func:`_host_bound_gpu`) and CPU-only rule
+(:func:`_host_bound_cpu`), cause ``other``, both fixes and its colour are the one record below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from . import thresholds as th
+
+
+class Signals(TypedDict, total=False):
+    """Every figure the rules read, named like the thresholds they are held to.
+
+    Shares are of step time summed over (rank, device) pairs; ``_ms_per_step`` figures are means
+    over the analysis steps. GPU figures are present on GPU traces only, ``cpu_*`` on CPU-only ones,
+    copy and communication figures when the trace has copies / collectives.
+    """
+
+    has_gpu: bool
+    has_steps: bool
+    has_step_markers: bool
+    steps: int
+    steps_inferred: dict[str, Any]
+    steady_window: tuple[float, float]
+    capture_ms: float
+    capture_host_share: float
+    capture_idle_gpu_share: float
+    capture_kernels: int
+    startup_share: float
+    teardown_share: float
+    gpu_calls_without_gpu: int
+    cpu_data_wait_share: float
+    host_data_wait_ms_per_step: float
+    gpu_utilization: float
+    gpu_bound_busy: float
+    graph_span_share: float
+    gpu_kernel_share: float
+    data_stall_share: float
+    sync_stall_share: float
+    launch_idle_share: float
+    host_bound_idle_share: float
+    collective_idle_share: float
+    gpu_idle_ms_per_step: dict[str, float]
+    sync_points_per_step: float
+    sync_blocked_share: float
+    host_blocked_ms_per_step: float
+    sync_gpu_idle_share: float
+    sync_caused_by: dict[str, Any]
+    kernels_per_step: float
+    launch_median_kernel_us: float
+    share_kernels_under_10us: float
+    median_launch_call_us: float
+    launch_individual_share: float
+    launch_share_of_idle: float
+    h2d_exposed_share: float
+    h2d_pageable_share: float
+    h2d_overlap: float
+    h2d_gb_per_s: float
+    h2d_ms_per_step: float
+    copy_exposed_share: float
+    copy_pageable_share: float
+    copy_overlap: float
+    d2h_ms_per_step: float
+    cpu_host_other_share: float
+    cpu_op_share: float
+    host_other_ms_per_step: float
+    comm_exposed_share: float
+    imbalance_spread: float
+    ranks: int
+    collective_ms_per_step: float
+    exposed_ms_per_step: float
+    slowest_rank: int
+    fastest_rank: int
+    imbalance_cost_share: float
+    compute_ms_per_step_by_rank: dict[int, float]
+    exposed_collective_ms_per_step_by_rank: dict[int, float]
+    top_kernels: list[dict[str, Any]]
+    host_busy_in: dict[str, float]
+
+
+def get(s: Signals, key: str) -> float:
+    """A signal as a number: 0.0 when absent or NaN (a rule on a missing figure does not fire)."""
+    v = s.get(key)  # type: ignore[misc]
+    return float(v) if isinstance(v, (int, float)) and v == v else 0.0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a pattern is found on one kind of trace."""
+
+    when: Callable[[Signals], bool]  # a named predicate below, over the signals in ``reads``
+    reads: tuple[str, ...]  # the signals ``when`` reads
+    cost: str  # the signal that is its cost (share of step time a fix would save at most)
+    say: Callable[[Signals], str]  # one sentence a learner can read
+    evidence: tuple[str, ...]  # the signals shown with the finding (and that can prove it in a reading)
+    window: str  # where it shows: a key of :data:`WINDOWS`
+    on: str = "gpu"  # "gpu": GPU traces only; "cpu": CPU-only traces only; "any": both
+    fix: str = ""  # this rule's own fix, when it differs from the pattern's ("" = the pattern's)
+    reason: str = ""  # which of the pattern's cases it is (shown as evidence ``reason``), when it has several
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One bottleneck pattern: what finds it, what it costs, what it is called and how it is fixed."""
+
+    name: str
+    label: str  # its name in words
+    rules: tuple[Rule, ...]
+    fix: str  # worded for a GPU loop
+    colour: str  # its band on a timeline, its bar in the idle histogram
+    cpu_fix: str = ""  # worded for a CPU-only loop ("" = the GPU wording fits)
+    cause: str | None = None  # the idle cause it owns (helpers.metrics.CAUSES) ...
+    host_is: str = ""  # ... what the host is doing in those gaps ("the host inside the DataLoader")
+    during: str = ""  # ... the same as a clause ("while the host is in the DataLoader")
+    exclusive: bool = False  # when it fires, no other pattern is judged (the figures describe no loop)
+
+    def fix_for(self, has_gpu: bool) -> str:
+        return self.fix if has_gpu or not self.cpu_fix else self.cpu_fix
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """Every signal any of its rules shows, in order, once."""
+        out: list[str] = []
+        for r in self.rules:
+            out += [e for e in r.evidence if e not in out]
+        return tuple(out)
+
+
+#: Where a finding shows, by rule: how :func:`helpers.diagnosis.diagnose` picks its window.
+WINDOWS = {
+    "idle_gap": "the longest GPU gap of the pattern's cause",
+    "longest_sync": "the longest GPU gap after a sync, else the longest sync call",
+    "host_other": "the longest stretch the host is outside ops, data waits and collectives (CPU-only)",
+    "largest_h2d": "the longest host-to-device copy",
+    "longest_step": "the longest step",
+    "worst_comm_step": "the step with the most exposed collective time",
+    "steady_state": "the steady state found in the capture, if any",
+    "none": "no window",
+}
+
+
+# --- predicates: each a named rule over named signals, thresholds from helpers.thresholds ----------
+def _data_stall_gpu(s: Signals) -> bool:
+    return get(s, "data_stall_share") >= th.DATA_STALL_SHARE
+
+
+def _data_stall_cpu(s: Signals) -> bool:
+    return get(s, "cpu_data_wait_share") >= th.CPU_DATA_WAIT_SHARE
+
+
+def _sync_stall(s: Signals) -> bool:
+    return (get(s, "sync_points_per_step") >= th.SYNC_POINTS_PER_STEP and get(s, "sync_blocked_share") >= th.SYNC_BLOCKED_SHARE
+            and get(s, "sync_gpu_idle_share") >= th.SYNC_GPU_IDLE_SHARE and get(s, "sync_stall_share") > 0)
+
+
+def _launch_overhead(s: Signals) -> bool:
+    # follows the idle the launches cause, whatever the kernels' size: a median kernel of 25 us still
+    # leaves the GPU idle when the host takes longer than that to launch each one
+    return (get(s, "launch_idle_share") >= th.LAUNCH_IDLE_SHARE and get(s, "launch_share_of_idle") >= th.LAUNCH_SHARE_OF_IDLE
+            and get(s, "launch_individual_share") >= th.LAUNCH_INDIVIDUAL_SHARE)
+
+
+def _h2d_copy(s: Signals) -> bool:
+    # both directions: an offloading loop copies device-to-host as much as back; pinned copies that
+    # already overlap compute run at link speed: nothing left to fix
+    return get(s, "copy_exposed_share") >= th.H2D_EXPOSED_SHARE and (
+        get(s, "copy_pageable_share") >= th.H2D_PAGEABLE_SHARE or get(s, "copy_overlap") < th.H2D_MIN_OVERLAP)
+
+
+def _say_copies(s: Signals) -> str:
+    parts = []
+    if "h2d_ms_per_step" in s:
+        parts.append(f"Host-to-device copies take {s['h2d_ms_per_step']:.2f} ms per step at {s['h2d_gb_per_s']:.1f} GB/s")
+    if get(s, "d2h_ms_per_step") >= 0.01:
+        parts.append(f"device-to-host copies {s['d2h_ms_per_step']:.2f} ms per step")
+    return (("; ".join(parts) or "Copies between host and device take time") + f" ({s['copy_pageable_share']:.0%} of bytes "
+            f"from pageable memory), and {s['copy_exposed_share']:.0%} of the step no compute runs beside them.")
+
+
+def _host_bound_gpu(s: Signals) -> bool:
+    return get(s, "host_bound_idle_share") >= th.HOST_BOUND_IDLE_SHARE
+
+
+def _host_bound_cpu(s: Signals) -> bool:
+    return get(s, "cpu_host_other_share") >= th.CPU_HOST_BOUND_SHARE
+
+
+def _imbalanced(s: Signals) -> bool:
+    return "comm_exposed_share" in s and get(s, "ranks") >= 2 and get(s, "imbalance_spread") >= th.IMBALANCE_SPREAD
+
+
+def _communication(s: Signals) -> bool:
+    return get(s, "comm_exposed_share") >= th.COMM_EXPOSED_SHARE and not _imbalanced(s)
+
+
+def _gpu_bound(s: Signals) -> bool:
+    # Busy counts a CUDA Graph replay's kernels only; the replay's whole span is the GPU's own work too.
+    return max(get(s, "gpu_bound_busy"), get(s, "graph_span_share")) >= th.GPU_BOUND_BUSY
+
+
+def _gpu_bound_says(s: Signals) -> str:
+    busy, span = s["gpu_bound_busy"], s.get("graph_span_share", s["gpu_bound_busy"])
+    if span - busy < 0.02:
+        return f"The GPU is busy {busy:.0%} of the step: it is the bottleneck itself."
+    return (f"The GPU is busy {busy:.0%} of the step with kernels, and CUDA Graph replays span {span:.0%} of it: the rest "
+            f"of each replay is the gaps between its {s['kernels_per_step']:.0f} kernels a step, the GPU's own per-kernel "
+            "cost. No host change removes them; fewer, bigger kernels do (fuse them: torch.compile, bigger batches) "
+            "before Nsight Compute.")
+
+
+def _capture_is_idle(s: Signals) -> bool:
+    """No steps marked, and neither the GPU nor the host did much in the capture (a steady state found
+    in it does not change that: the capture then holds a little loop in a lot of idle time)."""
+    gpu_idle = (not s.get("has_gpu")) or get(s, "capture_idle_gpu_share") < th.CAPTURE_IDLE_GPU_SHARE
+    return not s.get("has_step_markers") and gpu_idle and get(s, "capture_host_share") < th.CAPTURE_IDLE_HOST_SHARE
+
+
+def _gpu_not_recorded(s: Signals) -> bool:
+    """CUDA / HIP launches or GPU-only ops on the host, but no GPU row: the profiler did not record the GPU."""
+    return not s.get("has_gpu") and get(s, "gpu_calls_without_gpu") >= 1
+
+
+def _startup(s: Signals) -> bool:
+    return get(s, "startup_share") >= th.CAPTURE_STARTUP_SHARE and get(s, "capture_idle_gpu_share") < th.GPU_BOUND_BUSY
+
+
+def _cold(s: Signals) -> bool:
+    # a busy GPU is its own figure however few its kernels; an idle one around a few first calls is no loop
+    return (bool(s.get("has_gpu")) and get(s, "capture_kernels") < th.CAPTURE_MIN_KERNELS
+            and get(s, "steps") <= th.CAPTURE_COLD_STEPS and get(s, "capture_idle_gpu_share") < th.CAPTURE_COLD_GPU_SHARE)
+
+
+# --- sentences ----------------------------------------------------------------------------------
+def _say_capture(s: Signals) -> str:
+    gpu = f"the GPU is busy {s['capture_idle_gpu_share']:.1%} of it" if s.get("has_gpu") else "no GPU work is recorded"
+    text = (f"The capture spans {s['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
+            f"ops, CUDA calls or ranges {s['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
+    steady, window = s.get("steps_inferred"), s.get("steady_window")
+    if steady and window:
+        if (window[1] - window[0]) / 1e3 < th.CAPTURE_STEADY_SPAN_SHARE * s["capture_ms"]:
+            text += (f" A loop repeats {steady['steps']} times at {window[0] / 1e3:.0f}-{window[1] / 1e3:.0f} ms: "
+                     "scope the capture to it.")
+        else:
+            text += (f" Something repeats {steady['steps']} times across the capture, idle between repeats on host and "
+                     "GPU alike (a sleep, I/O or another process): the trace cannot show what the program waited for.")
+    return text
+
+
+def _say_not_recorded(s: Signals) -> str:
+    return (f"The host makes {s['gpu_calls_without_gpu']} CUDA/HIP launches, copies or GPU-only ops, but the trace holds no "
+            "GPU activity: the GPU was used and not recorded, so no figure about it can be read here.")
+
+
+def _say_startup(s: Signals) -> str:
+    what = "teardown (module unloading at exit)" if get(s, "teardown_share") >= 0.5 * get(s, "startup_share") else \
+        "start-up (CUDA context creation inside the first CUDA call, allocations, module loading)"
+    return (f"The host spends {s['startup_share']:.0%} of the {s['capture_ms'] / 1e3:.1f} s capture in CUDA {what}: the "
+            "capture shows the program starting or ending, not its loop.")
+
+
+def _say_cold(s: Signals) -> str:
+    return (f"The capture holds {s['capture_kernels']} kernels in {max(s.get('steps', 0), 1)} iteration(s) and the GPU is busy "
+            f"{s['capture_idle_gpu_share']:.0%} of it: these are first calls, whose host time is lazy initialisation "
+            "(module loading, the allocator, library handles) that a warm loop does not pay.")
+
+
+_FIX_RECORD_GPU = ("Record the GPU: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) (on ROCm "
+                   "the same flag records HIP kernels), or nsys profile --trace=cuda; if it is already set, look for a "
+                   "CUPTI error in the profiler's log (another profiler attached, or no permission for GPU counters).")
+_FIX_WARM_UP = ("Warm up before capturing: run a few steps first, then capture several steady ones: torch.profiler.schedule("
+                "wait=1, warmup=2, active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi "
+                "around the steady steps; stop the capture before the program exits.")
+
+
+CATALOGUE: tuple[Pattern, ...] = (
+    Pattern(
+        "data_stall", "data loading stall",
+        rules=(
+            Rule(_data_stall_gpu, ("data_stall_share",), "data_stall_share",
+                 lambda s: f"The GPU waits for data: {s['data_stall_share']:.0%} of step time it sits idle while the host loads the next batch.",
+                 ("data_stall_share", "host_data_wait_ms_per_step", "gpu_idle_ms_per_step"), "idle_gap"),
+            Rule(_data_stall_cpu, ("cpu_data_wait_share",), "cpu_data_wait_share",
+                 lambda s: (f"The loop spends {s['cpu_data_wait_share']:.0%} of each step waiting for the next batch "
+                            "(CPU-only trace: no GPU activity recorded)."),
+                 ("cpu_data_wait_share", "host_data_wait_ms_per_step"), "longest_step", on="cpu"),
+        ),
+        fix="Feed the GPU faster: DataLoader(num_workers>0, pin_memory=True, prefetch_factor, "
+            "persistent_workers=True) and .to(device, non_blocking=True); move heavy per-sample work out of the loop.",
+        cpu_fix="Load batches ahead of the loop: DataLoader(num_workers>0, prefetch_factor, persistent_workers=True) "
+                "so workers prepare the next batch while this one trains; move heavy per-sample work out of the loop.",
+        colour="#dd8452", cause="data_wait", host_is="the host inside the DataLoader",
+        during="while the host is in the DataLoader"),
+    Pattern(
+        "launch_overhead", "launch overhead",
+        rules=(Rule(_launch_overhead, ("launch_idle_share", "launch_share_of_idle", "launch_individual_share"),
+                    "launch_idle_share",
+                    lambda s: (f"{s['kernels_per_step']:.0f} kernels per step, median {s['launch_median_kernel_us']:.1f} us: the GPU "
+                               f"finishes each faster than the host launches the next, so it idles {s['launch_idle_share']:.0%} of the step."),
+                    ("launch_idle_share", "launch_share_of_idle", "kernels_per_step", "launch_median_kernel_us",
+                     "share_kernels_under_10us", "median_launch_call_us", "launch_individual_share"), "idle_gap"),),
+        fix="Launch fewer, bigger kernels: torch.compile (fuses ops), CUDA Graphs (one launch replays "
+            "the whole step), fused/foreach optimizers, or a bigger batch so each kernel does more work.",
+        colour="#4c72b0", cause="launch", host_is="the host launching kernels", during="while the host launches kernels"),
+    Pattern(
+        "sync_stall", "synchronization stall",
+        rules=(Rule(_sync_stall, ("sync_points_per_step", "sync_blocked_share", "sync_gpu_idle_share", "sync_stall_share"),
+                    "sync_stall_share",
+                    lambda s: (f"{s['sync_points_per_step']:.1f} host syncs per step: the host waits {s['sync_blocked_share']:.0%} of "
+                               f"the step for the GPU, and the GPU then idles {s['sync_gpu_idle_share']:.0%} of it waiting for the host; "
+                               f"they take turns instead of overlapping (at most {s['sync_stall_share']:.0%} to win back)."),
+                    ("sync_stall_share", "sync_points_per_step", "host_blocked_ms_per_step", "sync_blocked_share",
+                     "sync_caused_by"), "longest_sync"),),
+        fix="Remove syncs from the hot loop: drop torch.cuda.synchronize(), keep losses/metrics on the GPU "
+            "and call .item()/.cpu()/print only every N steps; avoid branching on GPU values.",
+        colour="#c44e52", cause="sync", host_is="the host just back from a sync", during="just after a host sync"),
+    Pattern(
+        "h2d_copy", "long host-to-device copies",
+        rules=(Rule(_h2d_copy, ("copy_exposed_share", "copy_pageable_share", "copy_overlap"), "copy_exposed_share", _say_copies,
+                    ("h2d_exposed_share", "h2d_ms_per_step", "h2d_gb_per_s", "h2d_pageable_share", "h2d_overlap",
+                     "copy_exposed_share", "d2h_ms_per_step"),
+                    "largest_h2d"),),
+        fix="Make copies fast and hidden: pinned host memory (pin_memory=True or tensor.pin_memory()), "
+            ".to(device, non_blocking=True), and prefetch the next batch on a side stream while this one computes.",
+        colour="#ff7f0e"),
+    Pattern(
+        "host_bound", "host-bound loop",
+        rules=(
+            Rule(_host_bound_gpu, ("host_bound_idle_share",), "host_bound_idle_share",
+                 lambda s: (f"The GPU idles {s['host_bound_idle_share']:.0%} of the step while the host runs code that is neither "
+                            "data loading, kernel launching nor a sync (Python, NumPy, logging or metric work between steps)."),
+                 ("host_bound_idle_share", "gpu_idle_ms_per_step", "host_busy_in"), "idle_gap"),
+            Rule(_host_bound_cpu, ("cpu_host_other_share",), "cpu_host_other_share",
+                 lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) "
+                            f"outside PyTorch ops, data loading and communication, more than in the model's ops "
+                            f"({s['cpu_op_share']:.0%}): Python, NumPy, logging or metric code runs the loop. CPU-only trace: the "
+                            "host is the only device, so it shows how long that work takes, not how long a GPU would sit idle for it."),
+                 ("cpu_host_other_share", "host_other_ms_per_step", "cpu_op_share", "host_busy_in"), "host_other", on="cpu"),
+        ),
+        fix="Take the host work off the critical path: do it every N steps, on the GPU (torch ops instead of "
+            "NumPy/Python), in a background thread, or in the DataLoader's workers; profile it with "
+            "with_stack=True (or py-spy) to see which Python code it is.",
+        cpu_fix="Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
+                "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
+                "profile it with with_stack=True (or py-spy) to see which Python code it is.",
+        colour="#8172b3", cause="other", host_is="the host in other code", during="while the host runs other code"),
+    Pattern(
+        "communication", "communication bottleneck",
+        rules=(Rule(_communication, ("comm_exposed_share", "ranks", "imbalance_spread"), "comm_exposed_share",
+                    lambda s: (f"Collectives take {s['collective_ms_per_step']:.2f} ms per step and {s['comm_exposed_share']:.0%} "
+                               "of step time is spent in communication that nothing overlaps."),
+                    ("comm_exposed_share", "collective_ms_per_step", "exposed_ms_per_step", "ranks"), "worst_comm_step",
+                    on="any"),),
+        fix="Overlap and shrink communication: let DDP bucket gradients and all-reduce during backward "
+            "(tune bucket_cap_mb), compress gradients (bf16/fp16 comm hook), and all-reduce less often (no_sync with accumulation).",
+        colour="#9467bd", cause="collective", host_is="a collective running", during="in collectives"),
+    Pattern(
+        "load_imbalance", "uneven load across ranks",
+        rules=(Rule(_imbalanced, ("comm_exposed_share", "ranks", "imbalance_spread"), "imbalance_cost_share",
+                    lambda s: (f"Rank {s['slowest_rank']} computes {s['compute_ms_per_step_by_rank'][s['slowest_rank']]:.1f} ms per "
+                               f"step, rank {s['fastest_rank']} only {s['compute_ms_per_step_by_rank'][s['fastest_rank']]:.1f} ms "
+                               f"({s['imbalance_spread']:.0%} spread): the fast ranks wait in the all-reduce."),
+                    ("imbalance_spread", "exposed_ms_per_step", "slowest_rank", "fastest_rank",
+                     "compute_ms_per_step_by_rank", "exposed_collective_ms_per_step_by_rank"), "worst_comm_step",
+                    on="any"),),
+        fix="Give every rank the same work: even shards and batch sizes, the same sequence lengths per rank, "
+            "or a better parallelism strategy; the fast ranks' waiting in all-reduce is the cost.",
+        colour="#8c564b"),
+    Pattern(
+        "gpu_bound", "GPU-bound",
+        rules=(Rule(_gpu_bound, ("gpu_bound_busy", "graph_span_share"), "gpu_kernel_share", _gpu_bound_says,
+                    ("gpu_bound_busy", "graph_span_share", "gpu_kernel_share", "top_kernels"), "none"),),
+        fix="The GPU itself is the bottleneck: profile the top kernels with Nsight Compute "
+            "(ncu --set full -k <kernel>) and make them faster (mixed precision, better shapes, fused kernels).",
+        colour="#55a868"),
+    Pattern(
+        "capture_window", "a capture that is not a training loop",
+        rules=(Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
+                    ("gpu_calls_without_gpu", "capture_ms"), "none", on="cpu", fix=_FIX_RECORD_GPU, reason="gpu_not_recorded"),
+               Rule(_startup, ("startup_share", "capture_idle_gpu_share"), "none", _say_startup,
+                    ("startup_share", "teardown_share", "capture_ms", "capture_idle_gpu_share"), "none", on="any",
+                    fix=_FIX_WARM_UP, reason="startup"),
+               Rule(_cold, ("capture_kernels", "steps", "capture_idle_gpu_share"), "none", _say_cold,
+                    ("capture_kernels", "steps", "capture_idle_gpu_share", "capture_ms"), "none", fix=_FIX_WARM_UP,
+                    reason="cold"),
+               Rule(_capture_is_idle, ("has_step_markers", "capture_idle_gpu_share", "capture_host_share"), "none",
+                    _say_capture, ("capture_ms", "capture_host_share", "capture_idle_gpu_share", "has_step_markers",
+                                   "steps_inferred"), "steady_state", on="any", reason="idle")),
+        fix="Scope the capture to the training loop's steady state: torch.profiler.schedule(wait=1, warmup=1, "
+            "active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi / "
+            "--delay and --duration; mark steps (ProfilerStep#N or an NVTX range) so figures are per step.",
+        colour="#7f7f7f", exclusive=True),
+)
+
+#: pattern name -> its record.
+BY_NAME: dict[str, Pattern] = {p.name: p for p in CATALOGUE}
+#: The pattern names, in catalogue order.
+PATTERNS: tuple[str, ...] = tuple(BY_NAME)
+#: idle cause (helpers.metrics.CAUSES) -> the pattern that owns it.
+BY_CAUSE: dict[str, Pattern] = {p.cause: p for p in CATALOGUE if p.cause}
+
+
+def colour(pattern: str, default: str = "#999999") -> str:
+    """A pattern's plot colour (``default`` for a name not in the catalogue)."""
+    p = BY_NAME.get(pattern)
+    return p.colour if p else default
+
+
+__all__ = ["BY_CAUSE", "BY_NAME", "CATALOGUE", "PATTERNS", "WINDOWS", "Pattern", "Rule", "Signals", "colour", "get"]

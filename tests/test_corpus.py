@@ -1,0 +1,50 @@
+"""Traces other people recorded and published (tests/corpus/manifest.json says where each came from).
+
+Each trace must load, and its diagnosis must lead with the finding judged by hand from its timeline,
+at a cost inside the judged range. Where today's diagnosis disagrees, the case is a strict xfail whose
+reason says what is wrong, so that fixing the rule turns it into a failure to flip (not a silent pass).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.diagnosis import PATTERNS, diagnose
+from helpers.readers import load
+
+CORPUS = Path(__file__).parent / "corpus"
+MANIFEST = json.loads((CORPUS / "manifest.json").read_text())["traces"]
+
+
+def _cases():
+    for entry in MANIFEST:
+        marks = [pytest.mark.xfail(strict=True, reason=entry["disagreement"])] if entry["disagreement"] else []
+        yield pytest.param(entry, id=entry["file"].split(".")[0], marks=marks)
+
+
+def test_manifest_describes_every_file_and_only_those():
+    files = {p.name for p in CORPUS.glob("*.gz")}
+    assert files == {e["file"] for e in MANIFEST}
+    for e in MANIFEST:
+        assert e["expected"] in (*PATTERNS, "none"), e["file"]
+        assert len(e["commit"]) == 40 and e["repository"].count("/") == 1 and e["reason"]
+        assert 0 <= e["cost"][0] <= e["cost"][1] <= 1
+        assert (CORPUS / e["file"]).stat().st_size == e["stored_bytes"]
+
+
+@pytest.mark.parametrize("entry", _cases())
+def test_published_trace_gets_its_hand_judged_finding(entry):
+    trace = load(CORPUS / entry["file"])
+    assert len(trace.events) > 0
+    if entry["pytorch"].startswith("1.8"):  # the oldest Kineto spellings read as GPU work, not an idle capture
+        assert {"kernel", "runtime", "cpu_op"} <= set(trace.events["kind"].astype(str)), entry["file"]
+    findings = diagnose(trace)
+    top = findings[0].pattern if findings else "none"
+    assert top == entry["expected"], f"{entry['file']}: {top}, judged {entry['expected']} ({entry['reason']})"
+    if findings:
+        lo, hi = entry["cost"]
+        assert lo <= findings[0].cost <= hi, f"{entry['file']}: cost {findings[0].cost:.2f} outside {lo}-{hi}"
+

@@ -1,0 +1,357 @@
+"""A hostile corpus built in code: each case is an input or a call that once broke a promise.
+
+The promises: bad input is one line and exit 2 at the CLI (only TraceError / CheckFailed from the API);
+inputs are never written; memory and time stay bounded; files that are not regular files are refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synth import Ev, two_step_loop, write_json, write_sqlite
+
+import helpers
+from helpers.cli import main
+from helpers.errors import TraceError
+from helpers.export import export
+
+posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+
+
+def one_line_exit_2(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+# --- inputs are never overwritten -------------------------------------------------------------------------
+
+def test_export_with_force_never_replaces_its_own_input(tmp_path, capsys):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    before = src.read_bytes()
+    err = one_line_exit_2(capsys, ["export", str(src), "-o", str(src), "--force"])
+    assert "input" in err and src.read_bytes() == before
+    link = tmp_path / "link.json"  # the same input reached through another name
+    link.symlink_to(src)
+    one_line_exit_2(capsys, ["export", str(link), "-o", str(src), "--force"])
+    assert src.read_bytes() == before
+
+
+def test_export_with_force_never_replaces_a_rank_file_of_the_input_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    r0 = write_json(two_step_loop(), run / "rank0.json", rank=0, world=2)
+    write_json(two_step_loop(), run / "rank1.json", rank=1, world=2)
+    before = r0.read_bytes()
+    one_line_exit_2(capsys, ["export", str(run), "-o", str(r0), "--force"])
+    one_line_exit_2(capsys, ["export", str(run), "-o", str(run / "new.json"), "--force"])  # a new rank file
+    assert r0.read_bytes() == before and not (run / "new.json").exists()
+
+
+def test_api_export_refuses_the_trace_source(tmp_path):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    with pytest.raises(TraceError, match="input"):
+        export(helpers.load(src), src, force=True)
+
+
+def test_figure_output_that_is_a_folder_is_refused(tmp_path, capsys):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    out = tmp_path / "figs"
+    out.mkdir()
+    one_line_exit_2(capsys, ["plot", str(src), "-o", str(out)])
+    assert not (tmp_path / "figs.png").exists()
+    one_line_exit_2(capsys, ["plot", str(src), "-o", str(src), "--force"])  # its own input, named .json: refused
+
+
+@posix_only
+def test_an_output_that_is_a_pipe_or_device_is_refused(tmp_path, capsys):
+    # A FIFO stands for a device here (/dev/null itself must never be at risk in a test run).
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    fifo = tmp_path / "sink"
+    os.mkfifo(fifo)
+    one_line_exit_2(capsys, ["plot", str(src), "-o", str(fifo), "--force"])
+    assert not (tmp_path / "sink.png").exists()
+    one_line_exit_2(capsys, ["export", str(src), "-o", str(fifo), "--force"])
+    assert fifo.is_fifo()
+
+
+@posix_only
+def test_selfcheck_results_that_are_a_symlink_are_never_written_through(tmp_path, monkeypatch):
+    from helpers.checks import CheckFailed
+    from helpers.checks._core import _check
+
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".selfcheck.json").symlink_to(victim)
+    monkeypatch.chdir(work)
+    with pytest.raises(CheckFailed, match="symbolic link") as exc:
+        _check("gaps", "check_x", True, "")
+    assert "\n" not in str(exc.value)
+    assert victim.read_text() == "keep me"
+
+
+@posix_only
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_selfcheck_results_that_are_a_fifo_or_device_are_refused(tmp_path, monkeypatch, kind):
+    from helpers.checks import CheckFailed
+    from helpers.checks._core import _check
+    from helpers.selfcheck import read_results
+
+    monkeypatch.chdir(tmp_path)
+    if kind == "fifo":
+        os.mkfifo(".selfcheck.json")
+    else:
+        Path(".selfcheck.json").symlink_to("/dev/zero")
+    with pytest.raises(CheckFailed):
+        _check("gaps", "check_x", True, "")
+    with pytest.raises(TraceError, match="regular file"):
+        read_results(Path(".selfcheck.json"))
+
+
+def test_selfcheck_records_through_the_safe_path(tmp_path, monkeypatch):
+    from helpers.checks._core import _check
+    from helpers.selfcheck import read_results
+
+    monkeypatch.chdir(tmp_path)
+    assert _check("gaps", "check_x", True, "") == "passed: check_x"
+    assert read_results(Path(".selfcheck.json"))["gaps"]["checks"] == {"check_x": True}
+
+
+# --- files that are not regular files, wherever the toolkit reads one --------------------------------------
+
+@posix_only
+def test_fifo_and_dev_zero_as_trace_input(tmp_path, capsys):
+    fifo = tmp_path / "t.json"
+    os.mkfifo(fifo)
+    one_line_exit_2(capsys, ["summary", str(fifo)])
+    one_line_exit_2(capsys, ["summary", "/dev/zero"])
+
+
+@posix_only
+def test_fifo_and_dev_zero_as_ncu_csv(tmp_path):
+    from helpers.readers.ncu import read_ncu
+
+    fifo = tmp_path / "k.csv"
+    os.mkfifo(fifo)
+    for p in (fifo, Path("/dev/zero")):
+        with pytest.raises(TraceError, match="regular file"):
+            read_ncu(p)
+
+
+@posix_only
+def test_sync_scan_refuses_a_source_file_that_is_a_fifo(tmp_path):
+    from helpers import syncscan
+
+    fifo = tmp_path / "step.py"
+    os.mkfifo(fifo)
+    code = compile("def step():\n    return 1\n", str(fifo), "exec")
+    ns: dict = {}
+    exec(code, ns)
+    with pytest.raises(TraceError, match="regular file"):
+        syncscan.scan(ns["step"])
+    from helpers.checks import CheckFailed, check_sync_scan_clean
+
+    with pytest.raises(CheckFailed):
+        check_sync_scan_clean(ns["step"])
+
+
+def test_cli_subprocess_refusal_is_one_line(tmp_path):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    r = subprocess.run([sys.executable, "-m", "helpers", "export", str(src), "-o", str(src), "--force"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and not r.stdout
+
+
+
+# --- memory stays linear in the input ---------------------------------------------------------------------
+
+def _shared_correlation(n: int) -> list[Ev]:
+    """``n`` launch calls and ``n`` kernels that all carry correlation id 7 (a damaged or hostile trace)."""
+    out = []
+    for i in range(n):
+        t = i * 10_000
+        out.append(Ev("runtime", "cudaLaunchKernel", t, t + 2_000, correlation=7))
+        out.append(Ev("kernel", "k", t + 3_000, t + 8_000, correlation=7))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["json.gz", "sqlite"])
+def test_launch_join_on_one_shared_correlation_id_stays_small(tmp_path, fmt):
+    import tracemalloc
+
+    from helpers import metrics
+
+    events = _shared_correlation(10_000)
+    path = write_sqlite(events, tmp_path / "t.sqlite") if fmt == "sqlite" else write_json(events, tmp_path / "t.json.gz", gz=True)
+    trace = helpers.load(path)
+    tracemalloc.start()
+    try:
+        stats = metrics.launch_stats(trace)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak  # the quadratic join needed 10,000 x 10,000 rows: gigabytes
+    assert stats["launch_calls"] >= 1 and stats["median_launch_to_start_us"] >= 0  # (an export may merge repeated rows)
+
+
+# --- scanning stays linear; limits cannot be switched off -------------------------------------------------
+
+def test_many_decoy_trace_events_keys_are_tried_a_bounded_number_of_times(tmp_path, monkeypatch):
+    import gzip
+
+    from helpers.readers import kineto
+
+    decoys = b'{"traceEvents":[]},' * 20_000
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"meta":[' + decoys + b'{}], "traceEvents": []}'))
+    calls = []
+    real = kineto._try_loads
+    monkeypatch.setattr(kineto, "_try_loads", lambda data: calls.append(len(data)) or real(data))
+    assert len(helpers.load(path).events) == 0  # read as json.loads reads it, after a bounded number of head parses
+    assert len(calls) <= kineto._HEAD_TRIES + 2, len(calls)
+
+
+def test_a_long_run_of_spaces_in_the_list_is_scanned_a_bounded_number_of_times(tmp_path, monkeypatch):
+    import gzip
+    import json
+
+    from synth import kineto_doc
+
+    from helpers import readers
+    from helpers.readers import kineto
+
+    text = json.dumps(kineto_doc(two_step_loop())).encode()
+    at = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:at] + b" " * (24 << 20) + text[at:]))
+    monkeypatch.setattr(readers, "_CHUNK", 64 << 10)  # 384 blocks of spaces
+    monkeypatch.setattr(kineto, "_PIECE", 64 << 10)
+
+    class Counting:
+        searches = 0
+
+        def search(self, buf, pos):
+            Counting.searches += 1
+            return real.search(buf, pos)
+
+    real = kineto._CUT
+    monkeypatch.setattr(kineto, "_CUT", Counting())
+    trace = helpers.load(path)
+    assert len(trace.events) == len(helpers.load(write_json(two_step_loop(), tmp_path / "plain.json")).events)
+    assert Counting.searches <= 40, Counting.searches  # once per block (384) before
+
+
+@pytest.mark.parametrize("name", ["max_bytes", "max_events"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, 0, "big", None])
+def test_limits_cannot_be_switched_off(tmp_path, name, value):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    with pytest.raises(TraceError, match=name):
+        helpers.load(src, **{name: value})
+
+
+def test_path_types(tmp_path):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert len(helpers.load(os.fsencode(src)).events) == len(helpers.load(src).events)  # bytes is a path type
+    with open(src, "rb") as fh, pytest.raises(TraceError, match="open file"):
+        helpers.load(fh)
+    with pytest.raises(TraceError, match="not a path"):
+        helpers.load(42)
+
+
+# --- SQLite exports: limits and a live write-ahead log ----------------------------------------------------
+
+def test_sqlite_is_held_to_the_event_and_size_limits(tmp_path, capsys):
+    db = write_sqlite(two_step_loop(), tmp_path / "t.sqlite")
+    n = len(helpers.load(db).events)
+    with pytest.raises(TraceError, match="max-events"):
+        helpers.load(db, max_events=3)
+    with pytest.raises(TraceError, match="max-mb"):
+        helpers.load(db, max_bytes=1024)
+    one_line_exit_2(capsys, ["summary", str(db), "--max-events", "3"])
+    assert n > 3
+
+
+def test_a_live_wal_beside_a_database_is_said(tmp_path):
+    import sqlite3
+
+    db = write_sqlite(two_step_loop(), tmp_path / "t.sqlite")
+    writer = sqlite3.connect(db)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")  # committed, but only in the -wal file
+    writer.commit()
+    try:
+        with pytest.raises(TraceError, match="-wal"):
+            helpers.load(db)
+    finally:
+        writer.close()  # the last connection checkpoints: the database itself now holds the change
+    assert not (tmp_path / "t.sqlite-wal").exists()
+    assert not (helpers.load(db).events["kind"] == "kernel").any()
+
+
+# --- learner functions run through one guard -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    return helpers.load(write_json(two_step_loop(), tmp_path_factory.mktemp("t") / "t.json"))
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda t: 1 / 0, "raised ZeroDivisionError"),
+    (lambda t: int("x"), "raised ValueError"),
+    (lambda t: "0.3", "returned str"),
+    (lambda t: None, "returned NoneType"),
+    (lambda t: True, "returned bool"),
+])
+def test_a_learner_function_that_raises_or_returns_the_wrong_type(small_trace, monkeypatch, tmp_path, fn, says):
+    from helpers.checks import CheckFailed, check_gpu_idle_share
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckFailed, match=says) as exc:
+        check_gpu_idle_share(fn, small_trace)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_learner_function_that_never_returns_is_stopped(monkeypatch, tmp_path):
+    import threading
+
+    from helpers.checks import CheckFailed
+    from helpers.checks._core import run_learner
+
+    release = threading.Event()
+    with pytest.raises(CheckFailed, match="did not return within"):
+        run_learner(lambda: release.wait(), timeout=0.2)
+    release.set()
+
+
+def test_a_learner_function_that_edits_the_trace_cannot_pass(small_trace, monkeypatch, tmp_path):
+    from helpers import metrics
+    from helpers.checks import CheckFailed, check_gpu_idle_share
+
+    monkeypatch.chdir(tmp_path)
+    before = small_trace.events.copy()
+
+    def cheat(trace):  # empties the GPU's lanes, so any later measurement of "the" trace says 100% idle
+        trace.events.drop(trace.events.index, inplace=True)
+        return 1.0
+
+    with pytest.raises(CheckFailed):
+        check_gpu_idle_share(cheat, small_trace)
+    assert small_trace.events.equals(before) and metrics.gpu_utilization(small_trace) > 0
+
+
+def test_an_endless_sweep_is_refused_without_filling_memory(monkeypatch, tmp_path):
+    import itertools
+
+    from helpers.checks import CheckFailed, check_bucket_sweep
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckFailed, match="more than"):
+        check_bucket_sweep(itertools.repeat({"bucket_cap_mb": 1}))

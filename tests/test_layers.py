@@ -1,0 +1,71 @@
+"""The import graph of helpers/: the toolkit never imports the course layer (course, checks, selfcheck,
+the labs' workloads) above it, and the toolkit imports without torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "helpers"
+#: The course layer sits on top of the toolkit (the workloads are the labs' training loops).
+COURSE = ("helpers.course", "helpers.checks", "helpers.selfcheck", "helpers.workloads")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of helpers this file imports at module level or in functions (relative imports resolved)."""
+    mod = _module(path)
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("helpers"):
+                out.add(target)
+                out.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("helpers"))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module(p): p for p in PKG.rglob("*.py")}
+    return {m: {t for t in _imports(p) if t in files and t != m} for m, p in files.items()}
+
+
+def _in(mod: str, layer: tuple[str, ...]) -> bool:
+    return any(mod == x or mod.startswith(x + ".") for x in layer)
+
+
+def test_toolkit_never_imports_the_course_layer():
+    up = sorted((m, t) for m, ts in _graph().items() for t in ts
+                if not _in(m, COURSE) and _in(t, COURSE) and m != "helpers.cli")
+    # helpers.cli may start the self-check, but only from inside its command (checked below)
+    assert not up, up
+
+
+def test_cli_reaches_the_course_layer_only_inside_a_command():
+    tree = ast.parse((PKG / "cli.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {(getattr(n, "module", None) or "") + ":" + ",".join(a.name for a in n.names) for n in top}
+    assert not any("selfcheck" in x or "checks" in x or "course" in x for x in names), names
+
+
+def test_toolkit_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import helpers, helpers.cli, helpers.diagnosis, helpers.patterns, helpers.render, helpers.export, helpers.metrics\n"
+            "import helpers.readers")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

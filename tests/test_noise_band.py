@@ -1,0 +1,58 @@
+"""Timing verdicts measure their own noise: better/worse only outside the band, a slower fix never passes."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_lab01 import OK_LOADER, mine
+
+from helpers import checks, render
+from helpers import metrics as m
+from helpers.course import recorded
+
+
+def _scaled(t, factor: float):
+    """The trace with every time (events and steps) multiplied by ``factor``."""
+    ev, steps = t.events.copy(), t.steps.copy()
+    for frame in (ev, steps):
+        for col in ("start_us", "end_us", "dur_us"):
+            frame[col] = frame[col].astype(float) * factor
+    out = mine(t, ev)
+    out.metadata["steps"] = steps
+    return out  # (the stamp digests the events only)
+
+
+def test_a_no_op_change_reads_within_noise():
+    b = mine(recorded("data_stall", "broken", "cpu"))
+    same = _scaled(recorded("data_stall", "broken", "cpu"), 1.03)  # 3% slower: well inside 5 noisy steps' band
+    text = render.compare_text(m.comparison(b, same))
+    row = next(line for line in text.splitlines() if line.strip().startswith("step time"))
+    assert "within noise" in row and "better" not in row and "worse" not in row
+    assert m.timing_verdict(b, same) == "within noise"
+    assert m.timing_verdict(b, mine(recorded("data_stall", "fixed", "cpu"))) == "faster"
+
+
+def test_change_text_words_outside_the_band():
+    assert render.change_text(10.0, 5.0, "lower", noise=1.0) == "2.00x less (better)"
+    assert render.change_text(10.0, 9.5, "lower", noise=1.0).endswith("(within noise: +/- 1)")
+    assert render.change_text(10.0, 9.5, "lower") == "1.05x less (better)"  # no band: no claim of noise
+
+
+def test_a_slower_fix_never_passes():
+    """num_workers=1: worker processes, a lower data wait, but the step slower beyond noise (57.8 -> 68.8 ms once)."""
+    b = mine(recorded("data_stall", "broken", "cpu"))
+    slower = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)  # the fixed loop's structure, 28 ms a step
+    assert m.timing_verdict(b, slower) == "slower"
+    with pytest.raises(checks.CheckFailed, match=r"your step is slower: median 22\.8 -> 29\.\d ms, beyond the noise band"):
+        checks.check_data_stall_fixed(b, slower, 1.3, OK_LOADER)
+
+
+def test_too_busy_only_when_measured(monkeypatch):
+    from helpers.checks import lab01
+
+    b, f = mine(recorded("data_stall", "broken", "cpu")), mine(recorded("data_stall", "fixed", "cpu"))
+    monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "")
+    assert lab01._busy(b, f) == ""  # quiet steps (3-4% spread) and no load: not "too busy"
+    monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "load average 3.0 on 2 cores")
+    assert lab01._busy(b, f) == "load average 3.0 on 2 cores"
+    assert isinstance(m.comparison(b, f), pd.DataFrame) and "noise" in m.comparison(b, f).columns
