@@ -301,3 +301,18 @@ def test_a_copied_recording_is_refused_as_the_learners_trace(tmp_path):
     gpu_after = mine(recorded("data_stall", "fixed"))
     with pytest.raises(checks.CheckFailed, match="'before' is a CPU-only trace and your 'after' a GPU trace"):
         checks.check_data_stall_fixed(before, gpu_after, 1.3, real_loader)
+
+
+# --- no answers before the learner looks -------------------------------------------------------
+def test_lab01_exercise3_messages_do_not_give_exercise4s_answer():
+    from helpers import metrics
+    from helpers.course import recorded
+
+    t = recorded("h2d_copy", "broken")
+    facts = metrics.h2d_stats(t)
+    wrong = checks.Reading("data_stall", (0.0, 1.0), {"data_stall_share": 0.5}, 0.5)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_reading(wrong, t, "h2d", "h2d")
+    message = str(info.value)
+    assert "GB/s" not in message and f"{facts['gb_per_s']:.1f}" not in message
+    assert "pageable" not in message.lower() and "pinned" not in message.lower()
