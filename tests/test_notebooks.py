@@ -13,7 +13,7 @@ NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "labs"
 def test_seven_labs_each_with_a_solution():
     sols = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
     labs = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
-    assert sols == labs and len(sols) == 8
+    assert sols == labs and len(sols) == 9
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")

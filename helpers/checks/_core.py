@@ -27,6 +27,8 @@ SELF_CHECK = {
     "workflow": ("(course) Run the whole workflow: capture, find, fix, re-profile, compare", "labs/07_blind_triage.ipynb, labs/05_workflow_capstone.ipynb"),
     "nsight": ("(course) Read nsys stats/analyze next to the diagnosis; Nsight Compute for a GPU-bound loop",
                "labs/06_nsight_reports.ipynb"),
+    "gpu_bound": ("(course) Speed up a GPU-bound loop: precision, torch.compile, Nsight Compute, memory",
+                  "labs/08_gpu_bound.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
 RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything far bigger is not this file

@@ -20,6 +20,7 @@ module             what it holds
 ``syncs``          host syncs, their causes, ops dispatched per step
 ``data``           data-loading waits
 ``comm``           collectives, exposed communication, rank imbalance
+``precision``      GEMM kernels by math unit (FFMA vs tensor cores), compile time, Triton kernels
 ``report``         step breakdown, ``summary``, ``comparison``
 =================  ==================================================================
 
@@ -50,6 +51,7 @@ from .data import data_wait
 from .gpu import gpu_busy, gpu_utilization, idle_by_cause, idle_cost_by_cause, idle_gaps, stream_busy
 from .intervals import covered_before, gaps_in, intersect, merge_intervals, overlap
 from .kernels import kernel_stats, launch_stats
+from .precision import api_calls_per_step, compile_time_us, gemm_kernels, gemm_math, gemm_math_shares, triton_kernels
 from .report import comparison, step_breakdown, step_time_band, step_time_ms, step_times, summary, timing_verdict
 from .steady import capture_stats, find_period, steady_steps, stepped
 from .stretch import window_stats
@@ -64,4 +66,5 @@ __all__ = [
     "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
     "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "overlap", "rank_imbalance", "step_breakdown",
     "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "windows",
+    "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]

@@ -1,0 +1,340 @@
+"""Lab 08: when the GPU is the bottleneck (precision, torch.compile, Nsight Compute, memory, GPU metrics)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .. import metrics as m
+from ..model import Trace
+from ._core import _check, _close, learner_trace_problem
+
+__all__ = [
+    "check_gemm_reading", "check_same_training", "check_tensor_cores", "check_precision_speedup",
+    "check_graph_breaks", "check_break_fixed", "check_compile_seconds", "check_ncu_reading", "check_clock_ratio",
+    "check_activation_saving", "check_alloc_churn", "check_gpu_metrics_reading", "saved_tensor_bytes",
+    "ncu_long", "ncu_stalls", "gpu_metrics",
+]
+
+#: Lab 08's own work: what the learner wrote and ran (the precision step, the fixed graph break, the
+#: checkpointed forward) on both tracks, plus the tensor-core kernels of their own capture on a GPU.
+CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpu_bound": {
+        "gpu": ("check_same_training", "check_tensor_cores", "check_break_fixed", "check_activation_saving"),
+        "cpu": ("check_same_training", "check_break_fixed", "check_activation_saving"),
+    },
+}
+
+
+# --- 1. reading the fp32 loop ---------------------------------------------------------------------
+def check_gemm_reading(answer: dict, trace: Trace) -> str:
+    """``{"top_gemm": part of the longest GEMM kernel's name, "math": "fp32_ffma"|"tensor_core",
+    "gemm_share": GEMM time over all kernel time}`` read from ``trace``."""
+    g = m.gemm_kernels(trace)
+    if g.empty:
+        return _check("gpu_bound", "check_gemm_reading", False, "this trace has no GEMM kernel; read the GPU-bound loop's trace")
+    top = str(g.iloc[0]["name"])
+    shares = m.gemm_math_shares(trace)
+    want_math = max(("tensor_core", "fp32_ffma"), key=lambda k: shares[k])
+    part = str(answer.get("top_gemm", "")).strip()
+    if len(part) < 8 or part not in top:
+        return _check("gpu_bound", "check_gemm_reading", False,
+                      f"{part!r} is not (a part of at least 8 characters of) the GEMM kernel with the most GPU time. "
+                      "Group the kernels by name, sum dur_us, keep the names of matrix products (gemm, xmma, nvjet).")
+    if answer.get("math") != want_math:
+        return _check("gpu_bound", "check_gemm_reading", False,
+                      f"math={answer.get('math')!r}: read the kernel names again. 'sgemm', 'simt', 'ffma' and "
+                      "'f32f32_f32f32' mean fp32 fused multiply-adds; 'tensorop', 'tf32', 'bf16', 'nvjet' mean tensor cores.")
+    share = float(answer.get("gemm_share", float("nan")))
+    return _check("gpu_bound", "check_gemm_reading", _close(share, shares["gemm_of_kernels"], 0.0, 0.05),
+                  f"gemm_share={share:.3f} is off: sum the GEMM kernels' dur_us and divide by the sum over all kernels.")
+
+
+# --- 2. precision ---------------------------------------------------------------------------------
+def _forward_dtypes(step_fn: Callable, model: torch.nn.Module, opt, x, y) -> set[torch.dtype]:
+    """The dtypes the model's Linear layers produced during one call of ``step_fn``."""
+    seen: set[torch.dtype] = set()
+    hooks = [mod.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+             for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    try:
+        step_fn(model, opt, x, y)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+_REFERENCE: dict[tuple[str, int], tuple[list[float], torch.Tensor]] = {}
+
+
+def _fp32_reference(device: torch.device, steps: int) -> tuple[list[float], torch.Tensor]:
+    """The fp32 run from seed 0 (TF32 off), computed once per device and length: it never changes."""
+    from ..workloads import gpu_bound as gb
+
+    key = (str(device), steps)
+    if key not in _REFERENCE:
+        prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
+        try:
+            _REFERENCE[key] = gb.run_steps(gb.train_step, device, steps=steps)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    return _REFERENCE[key]
+
+
+def check_same_training(step_fn: Callable, device: torch.device | str | None = None, steps: int = 4) -> str:
+    """The learner's ``step_fn(model, opt, x, y) -> loss`` trains the same model as the fp32 step: from
+    seed 0 its losses stay within the bf16 tolerance of the fp32 losses, its parameters change, and its
+    matrix products ran in bf16 or fp16."""
+    from ..thresholds import LOWP_LOSS_RTOL, LOWP_UPDATE_RTOL
+    from ..workloads import gpu_bound as gb
+
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ref, ref_update = _fp32_reference(device, steps)
+    model, opt, xs, ys = gb.setup(device)
+    dtypes = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])
+    if not dtypes & {torch.bfloat16, torch.float16}:
+        return _check("gpu_bound", "check_same_training", False,
+                      f"your step's Linear layers produced {sorted(map(str, dtypes))}: the matrix products still run in "
+                      "fp32. Put forward and the loss inside torch.autocast(device_type, dtype=torch.bfloat16).")
+    got, update = gb.run_steps(step_fn, device, steps=steps)
+    if float(update.abs().max()) == 0.0:
+        return _check("gpu_bound", "check_same_training", False,
+                      f"{steps} calls of your step left every parameter as it was: run backward and opt.step().")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
+    if not (all(map(math.isfinite, got)) and worst <= LOWP_LOSS_RTOL):
+        return _check("gpu_bound", "check_same_training", False,
+                      f"your losses {[round(v, 4) for v in got]} drift from fp32's {[round(v, 4) for v in ref]} by up to "
+                      f"{worst:.1%} (the tolerance is {LOWP_LOSS_RTOL:.0%}): only the matmuls' precision may change.")
+    off = float((update - ref_update).norm() / ref_update.norm())
+    return _check("gpu_bound", "check_same_training", off <= LOWP_UPDATE_RTOL,
+                  f"after {steps} steps your parameters moved {off:.0%} away from where fp32's did (the tolerance is "
+                  f"{LOWP_UPDATE_RTOL:.0%}): keep the same optimizer and learning rate, one opt.step() and one "
+                  "zero_grad a step (fp16 needs a GradScaler).")
+
+
+def check_tensor_cores(fp32_trace: Trace, fast_trace: Trace) -> str:
+    """The fp32 capture's GEMMs run on FFMA pipes and the fixed capture's on tensor cores (by kernel name)."""
+    from ..thresholds import TENSOR_CORE_GEMM_SHARE
+
+    problem = learner_trace_problem(fast_trace)
+    if problem:
+        return _check("gpu_bound", "check_tensor_cores", False, problem)
+    before, after = m.gemm_math_shares(fp32_trace), m.gemm_math_shares(fast_trace)
+    if before["fp32_ffma"] < TENSOR_CORE_GEMM_SHARE:
+        return _check("gpu_bound", "check_tensor_cores", False,
+                      f"the 'before' capture runs only {before['fp32_ffma']:.0%} of its GEMM time on fp32 FFMA kernels: "
+                      "capture it with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False) and no autocast.")
+    return _check("gpu_bound", "check_tensor_cores", after["tensor_core"] >= TENSOR_CORE_GEMM_SHARE,
+                  f"only {after['tensor_core']:.0%} of your capture's GEMM time is on tensor-core kernels: run your "
+                  "step (autocast on) inside the capture; metrics.gemm_kernels(trace) lists each GEMM and its math.")
+
+
+def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool) -> str:
+    """Step time without a profiler: the precision fix is at least PRECISION_SPEEDUP times faster."""
+    from ..thresholds import PRECISION_SPEEDUP
+
+    ratio = fp32_ms / fast_ms if fast_ms > 0 else float("nan")
+    name = "check_precision_speedup" + ("" if live else "[recorded]")
+    return _check("gpu_bound", name, math.isfinite(ratio) and ratio >= PRECISION_SPEEDUP,
+                  f"{fp32_ms:.2f} -> {fast_ms:.2f} ms is {ratio:.2f}x, under {PRECISION_SPEEDUP:g}x: time both steps "
+                  "with helpers.time_steps (no profiler attached), with TF32 off for the fp32 run.")
+
+
+# --- 3. torch.compile -----------------------------------------------------------------------------
+def check_graph_breaks(answer: dict, explain_output) -> str:
+    """``{"graphs": n, "breaks": n}`` as torch._dynamo.explain counted them."""
+    want = {"graphs": int(explain_output.graph_count), "breaks": int(explain_output.graph_break_count)}
+    got = {k: answer.get(k) for k in want}
+    return _check("gpu_bound", "check_graph_breaks", got == want,
+                  f"{got} is not what explain reported: read its graph_count and graph_break_count (a break "
+                  "splits forward into one more graph).")
+
+
+def check_break_fixed(model_cls: type, width: int = 64) -> str:
+    """The learner's model class compiles to one graph with no break and computes what gpu_bound.Net does."""
+    import torch._dynamo
+
+    from ..workloads import gpu_bound as gb
+
+    torch.manual_seed(0)
+    ref = gb.Net(width, gb.DEPTH)
+    torch.manual_seed(0)
+    mine = model_cls(width, gb.DEPTH)
+    x = torch.randn(4, width, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(mine)(x)
+    if ex.graph_break_count:
+        return _check("gpu_bound", "check_break_fixed", False,
+                      f"explain still finds {ex.graph_break_count} graph break(s): keep the statistic a tensor "
+                      "(no .item(), float(), print of a tensor or branch on one inside forward).")
+    with torch.no_grad():
+        same = torch.allclose(mine(x), ref(x), rtol=1e-5, atol=1e-6)
+    return _check("gpu_bound", "check_break_fixed", same,
+                  "your model has no break but computes something else than gpu_bound.Net: keep the same "
+                  "blocks and head, remove only the host read-back.")
+
+
+def check_compile_seconds(answer: float, cold_trace: Trace) -> str:
+    """Seconds of forward compilation in the first-step capture (metrics.compile_time_us), within 10%."""
+    want = m.compile_time_us(cold_trace) / 1e6
+    return _check("gpu_bound", "check_compile_seconds", _close(float(answer), want, 0.10),
+                  f"{answer} s is off: find the host ranges named 'entire_frame_compile' in the first step and add "
+                  "their lengths (microseconds in the events table).")
+
+
+# --- 4. Nsight Compute ----------------------------------------------------------------------------
+def ncu_long(path: str | Path):
+    """An ncu details CSV in long form: ``kernel, section, metric, unit, value`` (value a float where numeric)
+    plus the rules' ``rule``/``description`` rows (metric empty)."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    from ..errors import TraceError
+
+    text = Path(path).read_text(errors="replace")
+    at = text.find('"ID"')
+    if at < 0:
+        raise TraceError(f"{path}: no ncu CSV header (\"ID\",...); save ncu --csv --page details output there")
+    rows = []
+    for r in csv.DictReader(io.StringIO(text[at:])):
+        raw = (r.get("Metric Value") or "").replace(",", "")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        rows.append({"kernel": r["Kernel Name"], "section": r["Section Name"], "metric": r["Metric Name"],
+                     "unit": r["Metric Unit"], "value": value, "rule": r.get("Rule Name", ""),
+                     "description": r.get("Rule Description", "")})
+    return pd.DataFrame(rows)
+
+
+def ncu_stalls(raw_path: str | Path):
+    """Warp stall reasons of the first launch on an ncu raw page (``ncu --import R --csv --page raw``): cycles a
+    warp spends stalled per issued instruction, by reason, largest first (a pandas Series)."""
+    import csv
+
+    import pandas as pd
+
+    from ..errors import TraceError
+
+    with open(raw_path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    at = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
+    if at is None or len(rows) < at + 3:
+        raise TraceError(f"{raw_path}: not an ncu raw page (ncu --import R --csv --page raw)")
+    head, values = rows[at], rows[at + 2]  # the row after the header holds the units
+    pre, post = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+    out = {h[len(pre):-len(post)]: float(v.replace(",", "")) for h, v in zip(head, values, strict=False)
+           if h.startswith(pre) and h.endswith(post) and v.strip()}
+    return pd.Series(out, name="cycles per issued instruction").sort_values(ascending=False)
+
+
+def _metric(table, name: str) -> float:
+    hit = table[table["metric"] == name]
+    return float(hit["value"].iloc[0]) if len(hit) else float("nan")
+
+
+def check_ncu_reading(answer: dict, gemm_table, ln_table) -> str:
+    """``{"gemm": limiter, "layernorm": limiter, "gemm_busiest_memory": "L1"|"L2"|"DRAM"}`` from the two reports."""
+    from ..thresholds import NCU_LATENCY_BOUND_PCT
+
+    def limiter(t) -> str:
+        c, mem = _metric(t, "Compute (SM) Throughput"), _metric(t, "Memory Throughput")
+        return "latency" if max(c, mem) < NCU_LATENCY_BOUND_PCT else ("compute" if c >= mem else "memory")
+
+    levels = {"L1": _metric(gemm_table, "L1/TEX Cache Throughput"), "L2": _metric(gemm_table, "L2 Cache Throughput"),
+              "DRAM": _metric(gemm_table, "DRAM Throughput")}
+    want = {"gemm": limiter(gemm_table), "layernorm": limiter(ln_table), "gemm_busiest_memory": max(levels, key=levels.get)}
+    wrong = [k for k in want if str(answer.get(k, "")).strip() != want[k]]
+    hints = {"gemm": "compare Compute (SM) Throughput with Memory Throughput in the GEMM's speed of light",
+             "layernorm": f"both throughputs of the LayerNorm are they near peak, or both under {NCU_LATENCY_BOUND_PCT:.0f}%?",
+             "gemm_busiest_memory": "Memory Throughput is the busiest memory unit; read L1/TEX, L2 and DRAM Throughput apart"}
+    return _check("gpu_bound", "check_ncu_reading", not wrong,
+                  "not what the reports say for " + "; ".join(f"{k} ({hints[k]})" for k in wrong))
+
+
+def check_clock_ratio(answer: float, base_table, free_table) -> str:
+    """The GEMM's ncu duration at ncu's locked base clock over its duration with --clock-control none (5%)."""
+    want = _metric(base_table, "Duration") / _metric(free_table, "Duration")
+    return _check("gpu_bound", "check_clock_ratio", _close(float(answer), want, 0.05),
+                  f"{answer} is off: divide the Duration of the default run by that of the --clock-control none run "
+                  "(same unit in both), and compare their SM Frequency.")
+
+
+# --- 5. memory ------------------------------------------------------------------------------------
+def saved_tensor_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the tensors autograd saves for backward while ``fn()`` runs forward (saved-tensor hooks;
+    a checkpointed region saves only its inputs). Device independent: the same count on CPU and GPU."""
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def check_activation_saving(forward_fn: Callable, width: int = 128, batch: int = 256) -> str:
+    """The learner's ``forward_fn(model, x)`` (checkpointed) saves at most half the activation bytes of a
+    plain forward, and gives the same output and gradients."""
+    from ..thresholds import CHECKPOINT_SAVED_SHARE
+    from ..workloads import gpu_bound as gb
+
+    torch.manual_seed(0)
+    model = gb.Net(width, gb.DEPTH).train()
+    x = torch.randn(batch, width, generator=torch.Generator().manual_seed(2), requires_grad=False)
+    plain = saved_tensor_bytes(lambda: model(x))
+    out_ref = model(x)
+    out_ref.square().mean().backward()
+    grads_ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    mine_bytes = saved_tensor_bytes(lambda: forward_fn(model, x))
+    out = forward_fn(model, x)
+    out.square().mean().backward()
+    same = torch.allclose(out, out_ref, rtol=1e-5, atol=1e-6) and all(
+        p.grad is not None and torch.allclose(p.grad, g, rtol=1e-4, atol=1e-6) for p, g in zip(model.parameters(), grads_ref, strict=True))
+    if not same:
+        return _check("gpu_bound", "check_activation_saving", False,
+                      "your forward gives other outputs or gradients than model(x): checkpoint the same blocks in the "
+                      "same order (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)), then the head.")
+    return _check("gpu_bound", "check_activation_saving", mine_bytes <= CHECKPOINT_SAVED_SHARE * plain,
+                  f"your forward saves {mine_bytes / 2**20:.1f} MiB for backward against {plain / 2**20:.1f} MiB plain: "
+                  "wrap each block (not only one) in checkpoint so only block inputs are kept.")
+
+
+def check_alloc_churn(answer: dict, trace: Trace) -> str:
+    """``{"cudaMalloc": per step, "cudaFree": per step}`` read from a capture (10%)."""
+    want = m.api_calls_per_step(trace)
+    ok = all(_close(float(answer.get(k, float("nan"))), v, 0.10, 0.5) for k, v in want.items())
+    return _check("gpu_bound", "check_alloc_churn", ok,
+                  f"{answer} is off: count the runtime events named cudaMalloc and cudaFree and divide by the "
+                  "number of profiled steps (len(trace.steps)).")
+
+
+# --- 6. GPU metrics -------------------------------------------------------------------------------
+def gpu_metrics(path: str | Path) -> dict[str, float]:
+    """The per-metric means of a recorded nsys --gpu-metrics-devices summary (data/nsight/*.gpumetrics.json)."""
+    return dict(json.loads(Path(path).read_text())["metrics"])
+
+
+def check_gpu_metrics_reading(answer: dict, fp32: dict, bf16: dict) -> str:
+    """``{"busier": "fp32"|"bf16", "tensor_active": {"fp32": %, "bf16": %}}``: the run whose GPU is busier
+    (GR Active) and each run's Tensor Active (1 point)."""
+    key = "Tensor Active [Throughput %]"
+    busier = "fp32" if fp32["GR Active [Throughput %]"] >= bf16["GR Active [Throughput %]"] else "bf16"
+    ta = answer.get("tensor_active", {})
+    ok = answer.get("busier") == busier and all(
+        _close(float(ta.get(k, float("nan"))), v[key], 0.0, 1.0) for k, v in (("fp32", fp32), ("bf16", bf16)))
+    return _check("gpu_bound", "check_gpu_metrics_reading", ok,
+                  "not what the summaries say: 'GR Active' is the share of time the GPU has work at all; "
+                  "'Tensor Active' the share of cycles its tensor cores compute. Read both for both runs.")
