@@ -164,6 +164,11 @@ NOISE_MIN_STEPS = 5
 #: A run whose steps spread (1.4826 * MAD / median) more than this is too noisy to judge timing by: the
 #: machine is busy. Steady steps of the course's loops on a quiet machine spread under 10%.
 NOISE_BUSY_SPREAD = 0.25
+#: A machine with at most this many cores cannot show a loader's full gain: its worker processes and the
+#: training process share the same cores, so the data-wait share falls less than on a machine with cores to
+#: spare. On 2 cores the lab 01 solution's loader measured 61% -> 32% (CI, 2026-12-04) against 0.12-0.15 in
+#: the calibration runs; a 16-core H200 host showed 85% -> 13%.
+FEW_CORES = 2
 
 #: Many-rank jobs (helpers.jobs): a straggler computes more per step than the median rank by at least this
 #: share. Derived from IMBALANCE_SPREAD's measurements: with two ranks, a spread s puts the slower rank

@@ -47,12 +47,17 @@ TRIAGE_NEEDED = 8
 
 # --- lab 05 ----------------------------------------------------------------------------------
 def _cores_busy() -> str:
-    """Why this machine cannot show a loader's gain now (its load average fills every core), or ''."""
+    """Why this machine cannot show a loader's gain now (its load average fills every core, or it has too few
+    cores for the workers and the training process), or ''."""
     try:
         load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     except (OSError, AttributeError):
         return ""
-    return f"load average {load:.1f} on {cores} cores" if cores and load >= cores else ""
+    if cores and load >= cores:
+        return f"load average {load:.1f} on {cores} cores"
+    if cores and cores <= th.FEW_CORES:
+        return f"only {cores} cores, shared by the loader's workers and the training process"
+    return ""
 
 
 def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=None) -> str:
