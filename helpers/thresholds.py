@@ -206,3 +206,11 @@ TENSOR_CORE_GEMM_SHARE = 0.9
 #: 0.32 at width 128, batch 256, depth 6 on 2026-12-04: each block keeps its input, not its four
 #: intermediate tensors).
 CHECKPOINT_SAVED_SHARE = 0.5
+
+#: A compression hook's all-reduces send this share of the plain job's bytes or more, and at most
+#: (1 + this) x half of them: every gradient goes over the wire once, in 2 bytes instead of 4. The
+#: bucket layout does not change what a step sends in total (measured on lab 04's job, 2026-12-04, 2 gloo
+#: ranks, bucket_cap_mb=25: 16,793,600 B a step per rank in c10::Half with PyTorch's fp16_compress_hook
+#: against 33,587,200 B in float without it, exactly half; tests/test_lab04.py::test_comm_hook re-measures it);
+#: 10% leaves room for a different bucket_cap_mb or a parameter left out of DDP's buckets.
+COMM_HOOK_WIRE_TOLERANCE = 0.10
