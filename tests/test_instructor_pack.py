@@ -101,3 +101,92 @@ def test_the_wrong_answers_script_prints_what_the_learner_sees(capsys):
     out = capsys.readouterr().out
     assert out.count("Not yet (t") >= 8 and "PASSES" not in out
     assert wrong_answers(["42"]) == 2
+
+
+# --- the learner-only copy -----------------------------------------------------------------------
+import subprocess  # noqa: E402
+
+import learner_copy  # noqa: E402
+
+
+def _triage_labels() -> list[str]:
+    """What each blind-triage trace really is, from every place the full course keeps it."""
+    labels = set(learner_copy.answer_strings(ROOT))
+    from helpers.workloads.triage import TRUTH
+
+    labels |= {what for what, _ in TRUTH.values()}
+    assert len(labels) >= 10  # the scan below would be vacuous without them
+    return sorted(labels)
+
+
+@pytest.fixture(scope="module")
+def learner_tree(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("copy") / "course"
+    assert learner_copy.main([str(dest)]) == 0
+    return dest
+
+
+def test_the_learner_copy_has_the_labs_and_no_solution_instructor_page_or_answer(learner_tree):
+    files = {p.relative_to(learner_tree).as_posix() for p in learner_tree.rglob("*") if p.is_file()}
+    labs = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+    assert len(labs) == len(SOLUTIONS)
+    assert {f"labs/{n}" for n in labs} <= files
+    notebooks = {f for f in files if f.endswith(".ipynb")}
+    assert notebooks == {f"labs/{n}" for n in labs}  # no solution notebook under any name
+    for name in labs:  # each exactly the learner notebook, stubs and all
+        assert (learner_tree / "labs" / name).read_bytes() == (ROOT / "labs" / name).read_bytes()
+    instructor_pages = {p.name for p in (DOCS / "instructors").iterdir()} | {"INSTRUCTORS.md"}
+    assert not [f for f in files if f.split("/")[-1] in instructor_pages or f.startswith(("solutions/", "tests/"))]
+    labels = _triage_labels()
+    for f in files:
+        try:
+            text = (learner_tree / f).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        assert not [w for w in labels if w in text], f"{f} holds a triage answer"
+        if f.endswith((".py", ".ipynb")):
+            assert "BEGIN SOLUTION" not in text, f
+    doc = json.loads((learner_tree / "data" / "manifest.json").read_text())
+    full = json.loads((ROOT / "data" / "manifest.json").read_text())
+    assert [e["file"] for e in doc["traces"]] == [e["file"] for e in full["traces"]]  # every recording, no label
+    assert not any("truth" in e for v in doc.values() if isinstance(v, list) for e in v if isinstance(e, dict))
+
+
+def test_the_learner_copy_runs_the_labs_helpers(learner_tree):
+    code = ("import helpers, helpers.checks.lab05, helpers.checks.lab08; from helpers.course import recorded; "
+            "t = recorded('triage', 't5'); print(helpers.diagnose(t)[0].pattern)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(learner_tree)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=learner_tree, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "gpu_bound"
+
+
+def test_the_learner_copy_never_overwrites(tmp_path, capsys):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "mine.txt").write_text("a learner's file")
+    assert learner_copy.main([str(busy)]) == 2
+    assert (busy / "mine.txt").read_text() == "a learner's file" and len(list(busy.iterdir())) == 1
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert learner_copy.main([str(a_file)]) == 2 and a_file.read_text() == "x"
+    assert learner_copy.main([str(ROOT / "labs" / "copy")]) == 2 and not (ROOT / "labs" / "copy").exists()
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 3 and "Traceback" not in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert learner_copy.main([str(empty)]) == 0 and (empty / "labs").is_dir()
+
+
+def test_the_copy_rules_and_the_leak_scan(tmp_path):
+    assert learner_copy.left_out("solutions/00_tools_and_first_profile.ipynb")
+    assert learner_copy.left_out("docs/instructors/figures.md") and learner_copy.left_out("labs/runs/x/trace.json")
+    assert not learner_copy.left_out("labs/00_tools_and_first_profile.ipynb")
+    clean, n = learner_copy.scrub_manifest({"traces": [{"file": "a", "truth": {"what": "x"}}, {"file": "b"}]})
+    assert n == 1 and clean == {"traces": [{"file": "a"}, {"file": "b"}]}
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "notes.md").write_text("t5 is " + _triage_labels()[0])
+    (tmp_path / "labs" / "x.py").write_text("# BEGIN SOLUTION\n")
+    (tmp_path / "README.md").write_text("make_labs strips # BEGIN SOLUTION blocks")  # naming the marker is fine
+    found = list(learner_copy.leaks(tmp_path, _triage_labels()))
+    assert len(found) == 2 and found[0].startswith("labs/notes.md") and found[1].startswith("labs/x.py")
