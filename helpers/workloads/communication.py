@@ -365,7 +365,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc),
                            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
     if type(exc).__name__ == "ExerciseNotDone":
-        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"))
+        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"), where=getattr(exc, "where", ""))
     else:
         try:
             rec["pickled"] = pickle.dumps(exc).hex()
@@ -454,7 +454,7 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
         if rec.get("type") == "ExerciseNotDone":
             from ..course import ExerciseNotDone
 
-            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code")) from None
+            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code"), rec.get("where", "")) from None
         exc: BaseException | None = None
         if rec.get("pickled"):
             with contextlib.suppress(Exception):
