@@ -155,6 +155,9 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    if steps < 1 or warmup < 0 or wait < 0:
+        raise ValueError(f"capture needs steps >= 1, warmup >= 0 and wait >= 0, not steps={steps}, "
+                         f"warmup={warmup}, wait={wait}: the schedule would record no step")
     cuda = torch.cuda.is_available() if cuda is None else cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = new_run_dir(out_dir, name)
@@ -246,6 +249,9 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
     The GPU is synchronized once before and once after the timed steps, not between them, so
     the loop keeps whatever overlap it has.
     """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"time_steps needs steps >= 1 and warmup >= 0, not steps={steps}, warmup={warmup}: "
+                         "a mean over no steps is no time")
     for i in range(warmup):
         step_fn(i)
     _sync()

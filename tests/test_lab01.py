@@ -278,7 +278,8 @@ def test_each_unsolved_stub_fails(number):
         defined = [name for name in CALLS if name in ns]
         assert defined, cell
         for name in defined:
-            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet"):
+            # the message shows under the cell that calls the function: it names the cell to edit
+            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet: edit the cell that defines `{name}`"):
                 ns[name](*CALLS[name]())
 
 
