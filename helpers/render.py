@@ -265,3 +265,18 @@ def job_text(report: dict[str, Any], top: int = 8) -> str:
         found = pr["top_finding"].replace("-", "nothing").value_counts()
         lines.append("  each rank's own top finding: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
     return "\n".join(lines)
+
+
+def doctor_text(findings: list[Any]) -> str:
+    """``python -m helpers doctor``'s report: one line per finding (``helpers.doctor.Finding``), its fix under it."""
+    marks = {"ok": "ok  ", "note": "note", "warn": "WARN", "fail": "FAIL"}
+    lines = []
+    for f in findings:
+        lines.append(f"{marks.get(f.status, f.status)}  {f.name:<13} {f.detail}")
+        if f.fix:
+            lines.append(f"{'':19}-> {f.fix}")
+    worst = {f.status for f in findings}
+    verdict = ("the labs cannot start here: fix the FAIL lines first" if "fail" in worst
+               else "ready; the WARN lines are parts of the course that will not run live" if "warn" in worst
+               else "ready")
+    return "\n".join([*lines, "", verdict])
