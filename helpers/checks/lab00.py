@@ -9,12 +9,20 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from .. import metrics as m
 from .. import thresholds as _th
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
+from ._core import (  # noqa: F401
+    CheckFailed,
+    _check,
+    _close,
+    _record,
+    data_wait_share,
+    learner_number,
+    learner_trace_problem,
+    run_learner,
+    unit_slip,
+)
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -102,10 +110,18 @@ def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
     return out
 
 
+def _guarded_figure(fn: Callable[[Trace], float], trace: Trace) -> float:
+    try:
+        return learner_number(fn, trace, name="your function")
+    except CheckFailed:
+        _record("gaps", "check_gpu_idle_share", False)
+        raise
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
-    got = float(run_learner(fn, trace, name="fn", returns=(int, float, np.floating, np.integer)))
+    got = _guarded_figure(fn, trace)
     ok = _close(got, want, 0.0, 0.02)
     why = ""
     if not ok:
@@ -115,7 +131,7 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
         from ..course import recorded
 
         other = recorded("h2d_copy", "fixed")  # copies on a side stream under the compute stream's kernels
-        want2, got2 = 1.0 - m.gpu_utilization(other), float(run_learner(fn, other, name="fn", returns=(int, float, np.floating, np.integer)))
+        want2, got2 = 1.0 - m.gpu_utilization(other), _guarded_figure(fn, other)
         if not _close(got2, want2, 0.0, 0.02):
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
