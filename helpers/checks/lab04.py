@@ -189,10 +189,10 @@ def _rows_of_sweep(sweep: Any) -> list[dict[str, Any]]:
     rows = run_learner(_read_sweep, sweep, name="reading your sweep")
     if len(rows) > MAX_SWEEP_ROWS:
         raise CheckFailed(f"sweep has more than {MAX_SWEEP_ROWS} runs; pass the few runs you made, one dict each")
-    if not rows or not all(isinstance(r, dict) for r in rows):
-        odd = next((type(r).__name__ for r in rows if not isinstance(r, dict)), "nothing")
-        raise CheckFailed(f"each run of the sweep must be a dict with {', '.join(_SWEEP_KEYS)}; one is {odd}")
-    bad = [k for k in _SWEEP_KEYS if any(k not in r for r in rows)]
+    if not all(isinstance(r, dict) for r in rows):
+        odd = next(type(r).__name__ for r in rows if not isinstance(r, dict))
+        raise CheckFailed(f"each run of the sweep must be a dict with {', '.join(_SWEEP_KEYS)}; one is a {odd}")
+    bad = [k for k in _SWEEP_KEYS if any(k not in r for r in rows)] if rows else list(_SWEEP_KEYS)
     if bad or not all(isinstance(r["trace"], Trace) for r in rows):
         raise CheckFailed(f"each run needs {', '.join(_SWEEP_KEYS)} (the trace as helpers.load returned it); "
                           f"missing: {', '.join(bad) or 'a Trace in trace'}")
