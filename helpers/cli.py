@@ -142,6 +142,19 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
     return run_selfcheck(Path(args.labs), run=args.run)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    findings = doctor.examine(args.labs)
+    if args.probe:
+        findings += doctor.probe()
+    if args.json:
+        print(render.to_json([vars(f) for f in findings]))
+    else:
+        print(render.doctor_text(findings))
+    return doctor.exit_status(findings)
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -214,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("labs", nargs="?", default="labs")
     sp.add_argument("--run", action="store_true", help="execute the notebooks first (takes minutes)")
     sp.set_defaults(func=cmd_selfcheck)
+    sp = sub.add_parser("doctor", help="what this machine gives the labs: the track, torch, nsys/ncu, counter permissions")
+    sp.add_argument("labs", nargs="?", default="labs", help="the folder of lab notebooks (default: labs)")
+    sp.add_argument("--probe", action="store_true", help="on a GPU, run nsys and ncu once each as this user")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_doctor)
     return p
 
 

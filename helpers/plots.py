@@ -34,6 +34,9 @@ HIDDEN_KINDS = ("python", "gpu_annotation", "sync", "osrt")
 #: Figure width in pixels (100 dpi). JupyterLab's output area measured 975 px in a 1440-px-wide
 #: Chromium window (tools/screenshots.py): a figure this wide is shown unscaled there.
 FIGURE_WIDTH_PX = 950
+#: A finding's band is drawn at least this wide (pixels): a 0.2 ms window on a 300 ms timeline is under
+#: one pixel, which reads as no band at all. The band is centred on the window and gets an outline.
+MIN_BAND_PX = 6
 
 
 def _plt():
@@ -202,6 +205,11 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
             outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
             continue
         color = pattern_colour(f.pattern, "red")
+        if fe - fs < MIN_BAND_PX * px_us:  # too thin to see: widen it around its middle, and outline it
+            mid = (fs + fe) / 2
+            fs, fe = mid - MIN_BAND_PX * px_us / 2, mid + MIN_BAND_PX * px_us / 2
+            ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, facecolor="none", edgecolor=color, linewidth=1.0,
+                       alpha=0.8, zorder=0)
         ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, color=color, alpha=0.15, zorder=0)
         ax.text((fs - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
     ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=10)
@@ -284,6 +292,7 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)
+    tbl.auto_set_column_width(list(range(4)))  # each column as wide as its longest text: no clipped metric names
     _tidy(fig)
     return fig
 

@@ -1,6 +1,8 @@
 """The command line on recorded traces: every command, JSON schema, no overwriting."""
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 
@@ -8,14 +10,15 @@ import pytest
 from conftest import DATA
 
 import helpers
+from helpers import render
 from helpers.cli import main
 
 BROKEN = str(DATA / "data_stall__broken__h200.json.gz")
 FIXED = str(DATA / "data_stall__fixed__h200.json.gz")
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True)
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_summary_and_diagnose_text(capsys):
@@ -64,3 +67,86 @@ def test_directory_and_cpu_only_trace():
 @pytest.mark.parametrize("args", [["summary"], ["nonsense", "x"]])
 def test_usage_errors(args):
     assert run(*args).returncode == 2
+
+
+# --- what diagnose prints: readable, and every hint runs as printed -----------------------------------
+def test_diagnose_text_rounds_figures_and_cuts_no_line():
+    out = run("diagnose", BROKEN, cwd=None).stdout
+    assert "gpu_idle_ms_per_step: sync 0.0204, data_wait 20, " in out  # a dict of figures, 3 significant digits
+    assert not re.search(r"\d\.\d{5,}", out), out  # no unrounded float anywhere
+    fp32 = run("diagnose", str(DATA / "gpu_bound__fp32__h200.json.gz")).stdout
+    for line in (out + fp32).splitlines():
+        # wrapped at word boundaries: a line is long only when it is one unbreakable word or the where command
+        assert len(line) <= render.TEXT_WIDTH or " " not in line.strip() or "kernel time" in line \
+            or line.lstrip().startswith("python -m helpers plot "), line
+    kernels = [line for line in fp32.splitlines() if "of kernel time" in line]
+    assert len(kernels) == 3 and kernels[0].rstrip().endswith("_align1>(cutlass_80_simt_sgemm_256x128_8x4_nt_align1::Params)")
+
+
+def _where_commands(text):
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("python -m helpers plot ")]
+
+
+@pytest.mark.parametrize("name", ["data_stall__broken__h200.json.gz", "sync_stall__broken__h200.json.gz"])
+def test_where_command_runs_as_printed(name, tmp_path):
+    out = run("diagnose", str(DATA / name), cwd=tmp_path).stdout
+    commands = _where_commands(out)
+    assert commands, out
+    for cmd in commands:
+        r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, (cmd, r.stderr)
+        assert (tmp_path / r.stdout.strip()).stat().st_size > 10_000
+
+
+def test_where_window_of_a_short_step_is_accepted_and_covers_it():
+    assert render.window_arg(0.21, 0.24) == "0.21:0.24"  # not 0.2:0.2, which --window refuses
+    assert render.window_arg(0.2003, 0.2004) == "0.2003:0.2004"
+    assert render.window_arg(91.22, 114.68) == "91.2:114.7"  # rounded outwards: the window stays inside
+    for a, b in [(0.21, 0.24), (5.0, 5.01), (1234.5678, 1234.5679)]:
+        lo, hi = (float(x) for x in render.window_arg(a, b).split(":"))
+        assert lo <= a < b <= hi and main(["plot", BROKEN, "--window", f"{lo}:{hi}", "-o", "/dev/null/x.png"]) == 2
+
+
+def test_where_names_the_trace_file_not_a_label():
+    trace = helpers.load(BROKEN)
+    text = render.diagnose_text("before (my loop)", helpers.diagnose(trace), trace.has_gpu, source=BROKEN)
+    assert text.count(f"python -m helpers plot {BROKEN} --window") == 1
+    # a label that is no file gets the window without a command that could not run
+    text = render.diagnose_text("before", helpers.diagnose(trace), trace.has_gpu)
+    assert "where: 91.22-114.68 ms" in text and "python -m helpers plot" not in text
+
+
+def test_a_short_finding_is_shaded_wide_enough_to_see():
+    from helpers import plots
+    from helpers.diagnosis import Finding
+
+    trace = helpers.load(BROKEN)
+    finding = Finding("sync_stall", 0.1, "", {}, "", (100_000.0, 100_200.0))  # 0.2 ms of a ~300 ms trace
+    fig = plots.timeline(trace, findings=[finding])
+    ax = fig.axes[0]
+    t0, t1 = ax.get_xlim()
+    widths = [p.get_width() for p in ax.patches if type(p).__name__ == "Rectangle" and p.get_width() < (t1 - t0) / 2]
+    assert widths and min(widths) >= plots.MIN_BAND_PX * (t1 - t0) / plots.FIGURE_WIDTH_PX * 0.99
+
+
+def test_compare_table_shows_whole_metric_names():
+    from helpers import plots
+
+    fig = plots.compare(helpers.load(BROKEN), helpers.load(FIXED))
+    fig.canvas.draw()
+    table = fig.axes[-1].tables[0]
+    renderer = fig.canvas.get_renderer()
+    for (_row, col), cell in table.get_celld().items():
+        if col == 0:  # the metric names: every one fits its cell
+            assert cell.get_text().get_window_extent(renderer).width <= cell.get_window_extent(renderer).width, \
+                cell.get_text().get_text()
+
+
+def test_an_empty_trace_names_the_usual_cause(tmp_path):
+    path = tmp_path / "empty.json"  # what torch.profiler exports when its schedule recorded nothing
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 10.0, "dur": 84.7}]}))
+    r = run("diagnose", str(path))
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "the profiler recorded nothing" in text
+    assert "never reached its active steps" in text and "on_trace_ready" in text

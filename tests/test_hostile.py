@@ -433,6 +433,7 @@ def _entry_points(own_pairs, small_trace):
     d, lo, my = own_pairs["data_stall"], own_pairs["launch_overhead"], own_pairs["mystery"]
     return {
         "lab00 idle share": lambda behave: checks.check_gpu_idle_share(lambda t: behave(), small_trace),
+        "lab00 launch queue": lambda behave: checks.check_launch_queue(lambda t: behave(), {"t": "empty"}, {"t": small_trace}),
         "lab01 make_loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: behave()),
         "lab01 iterating the loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: endless(behave)),
         "lab01 to_device": lambda behave: checks.check_data_stall_fixed(*d, 1.3, real_loader, lambda b, dev: behave()),
@@ -447,7 +448,7 @@ def _entry_points(own_pairs, small_trace):
     }
 
 
-_ENTRIES = ["lab00 idle share", "lab01 make_loader", "lab01 iterating the loader", "lab01 to_device", "lab02 update",
+_ENTRIES = ["lab00 idle share", "lab00 launch queue", "lab01 make_loader", "lab01 iterating the loader", "lab01 to_device", "lab02 update",
             "lab03 make", "lab03 step", "lab04 sweep", "lab05 make_step", "lab05 step", "lab08 step_fn",
             "lab08 forward_fn"]
 
@@ -493,6 +494,7 @@ def test_every_learner_function_that_never_returns_is_stopped(own_pairs, small_t
     ("lab00 idle share", 10 ** 400, "not a finite number"),
     ("lab00 idle share", float("nan"), "not a finite number"),
     ("lab00 idle share", _Odd(), "returned _Odd"),
+    ("lab00 launch queue", 10 ** 400, "not a finite number"),
     ("lab01 make_loader", 5, "not iterable"),
     ("lab01 to_device", None, "must return the (x, y) pair"),
     ("lab03 make", 5, "must be a function"),

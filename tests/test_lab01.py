@@ -51,7 +51,7 @@ def _run(path, needle: str, **names) -> dict:
 
 def mine(t: Trace, events: pd.DataFrame | None = None) -> Trace:
     """A trace as if the learner had captured it (the fix checks refuse the course's recordings)."""
-    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+    from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
     return _stamp(Trace((t.events if events is None else events).reset_index(drop=True), "runs/mine/trace.json.gz",
                         t.format, dict(t.metadata)))
@@ -278,7 +278,8 @@ def test_each_unsolved_stub_fails(number):
         defined = [name for name in CALLS if name in ns]
         assert defined, cell
         for name in defined:
-            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet"):
+            # the message shows under the cell that calls the function: it names the cell to edit
+            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet: edit the cell that defines `{name}`"):
                 ns[name](*CALLS[name]())
 
 

@@ -202,7 +202,7 @@ def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
     from helpers.model import Trace
 
     def as_mine(t):  # the recorded pair standing in for the learner's own captures
-        from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+        from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
         return _stamp(Trace(t.events, "runs/mine/trace.json.gz", t.format, dict(t.metadata)))
 

@@ -33,6 +33,26 @@ def test_time_steps_returns_ms():
     assert 0 < profiling.time_steps(lambda i: torch.ones(10).sum(), steps=3, warmup=1) < 1000
 
 
+def test_zero_steps_are_refused_not_divided_by(capsys):
+    with pytest.raises(ValueError, match="steps >= 1"):
+        profiling.time_steps(lambda i: None, steps=0)
+    with pytest.raises(ValueError, match="steps >= 1"):
+        helpers.capture(lambda i: None, steps=0)
+    with pytest.raises(ValueError, match="steps >= 1"):
+        communication.run("manual", steps=0)
+    from helpers.workloads.common import run_cli
+
+    for argv in (["--steps", "0"], ["--steps", "-3"], ["--warmup", "-1"], ["--steps", "x"]):
+        with pytest.raises(SystemExit) as exit_:
+            run_cli("t", ("broken",), lambda v, d: (lambda i: None), argv=argv + ["--device", "cpu"])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "error: argument --" in err and ("at least" in err or "whole number" in err)
+    with pytest.raises(SystemExit) as exit_:
+        communication.main(["--steps", "0"])
+    assert exit_.value.code == 2 and "must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_nsys_command_shapes():
     cmd = profiling.nsys_command(["python", "train.py"], output="p")
     assert cmd[:2] == ["nsys", "profile"] and "--trace=cuda,nvtx,osrt" in cmd and "--stats=true" in cmd

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +17,7 @@ import pandas as pd
 
 from .. import metrics as m
 from ..model import Trace
+from . import _proof
 
 #: The syllabus's self-check list (first six) and the course's additions.
 SELF_CHECK = {
@@ -48,9 +51,24 @@ def _track() -> str:
     return track()
 
 
+_CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _called_by_a_check() -> bool:
+    """Whether the code that called into this module is one of the check modules (helpers/checks/*.py),
+    not a notebook's cell calling ``_check``/``_record`` itself: only a check's own verdict is signed."""
+    here = os.path.abspath(__file__)
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == here:
+        frame = frame.f_back
+    return frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _CHECKS_DIR
+
+
 def _record(item: str, check: str, passed: bool) -> None:
     """Note one check's result in ``.selfcheck.json`` (the working folder), with the track it ran on.
 
+    In a ``selfcheck --run`` kernel the result is also signed (:mod:`helpers.checks._proof`) when a check
+    recorded it; that signature is all ``selfcheck --run`` counts.
     The file is read only if it is a small regular file and replaced, never written through: a
     symlink, pipe or device there is refused in one line instead of hanging or writing elsewhere.
     """
@@ -76,7 +94,17 @@ def _record(item: str, check: str, passed: bool) -> None:
     previous = results.get(item) if isinstance(results.get(item), dict) else {}
     checks = dict(previous.get("checks", {})) if isinstance(previous.get("checks"), dict) else {}
     checks[check] = bool(passed)
-    results[item] = {"checks": checks, "track": _track(), "when": time.strftime("%Y-%m-%d %H:%M")}
+    track = _track()
+    signed = dict(previous["signed"]) if isinstance(previous.get("signed"), dict) else {}
+    evidence = _proof.take_evidence()
+    entry = _proof.signed_entry(item, check, bool(passed), track, evidence) if _called_by_a_check() else None
+    if entry is None:
+        signed.pop(check, None)  # an older signature no longer speaks for this result
+    else:
+        signed[check] = entry
+    results[item] = {"checks": checks, "track": track, "when": time.strftime("%Y-%m-%d %H:%M")}
+    if signed:
+        results[item]["signed"] = signed
     data = json.dumps(results, indent=1).encode()
     try:
         write_output(path, lambda fh: fh.write(data), force=True)
@@ -94,16 +122,19 @@ NUMBER = (int, float, np.floating, np.integer)
 
 
 def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type | tuple[type, ...] | None = None,
-                timeout: float | None = None) -> Any:
+                timeout: float | None = None, note: Any = None) -> Any:
     """Call the learner's ``fn(*args)`` the one guarded way: every :class:`Trace` argument is handed over as
     a copy and an edit of that copy is refused (the check measures the trace it was given, and a function
     that changes its input has not just read it), the call has ``timeout`` seconds (default
     :data:`LEARNER_TIMEOUT_S`), and an exception or a result that is not ``returns`` is a
-    :class:`CheckFailed` saying so in one line."""
+    :class:`CheckFailed` saying so in one line. ``note`` is the learner's function whose source the
+    check's result is signed with when ``fn`` is the check's own wrapper around it (False: none)."""
     import threading
 
     if not callable(fn):
         raise CheckFailed(f"{name} must be a function; you gave it a {type(fn).__name__}")
+    if note is not False:
+        _proof.note_source(fn if note is None else note)  # signed with the check's result in a selfcheck --run
     limit = LEARNER_TIMEOUT_S if timeout is None else float(timeout)
     copies = tuple(_private_copy(a) for a in args)
     box: dict[str, Any] = {}
@@ -231,6 +262,9 @@ def own_capture_problem(after: Trace, before: Trace | None = None) -> str | None
         return (f"{name} was loaded from a file (or captured in another kernel, or its events changed since), not "
                 "captured in this notebook: run helpers.capture(your_step, ...) here and pass what it returns; a "
                 "loaded trace earns no credit")
+    from ..profiling import events_digest
+
+    _proof.note_trace(events_digest(after))
     if before is not None and before.has_gpu != after.has_gpu:
         track = {True: "a GPU trace", False: "a CPU-only trace"}
         return (f"your 'before' is {track[before.has_gpu]} and your 'after' {track[after.has_gpu]}: compare two "

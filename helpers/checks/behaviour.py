@@ -31,13 +31,14 @@ LOG_ABS = 2e-3
 _FLOAT = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
 
 
-def _call(fn: Callable, *args: Any, what: str) -> Any:
+def _call(fn: Callable, *args: Any, what: str, note: Any = None) -> Any:
     """Run a learner function through the one guard (:func:`run_learner`: a time limit, one line when it
-    raises); its failure comes back as a :class:`_Failed` the caller turns into its own message."""
+    raises, its source noted for a selfcheck --run); its failure comes back as a :class:`_Failed` the
+    caller turns into its own message."""
     from ._core import CheckFailed, run_learner
 
     try:
-        return run_learner(fn, *args, name=what)
+        return run_learner(fn, *args, name=what, note=note)
     except NotImplementedError:
         raise
     except CheckFailed as exc:
@@ -49,7 +50,7 @@ def _batches(loader: Any, most: int) -> list | _Failed:
     stuck loader is a finding, not a hang)."""
     import itertools
 
-    return _call(lambda: list(itertools.islice(iter(loader), most + 1)), what="iterating your DataLoader")
+    return _call(lambda: list(itertools.islice(iter(loader), most + 1)), what="iterating your DataLoader", note=False)
 
 
 class _Failed:

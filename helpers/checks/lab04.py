@@ -186,7 +186,7 @@ def _rows_of_sweep(sweep: Any) -> list[dict[str, Any]]:
     if not isinstance(sweep, (pd.DataFrame, Iterable)) or isinstance(sweep, (str, bytes, Mapping)):
         raise CheckFailed("sweep must be a list of dicts (or a DataFrame), one per run: "
                           "{'bucket_cap_mb': ..., 'step_ms': ..., 'exposed_ms': ..., 'trace': ...}")
-    rows = run_learner(_read_sweep, sweep, name="reading your sweep")
+    rows = run_learner(_read_sweep, sweep, name="reading your sweep", note=False)
     if len(rows) > MAX_SWEEP_ROWS:
         raise CheckFailed(f"sweep has more than {MAX_SWEEP_ROWS} runs; pass the few runs you made, one dict each")
     if not all(isinstance(r, dict) for r in rows):

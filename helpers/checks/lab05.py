@@ -22,7 +22,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
-from . import behaviour
+from . import _proof, behaviour
 from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab01 import _data_verdict, _data_wait_share, _timing_note, _uses_loader_workers  # noqa: F401
 from .reading import (
@@ -276,7 +276,7 @@ TRIAGE: dict[str, Case] = {
 def _triage_passed() -> set[str]:
     try:
         results = json.loads(Path(RESULTS_FILE).read_text())
-        checks = results.get("workflow", {}).get("checks", {})
+        checks = _proof.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
     except (OSError, ValueError, AttributeError):
         return set()
     return {k[len("check_triage["):-1] for k, v in checks.items() if k.startswith("check_triage[") and v is True}

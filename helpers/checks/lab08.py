@@ -92,7 +92,8 @@ def _guarded_step(step_fn: Callable) -> Callable:
         raise CheckFailed(f"pass your step function itself, not a {type(step_fn).__name__}")
 
     def step(*args: object, **kw: object) -> object:
-        loss = run_learner(lambda: step_fn(*args, **kw), name="your step_fn", returns=(torch.Tensor, *NUMBER))
+        loss = run_learner(lambda: step_fn(*args, **kw), name="your step_fn", returns=(torch.Tensor, *NUMBER),
+                           note=step_fn)
         if isinstance(loss, torch.Tensor) and loss.numel() != 1:
             raise CheckFailed(f"your step_fn returned a tensor of shape {tuple(loss.shape)}; it should return the "
                               "step's loss, one number")
@@ -322,7 +323,8 @@ def check_activation_saving(forward_fn: Callable, width: int = 128, batch: int =
     grads_ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     try:  # the saved-tensor hooks are per thread: they are set inside the learner's guarded call
-        mine_bytes = run_learner(lambda: saved_tensor_bytes(lambda: forward_fn(model, x)), name="your forward_fn")
+        mine_bytes = run_learner(lambda: saved_tensor_bytes(lambda: forward_fn(model, x)), name="your forward_fn",
+                                 note=forward_fn)
         out = run_learner(forward_fn, model, x, name="your forward_fn", returns=torch.Tensor)
     except CheckFailed:
         _record("gpu_bound", "check_activation_saving", False)

@@ -17,31 +17,25 @@ function fmtMs(v, step) {
 }
 
 function render({ model, el }) {
-  const root = document.createElement("div");
-  root.className = "gtl-explore";
-  const bar = document.createElement("div");
-  bar.className = "gtl-bar";
-  const title = document.createElement("span");
-  title.className = "gtl-title";
-  const hint = document.createElement("span");
-  hint.className = "gtl-hint";
-  hint.textContent = "wheel: zoom · drag: pan · shift-drag: select · double-click: whole trace";
-  const reset = document.createElement("button");
-  reset.textContent = "whole trace";
-  const toSel = document.createElement("button");
-  toSel.textContent = "zoom to selection";
+  const make = (tag, cls, text) => {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text) node.textContent = text;
+    return node;
+  };
+  const root = make("div", "gtl-explore");
+  const bar = make("div", "gtl-bar");
+  const title = make("span", "gtl-title");
+  const hint = make("span", "gtl-hint", "wheel: zoom · drag: pan · shift-drag: select · double-click: whole trace");
+  const reset = make("button", "", "whole trace");
+  const toSel = make("button", "", "zoom to selection");
   bar.append(title, reset, toSel, hint);
-  const canvas = document.createElement("canvas");
-  canvas.className = "gtl-canvas";
-  const tip = document.createElement("div");
-  tip.className = "gtl-tip";
+  const canvas = make("canvas", "gtl-canvas");
+  const tip = make("div", "gtl-tip");
   tip.style.display = "none";
-  const legend = document.createElement("div");
-  legend.className = "gtl-legend";
-  const panel = document.createElement("div");
-  panel.className = "gtl-figures";
-  const wrap = document.createElement("div");
-  wrap.className = "gtl-wrap";
+  const legend = make("div", "gtl-legend");
+  const panel = make("div", "gtl-figures");
+  const wrap = make("div", "gtl-wrap");
   wrap.append(canvas, tip);
   root.append(bar, wrap, legend, panel);
   el.appendChild(root);

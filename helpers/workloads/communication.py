@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..profiling import _nvtx, annotate, new_run_dir
+from .common import count_at_least
 
 VARIANTS = ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")
 LAYERS, BATCH = 8, 64
@@ -364,7 +365,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc),
                            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
     if type(exc).__name__ == "ExerciseNotDone":
-        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"))
+        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"), where=getattr(exc, "where", ""))
     else:
         try:
             rec["pickled"] = pickle.dumps(exc).hex()
@@ -453,7 +454,7 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
         if rec.get("type") == "ExerciseNotDone":
             from ..course import ExerciseNotDone
 
-            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code")) from None
+            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code"), rec.get("where", "")) from None
         exc: BaseException | None = None
         if rec.get("pickled"):
             with contextlib.suppress(Exception):
@@ -486,6 +487,9 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     """
     if (mark_collectives or nsys_steps) and _nvtx is None:
         raise RuntimeError("marking the job for Nsight Systems needs the nvtx package: pip install nvtx")
+    if steps < 1 or warmup < 0 or world_size < 1:
+        raise ValueError(f"the job needs steps >= 1, warmup >= 0 and world_size >= 1, not steps={steps}, "
+                         f"warmup={warmup}, world_size={world_size}")
     learner = None
     if wrap is not None or shard is not None:
         if variant is not None:
@@ -537,9 +541,9 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=VARIANTS, default="manual")
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--world-size", type=count_at_least(1), default=2)
+    parser.add_argument("--steps", type=count_at_least(1), default=10)
+    parser.add_argument("--warmup", type=count_at_least(0), default=3)
     parser.add_argument("--profile", metavar="DIR", help="write one trace per rank into a new folder under DIR")
     parser.add_argument("--mark-collectives", action="store_true",
                         help="each all-reduce in an NVTX range and each rank's number in an NVTX mark (for nsys)")
