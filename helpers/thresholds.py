@@ -187,6 +187,16 @@ NSYS_WINDOW_STARTUP_MAX_S = 20.0
 #: 1 s is a start-up no machine beats.
 NSYS_WINDOW_STARTUP_MIN_S = 1.0
 
+# --- lab 00: the launch queue (helpers.checks.check_launch_queue) ----------------------------------------
+#: A median launch-to-start offset (kernel start minus the start of the API call that launched it) below this
+#: says the queue was empty: each kernel started as soon as the host launched it. The recorded H200 traces
+#: (`m.launch_stats(recorded(W, V))["median_launch_to_start_us"]`, 2026-12-04): launch_overhead broken 9.0 µs
+#: (its cudaLaunchKernel calls take 7.4 µs of that), data_stall broken 11.7 µs; 50 µs is four times the larger.
+LAUNCH_QUEUE_EMPTY_US = 50.0
+#: ... and above this the host runs ahead of the GPU by milliseconds of queued work: gpu_bound fp32 72 ms,
+#: sync_stall broken 5.3 ms (the queue drains at each of its syncs). Offsets in between are neither reading.
+LAUNCH_QUEUE_DEEP_US = 1000.0
+
 # --- lab 08 (helpers.checks.lab08), from tools/record_gpu_bound.py on the H200, 2026-12-04 -----------
 #: The precision fix must make the fp32-GEMM loop at least this many times faster (the issue's target;
 #: measured 25.8 -> 5.6 ms = 4.6x for bf16 and 25.8 -> 6.6 ms = 3.9x for TF32).

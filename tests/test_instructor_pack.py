@@ -31,6 +31,8 @@ def test_every_lab_builds_to_slides(path, tmp_path):
     n_slides = sum(c["metadata"]["slideshow"]["slide_type"] in ("slide", "subslide") for c in as_slides(nb)["cells"])
     assert n_slides >= 3 and html.count("<section") >= n_slides
     assert "By the end of this lab you will be able to" in html
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:)", html)  # offline: nothing fetched
+    assert "<style>" in html and "<script>" in html and "unpkg" not in html and "cdnjs" not in html
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # the notebook is not changed
 
 
@@ -107,6 +109,9 @@ def test_the_wrong_answers_script_prints_what_the_learner_sees(capsys):
     assert wrong_answers(["07"]) == 0
     out = capsys.readouterr().out
     assert out.count("Not yet (t") >= 8 and "PASSES" not in out
+    assert wrong_answers(["08"]) == 0  # the GPU-bound lab: every wrong answer is refused, with the words shown
+    out = capsys.readouterr().out
+    assert out.count("\n- ") == 6 and "PASSES" not in out and "wrap each block" in out and "L1/TEX" in out
     assert wrong_answers(["42"]) == 2
 
 
@@ -295,3 +300,33 @@ def test_doctor_probe_runs_the_tools_and_names_the_permission_error(tmp_path, mo
     found = {f.name: f for f in doctor.probe(timeout_s=60)}
     assert found["nsys probe"].status == "ok"
     assert found["ncu probe"].status == "warn" and "ERR_NVGPUCTRPERM" in found["ncu probe"].detail
+
+
+# --- the concept deck ----------------------------------------------------------------------------
+import make_slides  # noqa: E402
+
+
+def test_the_concept_deck_builds_offline_with_the_data_s_figures(tmp_path):
+    assert main(["--out", str(tmp_path), "deck"]) == 0
+    page = (tmp_path / make_slides.DECK_NAME).read_text(encoding="utf-8")
+    assert "http://" not in page and "https://" not in page  # nothing to fetch: no CDN, no fonts, no scripts
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:)", page)  # only inline data
+    assert "{{" not in page and "<script>" in page and "<style>" in page
+    sections = page.count("<section")
+    assert sections == len(make_slides.deck_slides(make_slides.DECK_SOURCE.read_text(encoding="utf-8"))) >= 15
+    for concept in ("execution model", "Streams", "CUPTI", "NVTX", "lanes", "DDP", "bucket", "CUDA Graph",
+                    "Precision", "torch.compile", "Nsight Compute", "GradScaler", "--clock-control none"):
+        assert concept in page, concept
+    assert page.count("<svg") >= 6 and page.count("data:image/png;base64,") == 1
+    from helpers import course
+
+    lo = course.entry("launch_overhead", "graphs", "h200")
+    assert f"{lo['step_ms']:.1f} ms" in page and f"{lo['gpu_utilization']:.0%}" in page
+    assert main(["--out", str(tmp_path), "deck"]) == 2  # never replaces the deck without --force
+
+
+def test_the_deck_refuses_a_figure_it_does_not_know():
+    with pytest.raises(KeyError, match="no figure named 'nope'"):
+        make_slides.render_deck("preamble\n---\n## x\n{{n:nope}}\n", numbers={})
+    with pytest.raises(KeyError, match="no drawing named 'nope'"):
+        make_slides.render_deck("preamble\n---\n## x\n\n{{figure:nope}}\n", numbers={})

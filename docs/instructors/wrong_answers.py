@@ -206,7 +206,47 @@ def lab07() -> list[tuple[str, str]]:
             for tid, case in TRIAGE.items() for p in (case.lessons or {})]
 
 
-LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07}
+def lab08() -> list[tuple[str, str]]:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from helpers import checks, course, metrics
+
+    fp32 = course.recorded("gpu_bound", "fp32")
+    top = str(metrics.gemm_kernels(fp32).iloc[0]["name"])
+    share = metrics.gemm_math_shares(fp32)["gemm_of_kernels"]
+    ns = course.DATA / "nsight"
+    gemm, ln = (checks.ncu_long(ns / f"gpu_bound__fp32__h200.{k}.ncu.csv") for k in ("gemm", "layernorm"))
+    right = {"gemm": "compute", "layernorm": "latency", "gemm_busiest_memory": "L1"}
+    churn = course.recorded("gpu_bound", "empty_cache")
+    per_step = metrics.api_calls_per_step(churn)
+    m32, m16 = (checks.gpu_metrics(ns / f"gpu_bound__{v}__h200.gpumetrics.json") for v in ("fp32", "bf16"))
+    tensor = {"fp32": m32["Tensor Active [Throughput %]"], "bf16": m16["Tensor Active [Throughput %]"]}
+
+    def first_block_only(model, x):
+        x = checkpoint(model.blocks[0], x, use_reentrant=False)
+        for block in model.blocks[1:]:
+            x = block(x)
+        return model.head(x)
+
+    torch.manual_seed(0)
+    return [
+        ("the fp32 loop's GEMM called a tensor-core kernel",
+         _said(checks.check_gemm_reading, {"top_gemm": top[:30], "math": "tensor_core", "gemm_share": share}, fp32)),
+        ("the LayerNorm called memory-bound (it touches memory, so ...)",
+         _said(checks.check_ncu_reading, {**right, "layernorm": "memory"}, gemm, ln)),
+        ("the GEMM's busiest memory unit read as DRAM (Memory Throughput taken for DRAM)",
+         _said(checks.check_ncu_reading, {**right, "gemm_busiest_memory": "DRAM"}, gemm, ln)),
+        ("allocator churn given as totals over the capture, not per step",
+         _said(checks.check_alloc_churn, {k: v * len(churn.steps) for k, v in per_step.items()}, churn)),
+        ("GPU metrics: the bf16 run called the busier one (busy taken for efficient)",
+         _said(checks.check_gpu_metrics_reading, {"busier": "bf16", "tensor_active": tensor}, m32, m16)),
+        ("checkpointing only the first block", _said(checks.check_activation_saving, first_block_only)),
+    ]
+
+
+LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07,
+        "08": lab08}
 
 
 def main(argv: list[str] | None = None) -> int:
