@@ -260,7 +260,7 @@ def _fig_graphs() -> str:
 
 def _fig_ddp() -> str:
     back = [(k * 10, 9.5, f"L{8 - k}", "host") for k in range(8)]
-    manual = [(80, 18, "all-reduce everything", "comm")]
+    manual = [(80, 18, "all-reduce", "comm")]
     ddp = [(20, 12, "bucket 1", "comm"), (44, 12, "bucket 2", "comm"), (64, 12, "bucket 3", "comm"), (80, 6, "b4", "comm")]
     return lanes_svg([("backward", back), ("by hand", manual), ("DDP buckets", ddp)], span=100,
                      caption="backward: last layer first; DDP all-reduces each bucket once it is full")
