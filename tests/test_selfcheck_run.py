@@ -152,3 +152,27 @@ def test_a_kernel_without_its_key_signs_nothing(env, monkeypatch, tmp_path):
         monkeypatch.delenv(_proof.RUN_KEY_ENV, raising=False)
     assert _proof._take_key() is None
     assert _proof.RUN_KEY_ENV not in __import__("os").environ
+
+
+def test_a_notebook_whose_kernel_never_took_its_key_counts_for_nothing(tmp_path, monkeypatch, capsys):
+    """If helpers.checks was not imported at the kernel's start, the notebook's own code could have read
+    the key file: the run says so, and nothing that notebook recorded is verified."""
+    import nbclient
+
+    from helpers import selfcheck
+
+    seen = {}
+
+    class NoImport:  # a kernel that ran the cells without taking its key
+        def __init__(self, nb, **kwargs):
+            pass
+
+        def execute(self, env):
+            seen["key_file"] = env[_proof.RUN_KEY_ENV]
+
+    monkeypatch.setattr(nbclient, "NotebookClient", NoImport)
+    _notebook(tmp_path / "00_x.ipynb", "pass")
+    lines, keys = selfcheck.execute_notebooks(tmp_path)
+    assert keys == {} and lines == ["ran 00_x.ipynb: helpers.checks could not be imported when its kernel started, so "
+                                    "nothing it recorded counts (is the helpers package installed in this environment?)"]
+    assert not __import__("os").path.exists(seen["key_file"])  # the parent deleted it

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from . import _proof
+
 #: Largest relative parameter difference from the loop as first written, after the same steps from the
 #: same seed, that a real fix shows: the same ops in the same order give bit-identical results on a CPU;
 #: 1e-4 leaves room for a different but equivalent reduction order. Skipping one step's data or update
@@ -33,6 +35,7 @@ _FLOAT = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
 
 def _call(fn: Callable, *args: Any, what: str) -> Any:
     """Run a learner function; its exception becomes one line (the traceback is theirs to read by calling it)."""
+    _proof.note_source(fn)  # signed with the check's result in a selfcheck --run
     try:
         return fn(*args)
     except NotImplementedError:
