@@ -517,6 +517,92 @@ def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
             print(f"{line}   ({_load()})")
 
 
+def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
+    """plots.explore on the --big trace in JupyterLab, driven by headless Chromium (needs Chromium and
+    ``pip install -r requirements-browser.txt``): first draw (from the widget cell's start to its bars on
+    screen: lanes indexed, bins sent, canvas drawn) and wheel zooms (from the wheel to the new range's bars
+    drawn), as a reader sees them; the trace's read is not included."""
+    import shutil
+    import socket
+    import urllib.request
+
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("--explore-browser needs Chromium (Debian: apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        path = keep if keep is not None else tmp / "big.json"
+        if not path.exists():
+            kineto_like(n_events, path)
+        loaded = tmp / "loaded"
+        cells = [f"import pathlib, helpers\nfrom helpers import plots\ntrace = helpers.load({str(path)!r})\n"
+                 f"pathlib.Path({str(loaded)!r}).write_text(str(len(trace.events)))",
+                 "plots.explore(trace, fallback=False)"]
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp / "big.ipynb")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        token = "benchmark"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+               "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
+        lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+                                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp}",
+                                "--LabApp.expose_app_in_browser=True", *(["--allow-root"] if os.geteuid() == 0 else [])],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        drawn = """() => { const e = document.querySelector('.gtl-explore');
+            return e && e.dataset.binsView && e.dataset.binsView === e.dataset.view; }"""
+        try:
+            for _ in range(240):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                    break
+                except OSError:
+                    time.sleep(0.5)
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+                for _ in range(repeat):
+                    loaded.unlink(missing_ok=True)
+                    page = browser.new_page(viewport={"width": 1440, "height": 900})
+                    page.goto(f"http://127.0.0.1:{port}/lab/tree/big.ipynb?token={token}")
+                    page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=120_000)
+                    page.wait_for_function("() => /\\| Idle/.test(document.querySelector('#jp-main-statusbar').innerText)",
+                                           timeout=120_000)
+                    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+                    page.wait_for_timeout(500)
+                    for _ in range(3000):  # until the read is done and the widget cell starts
+                        if loaded.exists():
+                            break
+                        time.sleep(0.02)
+                    t0 = time.perf_counter()
+                    page.wait_for_function(drawn, timeout=600_000, polling=10)
+                    line = f"  first draw in the browser {time.perf_counter() - t0:5.2f} s ({loaded.read_text()} rows)"
+                    box = page.locator(".gtl-canvas").bounding_box()
+                    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
+                    for step in (-600, -600, 600):  # two zooms in at the pointer, one out
+                        shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
+                        t0 = time.perf_counter()
+                        page.mouse.wheel(0, step)
+                        page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
+                                               timeout=30_000, polling=10)
+                        page.wait_for_function(drawn, timeout=60_000, polling=10)
+                        line += f"   zoom {'in' if step < 0 else 'out'} {time.perf_counter() - t0:5.3f} s"
+                    print(f"{line}   ({_load()})")
+                    page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
+                    page.close()
+                browser.close()
+        finally:
+            lab.terminate()
+            try:
+                lab.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                lab.kill()
+
+
 # --- the first ten minutes: from a fresh clone to lab 00's first timeline in a browser ------------
 #: The install lines of the README for a Linux machine without a GPU (the CPU wheel first, then the rest).
 README_INSTALL = (["-m", "pip", "install", "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"],
@@ -648,6 +734,8 @@ def main() -> int:
     parser.add_argument("--costs", action="store_true",
                         help="with --big: read the trace once, then time what each command adds to the read")
     parser.add_argument("--explore", action="store_true", help="plots.explore on the --big trace: first draw and a zoom")
+    parser.add_argument("--explore-browser", action="store_true",
+                        help="plots.explore on the --big trace in JupyterLab in headless Chromium: first draw and zooms")
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
@@ -691,6 +779,9 @@ def main() -> int:
     everything = not (args.big or args.folder or args.real or args.scaling)
     if args.explore:
         explore_costs(args.events, args.repeat, args.keep)
+        return 0
+    if args.explore_browser:
+        explore_in_browser(args.events, max(args.repeat, 1), args.keep)
         return 0
     if args.costs:
         if args.keep is None or not args.keep.exists():
