@@ -492,8 +492,8 @@ def check_my_profiler(prof: object, table: str, trace_dir: str | Path, *, wait: 
 # --- the launch queue ------------------------------------------------------------------------------
 #: The two readings of the launch-to-start offset lab 00 asks for.
 QUEUE_READINGS = {
-    "empty": "each kernel starts right after its launch call: the GPU waits on the host (launch-bound when the host's time is launches)",
-    "deep": "kernels start milliseconds after their launch: the host runs far ahead and the GPU is the bottleneck",
+    "empty": "each kernel starts right after its launch call, so the GPU waits on the host: launch-bound when the host's time is launches",
+    "deep": "kernels start milliseconds after their launch calls: the host runs far ahead and the GPU is the bottleneck",
 }
 
 
@@ -539,6 +539,6 @@ def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], t
         if said not in QUEUE_READINGS:
             problems.append(f"trace {label}: say 'empty' or 'deep', not {readings.get(label)!r}")
         elif truth is not None and said != truth:
-            problems.append(f"trace {label}: a median offset of {offset:.4g} µs is not what {said!r} means ({QUEUE_READINGS[said]}); "
-                            f"compare it with the launch call's own length, a few µs")
+            problems.append(f"trace {label}: a median offset of {offset:,.0f} µs is not an {said!r} queue ({said!r}: "
+                            f"{QUEUE_READINGS[said]}); compare the offset with a launch call's own length, a few µs")
     return _check("gaps", name, not problems, "; ".join(problems) + ".")

@@ -278,7 +278,7 @@ def check_ncu_reading(answer: dict, gemm_table, ln_table) -> str:
     want = {"gemm": limiter(gemm_table), "layernorm": limiter(ln_table), "gemm_busiest_memory": max(levels, key=levels.get)}
     wrong = [k for k in want if str(answer.get(k, "")).strip() != want[k]]
     hints = {"gemm": "compare Compute (SM) Throughput with Memory Throughput in the GEMM's speed of light",
-             "layernorm": f"both throughputs of the LayerNorm are they near peak, or both under {NCU_LATENCY_BOUND_PCT:.0f}%?",
+             "layernorm": f"are both of the LayerNorm's throughputs near peak, or both under {NCU_LATENCY_BOUND_PCT:.0f}%?",
              "gemm_busiest_memory": "Memory Throughput is the busiest memory unit; read L1/TEX, L2 and DRAM Throughput apart"}
     return _check("gpu_bound", "check_ncu_reading", not wrong,
                   "not what the reports say for " + "; ".join(f"{k} ({hints[k]})" for k in wrong))

@@ -22,7 +22,16 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import COPY_DIRECTION, KINDS, build_events, host_memory_of, is_collective_kernel, is_host_collective, lane_name
+from ..model import (
+    COPY_DIRECTION,
+    KIND_DTYPE,
+    KINDS,
+    build_events,
+    host_memory_of,
+    is_collective_kernel,
+    is_host_collective,
+    lane_name,
+)
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -75,7 +84,6 @@ _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 _CODE = {k: i for i, k in enumerate(KINDS)}  # kind -> its number in the columns being filled
-_KIND_NAMES = np.array(KINDS, dtype=object)
 _CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
@@ -395,7 +403,7 @@ class _Columns:
             parsed = [_memcpy_kind(u) for u in uniq]
             copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[code[mc]]
             host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[code[mc]]
-        kinds = _KIND_NAMES[kind]
+        kinds = pd.Categorical.from_codes(kind, dtype=KIND_DTYPE)  # build_events takes the codes as they are
         lanes = _lanes(kind, c["device"], c["stream"], c["tid"])
         ts = c["start_us"]
         origin = float(ts.min()) if n else 0.0
