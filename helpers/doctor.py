@@ -179,7 +179,7 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
                            "ncu needs the counters allowed on the host or the container started with --cap-add=SYS_ADMIN; "
                            "nsys's CPU sampling needs perf_event_open, which docker's default seccomp profile allows only with CAP_SYS_ADMIN"))
     if _is_root():
-        out.append(Finding("root", "note", "running as root", "start JupyterLab with jupyter lab --allow-root labs/"))
+        out.append(Finding("root", "note", "running as root", "start JupyterLab at the repository root with jupyter lab --allow-root"))
     return out
 
 

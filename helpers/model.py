@@ -141,7 +141,16 @@ class Trace:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.events["kind"].isin(GPU_WORK_KINDS).any() and (self.events["device"] >= 0).any())
+        ev = self.events
+        if not (ev["device"].to_numpy() >= 0).any():
+            return False
+        kind = ev["kind"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):  # asked often: a look-up per category, not per row
+            cats = kind.cat.categories
+            hit = np.zeros(len(cats) + 1, dtype=bool)  # the last slot is the code of a missing kind (-1)
+            hit[:len(cats)] = cats.isin(GPU_WORK_KINDS)
+            return bool(hit[kind.cat.codes.to_numpy()].any())
+        return bool(kind.isin(GPU_WORK_KINDS).any())
 
     @property
     def devices(self) -> list[int]:
@@ -184,29 +193,69 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
     """Make a schema-conforming events table from column arrays (missing columns get defaults).
 
     Times are shifted so the earliest event starts at 0, rows are sorted by start time, and
-    ``end_us`` is recomputed, so every reader hands back the same shape of table.
+    ``end_us`` is recomputed, so every reader hands back the same shape of table. ``kind`` may come
+    as strings or, cheaper for a reader that has them, as a ``pd.Categorical`` of :data:`KIND_DTYPE`.
     """
     n = len(columns["name"])
     defaults = {
         "rank": 0, "kind": "cpu_op", "lane": "", "device": -1, "stream": -1, "pid": -1, "tid": -1,
         "correlation": -1, "bytes": np.nan, "copy_kind": "", "host_memory": "", "step": -1,
     }
-    data = {}
+    data: dict[str, Any] = {}
     for col, dtype in COLUMNS.items():
-        if col in ("end_us",):
-            continue
         values = columns.get(col)
+        if col == "end_us":
+            continue
+        if col == "kind":
+            if isinstance(values, pd.Categorical) and values.dtype == KIND_DTYPE:
+                data[col] = values
+            else:
+                data[col] = pd.Categorical(np.full(n, "cpu_op", dtype=object) if values is None else
+                                           np.asarray(values, dtype=object), dtype=KIND_DTYPE)
+            continue
         if values is None:
             values = np.full(n, defaults[col], dtype=dtype if dtype not in ("object", "category") else object)
         data[col] = np.asarray(values, dtype=dtype if dtype not in ("object", "category") else object)
-    df = pd.DataFrame(data)
-    if n:
-        df["start_us"] -= df["start_us"].min()
-    df["end_us"] = df["start_us"] + df["dur_us"]
-    df = df[list(COLUMNS)]
-    df["kind"] = df["kind"].astype(KIND_DTYPE)  # compared in every metric: categories are fast
-    # A total order, so the same events read from any format come out in the same rows.
-    return df.sort_values(["start_us", "end_us", "kind", "lane", "name"], kind="stable").reset_index(drop=True)
+    start = data["start_us"]
+    start = start - start.min() if n else start.copy()  # a new array: the caller's stays as it was
+    data["start_us"] = start
+    data["end_us"] = start + data["dur_us"]
+    # A total order, so the same events read from any format come out in the same rows: start, end,
+    # kind, lane, name, and the readers' order for full ties.
+    order = _row_order(data)
+    kind = data.pop("kind")
+    out = {col: (pd.Categorical.from_codes(kind.codes[order], dtype=KIND_DTYPE) if col == "kind" else data[col][order])
+           for col in COLUMNS}
+    return pd.DataFrame(out)
+
+
+def _row_order(data: dict[str, Any]) -> np.ndarray:
+    """The rows sorted (stably) by start, end, kind, lane, name: the numeric keys with one numpy
+    lexsort, the two text keys only inside runs of rows whose numeric keys are equal (rare: sorting
+    every row's strings cost most of a read)."""
+    start, end = data["start_us"], data["end_us"]
+    codes = data["kind"].codes.astype(np.int64)
+    codes[codes < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
+    order = np.lexsort((codes, end, start))
+    if len(order) < 2:
+        return order
+    s, e, k = start[order], end[order], codes[order]
+
+    def same(a: np.ndarray) -> np.ndarray:
+        return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+
+    tie = same(s) & same(e) & (k[1:] == k[:-1])
+    if not tie.any():
+        return order
+    group = np.concatenate(([0], np.cumsum(~tie)))
+    in_run = np.zeros(len(order), dtype=bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    at = np.flatnonzero(in_run)
+    rows = order[at]
+    sub = pd.DataFrame({"g": group[at], "lane": data["lane"][rows], "name": data["name"][rows]})
+    order[at] = rows[sub.sort_values(["g", "lane", "name"], kind="stable").index.to_numpy()]
+    return order
 
 
 def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:

@@ -228,6 +228,36 @@ def change_text(before: float | None, after: float | None, better: str, noise: f
     return f"{ratio:.2f}x more ({word})"
 
 
+def timing_text(bands: list[dict[str, float]], verdicts: list[str], busy_spread: float) -> str:
+    """Repeated before/after timings in words, each round with its noise band, then what they allow one to say.
+
+    ``bands`` and ``verdicts`` are :func:`helpers.metrics.step_time_band` and :func:`helpers.metrics.timing_verdict`
+    of each round; ``busy_spread`` is the step spread above which a run is too noisy (``thresholds.NOISE_BUSY_SPREAD``).
+    Noise decides, and the text says so, when a run was too noisy or the rounds disagree.
+    """
+    lines = []
+    for i, (b, v) in enumerate(zip(bands, verdicts), 1):
+        band = f"noise band +/- {b['band_ms']:.3g} ms" if math.isfinite(b["band_ms"]) else "no noise band"
+        lines.append(f"round {i}: step {b['before_ms']:.3g} -> {b['after_ms']:.3g} ms ({band}; steps spread "
+                     f"{b['before_spread']:.0%} / {b['after_spread']:.0%}): {v}")
+    kinds = set(verdicts)
+    if not verdicts:
+        say = "no timing taken"
+    elif "too noisy" in kinds:
+        say = (f"noise decides: a run's steps spread more than {busy_spread:.0%}, so the machine was too busy to judge "
+               "the step time; re-run when it is quiet. The shares and counts above do not depend on its speed.")
+    elif "unknown" in kinds:
+        say = "too few steps for a noise band: record more steps (STEPS) before reading the step time"
+    elif len(kinds) > 1:
+        say = (f"noise decides: the rounds disagree ({', '.join(verdicts)}), so the step time moved with the machine, "
+               "not only with the change; re-run with more rounds or on a quieter machine")
+    elif kinds == {"within noise"}:
+        say = "no change beyond the noise band in any round: the step time says nothing either way"
+    else:
+        say = f"{verdicts[0]} in every round, beyond the noise band"
+    return "\n".join(lines + [f"timing: {say}"])
+
+
 def compare_text(table: pd.DataFrame) -> str:
     rows = [(r["metric"], number(r["before"]), number(r["after"]),
              change_text(r["before"], r["after"], r["better"], r.get("noise")))
@@ -237,7 +267,8 @@ def compare_text(table: pd.DataFrame) -> str:
 
 
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "figure_text", "json_schema_doc",
-           "number", "steady_state_text", "steady_text", "summary_text", "to_json", "where_command", "window_arg"]
+           "number", "steady_state_text", "steady_text", "summary_text", "timing_text", "to_json", "where_command",
+           "window_arg"]
 
 
 def job_text(report: dict[str, Any], top: int = 8) -> str:

@@ -54,24 +54,26 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict
             key = secrets.token_bytes(32)
             key_file = _key_file(Path(key_dir), nb_path.name, key)
             nb = nbformat.read(nb_path, as_version=4)
+            stopped = None
             try:
                 NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                                extra_arguments=[KERNEL_START],
                                resources={"metadata": {"path": str(labs)}}).execute(
                     env={**os.environ, _proof.RUN_KEY_ENV: str(key_file)})
             except Exception as exc:  # a dead kernel or a timeout: say so, go on with the next notebook
-                lines.append(f"ran {nb_path.name}: stopped ({type(exc).__name__}: {ansi.sub('', str(exc)).strip()[:120]})")
-            if key_file.exists():  # helpers.checks never took it: the notebook's own code could have read it
-                key_file.unlink()
-                lines.append(f"ran {nb_path.name}: helpers.checks could not be imported when its kernel started, so "
-                             "nothing it recorded counts (is the helpers package installed in this environment?)")
-                continue
-            keys[nb_path.name] = key
-            if lines and lines[-1].startswith(f"ran {nb_path.name}: stopped"):
-                continue
+                stopped = f"ran {nb_path.name}: stopped ({type(exc).__name__}: {ansi.sub('', str(exc)).strip()[:120]})"
+            taken = not key_file.exists()  # helpers.checks took it at the kernel's start, before any cell
+            key_file.unlink(missing_ok=True)
+            if taken:
+                keys[nb_path.name] = key
             errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                       if o.get("output_type") == "error"]
-            if not errors:
+            if stopped:
+                lines.append(stopped)
+            elif not taken:  # the notebook's own code could have read the key: nothing from it counts
+                lines.append(f"ran {nb_path.name}: helpers.checks could not be imported when its kernel started, so "
+                             "nothing it recorded counts (is the helpers package installed in this environment?)")
+            elif not errors:
                 lines.append(f"ran {nb_path.name}: all cells passed")
             else:
                 first = ansi.sub("", f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}").strip()

@@ -31,6 +31,8 @@ def test_every_lab_builds_to_slides(path, tmp_path):
     n_slides = sum(c["metadata"]["slideshow"]["slide_type"] in ("slide", "subslide") for c in as_slides(nb)["cells"])
     assert n_slides >= 3 and html.count("<section") >= n_slides
     assert "By the end of this lab you will be able to" in html
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:)", html)  # offline: nothing fetched
+    assert "<style>" in html and "<script>" in html and "unpkg" not in html and "cdnjs" not in html
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # the notebook is not changed
 
 
@@ -107,6 +109,9 @@ def test_the_wrong_answers_script_prints_what_the_learner_sees(capsys):
     assert wrong_answers(["07"]) == 0
     out = capsys.readouterr().out
     assert out.count("Not yet (t") >= 8 and "PASSES" not in out
+    assert wrong_answers(["08"]) == 0  # the GPU-bound lab: every wrong answer is refused, with the words shown
+    out = capsys.readouterr().out
+    assert out.count("\n- ") == 6 and "PASSES" not in out and "wrap each block" in out and "L1/TEX" in out
     assert wrong_answers(["42"]) == 2
 
 

@@ -121,3 +121,12 @@ def test_launch_queue_check():
     assert "trace B" not in str(wrong.value)
     with pytest.raises(checks.CheckFailed, match="say 'empty' or 'deep'"):
         checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "launch-bound", "B": "deep"}, QUEUE)
+
+
+def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(right, monkeypatch):
+    prof, table, folder = right
+    with pytest.raises(checks.CheckFailed, match="no 'Self CUDA' column"):
+        checks.check_my_profiler(prof, table, folder, sort_by="self_cuda_time_total")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(checks.CheckFailed, match="list ProfilerActivity.CUDA"):
+        checks.check_my_profiler(prof, table, folder)

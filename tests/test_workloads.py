@@ -186,6 +186,6 @@ def test_host_bound_variants_differ_only_in_when_the_bookkeeping_runs():
 
 def test_gloo_job_marked_for_nsys_runs_with_its_hooks(tmp_path):
     """--nsys-range: the marking hook wraps the variant's own hook (here fp16 compression) and trains."""
-    res = communication.run("bf16_hook", world_size=2, steps=1, warmup=0, pin_cores=1,
+    res = communication.run("fp16_hook", world_size=2, steps=1, warmup=0, pin_cores=1,
                             mark_collectives=True, nsys_steps=True)
     assert res["backend"] == "gloo" and len(res["per_rank_ms"]) == 2

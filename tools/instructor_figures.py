@@ -28,7 +28,8 @@ LAB_WORKLOADS = {
     "04 · communication, uneven load": ("communication",),
     "05 · workflow capstone": ("mystery",),
     "07 · blind triage (answers: keep them from the room)": ("triage",),
-    "(no lab) the host-bound workload, recorded for the diagnosis's tests and triage t2/t10's design": ("host_bound",),
+    "08 · the GPU is the bottleneck": ("gpu_bound",),
+    "No lab: the host-bound workload, recorded for the diagnosis's tests and triage t2/t10's design": ("host_bound",),
 }
 
 
@@ -69,7 +70,7 @@ def render() -> str:
              "runs the `cpu` rows' loops live, so a learner's live figures land near the `cpu` rows on a quiet",
              "2-core machine and slower on a busy one; the verdicts use shares and counts, not these times.", ""]
     for lab, workloads in LAB_WORKLOADS.items():
-        lines += [f"## Lab {lab}", "", "| variant | tag | step ms | GPU busy | diagnosis |", "|---|---|---|---|---|"]
+        lines += [f"## {'Lab ' if lab[0].isdigit() else ''}{lab}", "", "| variant | tag | step ms | GPU busy | diagnosis |", "|---|---|---|---|---|"]
         for wl in workloads:
             rows = sorted((e for e in entries if e["workload"] == wl), key=lambda e: (e["tag"], e["variant"]))
             if len(workloads) > 1 and rows:

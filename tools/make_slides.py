@@ -1,4 +1,4 @@
-"""Build reveal.js slides from the solution notebooks, for an instructor to present a lab.
+"""Build offline slides from the solution notebooks, for an instructor to present a lab, and the concept deck.
 
     python tools/make_slides.py                    # every lab -> build/slides/NN_name.slides.html
     python tools/make_slides.py --execute          # run each notebook first, so plots and figures show
@@ -9,9 +9,10 @@ The concept deck (execution model, streams, CUPTI/NVTX, the lanes, DDP buckets, 
 GPU-bound part) is built from docs/instructors/deck.md with every figure read from data/ at build time;
 it is one HTML file with its CSS, script and drawings inline, so it shows with no network.
 
-Each ``#``/``##`` heading starts a slide, each ``###`` heading (an exercise) a sub-slide, and
+Each ``#``/``##`` heading starts a slide, and so does each ``###`` heading (an exercise; marked a sub-slide), and
 everything between them follows on the same slide; the notebooks themselves are not changed (the
-slide metadata is set on a copy). ``--execute`` runs the copy with the machine's track, as a learner's
+slide metadata is set on a copy). Every page is one HTML file with its CSS and script inline and its
+figures as data: URIs, so it shows with no network (arrow keys to move, N notes, P print). ``--execute`` runs the copy with the machine's track, as a learner's
 kernel would (a minute or two on a CPU); without it the slides show the code and text only.
 """
 
@@ -48,9 +49,49 @@ def as_slides(nb: dict) -> dict:
     return out
 
 
+def _output_html(out: dict) -> str:
+    """One cell output as HTML: images inline (data: URIs), tables as pandas wrote them, the rest as text."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        return f'<pre class="out">{_esc("".join(out.get("text", "")))}</pre>'
+    if kind == "error":
+        return f'<pre class="out err">{_esc(out.get("ename", ""))}: {_esc(out.get("evalue", ""))}</pre>'
+    data = out.get("data", {})
+    if "image/png" in data:
+        png = "".join(data["image/png"]).replace("\n", "")
+        return f'<img class="fig" alt="figure" src="data:image/png;base64,{png}">'
+    if "image/svg+xml" in data:
+        return "".join(data["image/svg+xml"])
+    html_text = "".join(data.get("text/html", ""))
+    if html_text and "<script" not in html_text and "http" not in html_text:
+        return f'<div class="out">{html_text}</div>'
+    if "text/plain" in data:
+        return f'<pre class="out">{_esc("".join(data["text/plain"]))}</pre>'
+    return ""
+
+
+def render_notebook(nb: dict, title: str) -> str:
+    """A notebook (with slide types set by :func:`as_slides`) as one offline HTML page, in the deck's look:
+    a ``slide``/``subslide`` cell starts a section, the cells after it follow on the same one."""
+    import mistune
+
+    md = mistune.create_markdown(escape=False, plugins=["table"])
+    sections: list[list[str]] = []
+    for cell in nb["cells"]:
+        kind = cell["metadata"].get("slideshow", {}).get("slide_type", "-")
+        if kind in ("slide", "subslide") or not sections:
+            sections.append([])
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            sections[-1].append(md(source))
+        elif cell["cell_type"] == "code" and source.strip():
+            sections[-1].append(f'<pre class="code"><code>{_esc(source)}</code></pre>')
+            sections[-1].extend(_output_html(o) for o in cell.get("outputs", []))
+    return _page(title, "".join(f"<section>{''.join(parts)}</section>" for parts in sections))
+
+
 def build(notebook: Path, out_dir: Path, execute: bool = False, force: bool = False, timeout_s: int = 900) -> Path:
     import nbformat
-    from nbconvert import SlidesExporter
 
     target = out_dir / f"{notebook.stem}.slides.html"
     if target.exists() and not force:
@@ -61,7 +102,7 @@ def build(notebook: Path, out_dir: Path, execute: bool = False, force: bool = Fa
 
         NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                        resources={"metadata": {"path": str(notebook.parent)}}).execute()
-    body, _ = SlidesExporter(reveal_scroll=True).from_notebook_node(nb)
+    body = render_notebook(nb, notebook.stem.replace("_", " "))
     out_dir.mkdir(parents=True, exist_ok=True)
     target.write_text(body, encoding="utf-8")
     return target
@@ -219,7 +260,7 @@ def _fig_graphs() -> str:
 
 def _fig_ddp() -> str:
     back = [(k * 10, 9.5, f"L{8 - k}", "host") for k in range(8)]
-    manual = [(80, 18, "all-reduce everything", "comm")]
+    manual = [(80, 18, "all-reduce", "comm")]
     ddp = [(20, 12, "bucket 1", "comm"), (44, 12, "bucket 2", "comm"), (64, 12, "bucket 3", "comm"), (80, 6, "b4", "comm")]
     return lanes_svg([("backward", back), ("by hand", manual), ("DDP buckets", ddp)], span=100,
                      caption="backward: last layer first; DDP all-reduces each bucket once it is full")
@@ -274,6 +315,9 @@ aside.notes{display:none;border-top:1px solid #ccc;margin-top:1em;padding-top:.5
 body.notes aside.notes{display:block}
 #count{position:fixed;right:1em;bottom:.6em;color:#888;font-size:14px}
 table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:.2em .5em}
+pre.code{background:#f6f6f6;border-left:3px solid #4c78a8;padding:.4em .6em;font-size:.8em;overflow:auto}
+pre.out{font-size:.65em;color:#333;overflow:auto} pre.err{color:#b00}
+details{margin:.3em 0} summary{cursor:pointer;color:#4c78a8}
 @media print{section,section.part{display:block!important;height:auto;min-height:100vh;page-break-after:always}
   #count{display:none} body{background:#fff}}
 """
@@ -339,10 +383,15 @@ def render_deck(source: str, numbers: dict[str, str] | None = None) -> str:
         part = ' class="part"' if re.match(r"^## Part \d", body) else ""
         aside = f'<aside class="notes">{md(_NUMBER.sub(number, notes))}</aside>' if notes else ""
         sections.append(f"<section{part}>{md(body)}{aside}</section>")
+    return _page("Reading a GPU timeline: the concepts", "".join(sections))
+
+
+def _page(title: str, sections: str) -> str:
+    """The deck's page around ``sections``: its CSS and script inline, nothing fetched."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>Reading a GPU timeline: the concepts</title><style>{_DECK_CSS}</style></head>"
-            f"<body>{''.join(sections)}<div id=\"count\"></div><script>{_DECK_JS}</script></body></html>\n")
+            f"<title>{_esc(title)}</title><style>{_DECK_CSS}</style></head>"
+            f"<body>{sections}<div id=\"count\"></div><script>{_DECK_JS}</script></body></html>\n")
 
 
 def build_deck(out_dir: Path, force: bool = False, source: Path = DECK_SOURCE) -> Path:

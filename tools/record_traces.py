@@ -62,13 +62,13 @@ CPU_PLAN = [
     ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
     ("launch_overhead", "broken", 3), ("launch_overhead", "foreach", 3),
     ("communication", "manual", 5), ("communication", "ddp", 5), ("communication", "tiny_buckets", 5),
-    ("communication", "bf16_hook", 5), ("communication", "no_sync", 5), ("communication", "imbalance", 5),
+    ("communication", "fp16_hook", 5), ("communication", "no_sync", 5), ("communication", "imbalance", 5),
     ("mystery", "broken", 5), ("mystery", "fixed", 5),
     ("host_bound", "broken", 5), ("host_bound", "fixed", 10),
 ]
 # The two-rank gloo jobs on the GPU machine's CPU cores (one GPU cannot hold two NCCL ranks):
 # under nsys with --trace=nvtx,osrt, and their PyTorch-profiler twins (tag h200cpu).
-COMM_PLAN = [("communication", v, 5) for v in ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")]
+COMM_PLAN = [("communication", v, 5) for v in ("manual", "ddp", "tiny_buckets", "fp16_hook", "no_sync", "imbalance")]
 # One core a rank, as the course's CPU recordings ran on two cores: at 8 cores a rank the 4x batch of
 # `imbalance` took only 1.3-2.1x the compute (H200 machine, 2026-12-03) and the imbalance blurred.
 COMM_ARGS = {"communication": ["--cores-per-rank", "1"]}

@@ -312,6 +312,13 @@ def _workers(n_files: int) -> int:
     return max(1, min(n_files, cores))
 
 
+def _concat(parts: list) -> np.ndarray | pd.Categorical:
+    """One column of every rank: categoricals of one dtype stay categorical (their codes joined)."""
+    if all(isinstance(p, pd.Categorical) for p in parts) and len({p.dtype for p in parts}) == 1:
+        return pd.Categorical.from_codes(np.concatenate([p.codes for p in parts]), dtype=parts[0].dtype)
+    return np.concatenate([np.asarray(p, dtype=object) if isinstance(p, pd.Categorical) else p for p in parts])
+
+
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
     try:
         files = sorted(f for f in d.iterdir() if _is_trace_file(f))
@@ -357,7 +364,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         for key in ("device_names", "torch_version"):
             metadata.setdefault(key, meta.get(key))
     keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
-    events = build_events({c: np.concatenate([t[c] for t in tables]) for c in keys})
+    events = build_events({c: _concat([t[c] for t in tables]) for c in keys})
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps

@@ -8,7 +8,9 @@ The variants, for recording (``tools/record_traces.py``):
 manual:       no DDP; after backward every gradient is all-reduced by hand, one call per tensor.
 ddp:          DistributedDataParallel with its default 25 MB buckets.
 tiny_buckets: DDP with bucket_cap_mb=1.
-bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (PyTorch documents its bf16 hook for NCCL).
+fp16_hook:    DDP with PyTorch's fp16 compression hook (``fp16_compress_hook``) on every backend: the hook
+              Exercise 4 of lab 04 has the learner write. (gloo all-reduces bf16 too in torch 2.13; the
+              course records fp16, the dtype of the exercise.)
 no_sync:      the same per-rank batch in ACCUM micro-batches, ``no_sync()`` on all but the last:
               still one all-reduce a step, so it only adds work here (it pays off when the
               micro-batches are what fits in memory and the accumulation replaces more steps).
@@ -55,7 +57,7 @@ from torch import nn
 from ..profiling import _nvtx, annotate, new_run_dir
 from .common import count_at_least
 
-VARIANTS = ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")
+VARIANTS = ("manual", "ddp", "tiny_buckets", "fp16_hook", "no_sync", "imbalance")
 LAYERS, BATCH = 8, 64
 ACCUM = 4
 IMBALANCE = 4
@@ -216,9 +218,8 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     hook = None
-    if variant == "bf16_hook":
-        # PyTorch documents bf16_compress_hook for NCCL (>= 2.9.6): on gloo the fp16 hook (half the bytes either way).
-        hook = default_hooks.bf16_compress_hook if dist.get_backend() == "nccl" else default_hooks.fp16_compress_hook
+    if variant == "fp16_hook":
+        hook = default_hooks.fp16_compress_hook  # half the bytes on the wire, the same on NCCL and gloo
     if mark:  # DDP's built-in all-reduce, as a hook, so that each bucket's all-reduce can be marked
         hook = marked_hook(hook or default_hooks.allreduce_hook)
     if hook is not None:
