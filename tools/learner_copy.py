@@ -107,7 +107,8 @@ def answer_strings(root: Path = ROOT) -> list[str]:
     key = root / "docs" / "instructors" / "triage_key.json"
     if key.is_file():
         for case in json.loads(key.read_text(encoding="utf-8")).get("cases", {}).values():
-            found.update(case[f] for f in ("what", "decoy") if isinstance(case.get(f), str) and case[f])
+            # a look-alike's description only when it is specific (25+ characters: "two problems at once" is the lab's own words)
+            found.update(case[f] for f in ("what", "decoy") if isinstance(case.get(f), str) and len(case[f]) >= (1 if f == "what" else 25))
     manifest = root / "data" / "manifest.json"
     if manifest.is_file():
         doc = json.loads(manifest.read_text(encoding="utf-8"))
