@@ -222,7 +222,8 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
                   ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
                   title_fontsize=9, alignment="left")
     ax.set_ylim(len(lanes) - 0.5, -1.0)
-    ax.set_xlim((t0 - origin) / 1e3, (t1 - origin) / 1e3)
+    lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
+    ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
     ax.set_xlabel("time (ms)")
     ax.grid(axis="x", alpha=0.3)
     title = title if title is not None else trace_name(trace)
