@@ -371,3 +371,191 @@ def test_ordinary_steps_regexes_still_work(tmp_path):
     src = write_json(two_step_loop(), tmp_path / "t.json")
     for pattern in (r"ProfilerStep#\d+", r"step \d+", "train_step|step"):
         helpers.load(src, pattern)
+
+
+# --- every check that runs a learner's function: a table of hostile functions ----------------------------
+
+class _Odd:
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+_KINDS = [TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError, AttributeError, RuntimeError,
+          RecursionError, MemoryError, SystemExit]
+
+
+def _lab03_maker(behave, at):
+    """A step function whose own code trains (the sync scan reads it first) and misbehaves ``at`` make or step."""
+    import torch.nn.functional as F
+
+    def my_step_maker(model, opt, xs, ys, log):
+        if at == "make":
+            return behave()
+
+        def step(i):
+            behave()
+            loss = F.cross_entropy(model(xs[i % len(xs)]), ys[i % len(ys)])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        return step
+
+    return my_step_maker
+
+
+@pytest.fixture(scope="module")
+def own_pairs():
+    from test_lab01 import mine
+
+    from helpers.course import recorded
+
+    return {w: (mine(recorded(w, "broken", "cpu")), mine(recorded(w, a, "cpu")))
+            for w, a in (("data_stall", "fixed"), ("launch_overhead", "foreach"), ("mystery", "fixed"))}
+
+
+def _entry_points(own_pairs, small_trace):
+    """Each check entry point that calls a learner function, as ``run(behave)``: ``behave`` is what the
+    learner's function does in place of its work (raise, sleep, return something)."""
+    import torch
+
+    from helpers import checks
+    from helpers.checks import lab08
+
+    def real_loader(ds, bs):
+        return torch.utils.data.DataLoader(ds, batch_size=bs)
+
+    def endless(behave):
+        def gen():
+            yield behave()
+        return gen()
+
+    d, lo, my = own_pairs["data_stall"], own_pairs["launch_overhead"], own_pairs["mystery"]
+    return {
+        "lab00 idle share": lambda behave: checks.check_gpu_idle_share(lambda t: behave(), small_trace),
+        "lab00 launch queue": lambda behave: checks.check_launch_queue(lambda t: behave(), {"t": "empty"}, {"t": small_trace}),
+        "lab01 make_loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: behave()),
+        "lab01 iterating the loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: endless(behave)),
+        "lab01 to_device": lambda behave: checks.check_data_stall_fixed(*d, 1.3, real_loader, lambda b, dev: behave()),
+        "lab02 update": lambda behave: checks.check_launch_fixed(*lo, 1.5, update=lambda *a: behave()),
+        "lab03 make": lambda behave: checks.check_sync_scan_clean(_lab03_maker(behave, "make")),
+        "lab03 step": lambda behave: checks.check_sync_scan_clean(_lab03_maker(behave, "step")),
+        "lab04 sweep": lambda behave: checks.check_bucket_sweep(endless(behave)),
+        "lab05 make_step": lambda behave: checks.check_capstone(*my, 1000.0, lambda dev: behave()),
+        "lab05 step": lambda behave: checks.check_capstone(*my, 1000.0, lambda dev: (lambda i: behave())),
+        "lab08 step_fn": lambda behave: lab08.check_same_training(lambda *a: behave(), "cpu"),
+        "lab08 forward_fn": lambda behave: lab08.check_activation_saving(lambda model, x: behave(), width=16, batch=8),
+    }
+
+
+_ENTRIES = ["lab00 idle share", "lab00 launch queue", "lab01 make_loader", "lab01 iterating the loader", "lab01 to_device", "lab02 update",
+            "lab03 make", "lab03 step", "lab04 sweep", "lab05 make_step", "lab05 step", "lab08 step_fn",
+            "lab08 forward_fn"]
+
+
+def _refused(run, behave) -> str:
+    from helpers.checks import CheckFailed
+
+    with pytest.raises(CheckFailed) as exc:
+        run(behave)
+    text = str(exc.value)
+    assert "\n" not in text and "passed" not in text
+    return text
+
+
+@pytest.mark.parametrize("entry", _ENTRIES)
+def test_every_learner_function_that_raises_is_one_line(own_pairs, small_trace, entry):
+    # every kind through the cheapest entry; the others share its guard, so three kinds each say they use it
+    run = _entry_points(own_pairs, small_trace)[entry]
+    for kind in _KINDS if entry == _ENTRIES[0] else (TypeError, OverflowError, SystemExit):
+        def behave(kind=kind):
+            raise kind("boom")
+
+        assert f"raised {kind.__name__}" in _refused(run, behave), (entry, kind)
+
+
+@pytest.mark.parametrize("entry", _ENTRIES)
+def test_every_learner_function_that_never_returns_is_stopped(own_pairs, small_trace, entry, monkeypatch):
+    import threading
+
+    from helpers.checks import _core
+
+    monkeypatch.setattr(_core, "LEARNER_TIMEOUT_S", 0.5)
+    release = threading.Event()
+    try:
+        assert "did not return within 0.5 s" in _refused(_entry_points(own_pairs, small_trace)[entry], release.wait)
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("entry, value, says", [
+    ("lab00 idle share", "0.3", "returned str"),
+    ("lab00 idle share", None, "returned NoneType"),
+    ("lab00 idle share", 10 ** 400, "not a finite number"),
+    ("lab00 idle share", float("nan"), "not a finite number"),
+    ("lab00 idle share", _Odd(), "returned _Odd"),
+    ("lab00 launch queue", 10 ** 400, "not a finite number"),
+    ("lab01 make_loader", 5, "not iterable"),
+    ("lab01 to_device", None, "must return the (x, y) pair"),
+    ("lab03 make", 5, "must be a function"),
+    ("lab04 sweep", 5, "must be a dict"),
+    ("lab04 sweep", {"bucket_cap_mb": "abc", "step_ms": 1, "exposed_ms": 1, "trace": None}, "a Trace"),
+    ("lab05 make_step", None, "must be a function"),
+    ("lab08 step_fn", "loss", "returned str"),
+    ("lab08 forward_fn", None, "returned NoneType"),
+])
+def test_every_learner_function_that_returns_the_wrong_thing_is_one_line(own_pairs, small_trace, entry, value, says):
+    assert says in _refused(_entry_points(own_pairs, small_trace)[entry], lambda: value)
+
+
+def test_endless_loaders_and_sweeps_are_read_a_bounded_way(own_pairs, small_trace, monkeypatch):
+    import itertools
+
+    import torch
+
+    from helpers import checks
+    from helpers.checks import lab04
+
+    run = _entry_points(own_pairs, small_trace)["lab01 make_loader"]
+    batch = (torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))
+    assert "more than 128 batches" in _refused(run, lambda: itertools.repeat(batch))
+    assert "per image" in _refused(run, lambda: [(torch.zeros(2, 3), torch.zeros(2, 2))])
+    # an endless sweep of ever larger rows: at most MAX_SWEEP_ROWS + 1 are read
+    monkeypatch.setattr(lab04, "MAX_SWEEP_ROWS", 5)
+    pulled = itertools.count()
+    rows = ({"bucket_cap_mb": next(pulled), "pad": "x" * 1000 * k} for k in itertools.count())
+    assert "more than 5 runs" in _refused(checks.check_bucket_sweep, rows)
+    assert next(pulled) == 6
+    good = {"step_ms": 1.0, "exposed_ms": 1.0, "trace": small_trace}
+    for bad in ("abc", 10 ** 400, float("nan"), None, True):
+        sweep = [{**good, "bucket_cap_mb": v} for v in (1, 10)] + [{**good, "bucket_cap_mb": bad}]
+        assert "bucket_cap_mb" in _refused(checks.check_bucket_sweep, sweep)
+    assert "must be a list of dicts" in _refused(checks.check_bucket_sweep, "abc")
+
+
+def test_a_learner_function_that_edits_the_trace_and_returns_the_right_figure_is_refused(small_trace):
+    from helpers import metrics
+    from helpers.checks import check_gpu_idle_share
+
+    right = 1.0 - metrics.gpu_utilization(small_trace)
+    before = small_trace.events.copy()
+
+    def sort_in_place(trace):
+        trace.events.sort_values("dur_us", inplace=True)
+        return right
+
+    def new_column(trace):
+        trace.events["gap"] = 0.0
+        return right
+
+    def replace_events(trace):
+        trace.events = trace.events.iloc[:0]
+        return right
+
+    def shrink_steps(trace):
+        trace.metadata["steps"] = trace.steps.iloc[:1]
+        return right
+
+    for cheat in (sort_in_place, new_column, replace_events, shrink_steps):
+        assert "changed the trace it was given" in _refused(lambda _, c=cheat: check_gpu_idle_share(c, small_trace), None)
+    assert small_trace.events.equals(before)
