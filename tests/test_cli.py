@@ -132,12 +132,15 @@ def test_a_short_finding_is_shaded_wide_enough_to_see():
 
 
 def test_compare_table_shows_whole_metric_names():
+    import matplotlib.pyplot as plt
+
     from helpers import plots
 
-    h2d = DATA / "h2d_copy__broken__h200.json.gz"  # few events: a cheap figure with every GPU metric row
-    fig = plots.compare(helpers.load(h2d), helpers.load(DATA / "h2d_copy__fixed__h200.json.gz"))
+    h2d = DATA / "h2d_copy__broken__h200.json.gz"  # few events: every GPU metric row, cheaply
+    rows = helpers.metrics.comparison(helpers.load(h2d), helpers.load(DATA / "h2d_copy__fixed__h200.json.gz"))
+    fig = plt.figure(figsize=(plots.FIGURE_WIDTH_PX / 100, 4), dpi=100)  # the width plots.compare draws it at
+    table = plots.compare_table(fig.add_subplot(), rows)
     fig.canvas.draw()
-    table = fig.axes[-1].tables[0]
     renderer = fig.canvas.get_renderer()
     for (_row, col), cell in table.get_celld().items():
         if col == 0:  # the metric names: every one fits its cell
