@@ -222,7 +222,8 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
                   ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
                   title_fontsize=9, alignment="left")
     ax.set_ylim(len(lanes) - 0.5, -1.0)
-    ax.set_xlim((t0 - origin) / 1e3, (t1 - origin) / 1e3)
+    lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
+    ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
     ax.set_xlabel("time (ms)")
     ax.grid(axis="x", alpha=0.3)
     title = title if title is not None else trace_name(trace)
@@ -291,15 +292,20 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
         ax = fig.add_subplot(grid[i])
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}")
-    ax = fig.add_subplot(grid[2])
+    compare_table(fig.add_subplot(grid[2]), table, labels)
+    _tidy(fig)
+    return fig
+
+
+def compare_table(ax, table: pd.DataFrame, labels: tuple[str, str] = ("before", "after")):
+    """:func:`helpers.metrics.comparison`'s table drawn on ``ax`` (its axes hidden), as under :func:`compare`."""
     ax.axis("off")
     cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"], row.get("noise"))] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)
     tbl.auto_set_column_width(list(range(4)))  # each column as wide as its longest text: no clipped metric names
-    _tidy(fig)
-    return fig
+    return tbl
 
 
 def _tidy(fig) -> None:

@@ -17,8 +17,8 @@ BROKEN = str(DATA / "data_stall__broken__h200.json.gz")
 FIXED = str(DATA / "data_stall__fixed__h200.json.gz")
 
 
-def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True, cwd=cwd)
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "helpers", *args], capture_output=True, text=True)
 
 
 def test_summary_and_diagnose_text(capsys):
@@ -52,7 +52,7 @@ def test_plot_compare_export(tmp_path, capsys):
     exported = tmp_path / "e.json"
     assert main(["export", BROKEN, "-o", str(exported)]) == 0
     doc = json.loads(exported.read_text())
-    assert {e["ph"] for e in doc["traceEvents"]} == {"X", "M"}
+    assert {"X", "M"} <= {e["ph"] for e in doc["traceEvents"]} <= {"X", "M", "s", "f"}  # s/f: launch-to-kernel flows
     again = helpers.load(exported)  # the exported JSON reads back with the same events
     original = helpers.load(BROKEN)
     assert again.events["kind"].value_counts().to_dict() == original.events["kind"].value_counts().to_dict()
@@ -70,32 +70,34 @@ def test_usage_errors(args):
 
 
 # --- what diagnose prints: readable, and every hint runs as printed -----------------------------------
-def test_diagnose_text_rounds_figures_and_cuts_no_line():
-    out = run("diagnose", BROKEN, cwd=None).stdout
+def _diagnose(path, capsys) -> str:
+    assert main(["diagnose", str(path)]) == 0
+    return capsys.readouterr().out
+
+
+def test_diagnose_text_rounds_figures_and_cuts_no_line(capsys):
+    out = _diagnose(BROKEN, capsys)
     assert "gpu_idle_ms_per_step: sync 0.0204, data_wait 20, " in out  # a dict of figures, 3 significant digits
     assert not re.search(r"\d\.\d{5,}", out), out  # no unrounded float anywhere
-    fp32 = run("diagnose", str(DATA / "gpu_bound__fp32__h200.json.gz")).stdout
+    fp32 = _diagnose(DATA / "gpu_bound__fp32__h200.json.gz", capsys)
     for line in (out + fp32).splitlines():
-        # wrapped at word boundaries: a line is long only when it is one unbreakable word or the where command
+        # wrapped at word boundaries: a line is long only when it is one unbreakable word, a kernel or the where command
         assert len(line) <= render.TEXT_WIDTH or " " not in line.strip() or "kernel time" in line \
             or line.lstrip().startswith("python -m helpers plot "), line
     kernels = [line for line in fp32.splitlines() if "of kernel time" in line]
     assert len(kernels) == 3 and kernels[0].rstrip().endswith("_align1>(cutlass_80_simt_sgemm_256x128_8x4_nt_align1::Params)")
 
 
-def _where_commands(text):
-    return [line.strip() for line in text.splitlines() if line.strip().startswith("python -m helpers plot ")]
-
-
-@pytest.mark.parametrize("name", ["data_stall__broken__h200.json.gz", "sync_stall__broken__h200.json.gz"])
-def test_where_command_runs_as_printed(name, tmp_path):
-    out = run("diagnose", str(DATA / name), cwd=tmp_path).stdout
-    commands = _where_commands(out)
-    assert commands, out
-    for cmd in commands:
-        r = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)
-        assert r.returncode == 0, (cmd, r.stderr)
-        assert (tmp_path / r.stdout.strip()).stat().st_size > 10_000
+def test_where_command_runs_as_printed(tmp_path, monkeypatch, capsys):
+    # the sync stall's window is 0.2 ms long: printed as 76.7:77.0, not as 76.8:76.8 (refused by --window)
+    monkeypatch.chdir(tmp_path)
+    out = _diagnose(DATA / "sync_stall__broken__h200.json.gz", capsys)
+    commands = [line.strip() for line in out.splitlines() if line.strip().startswith("python -m helpers plot ")]
+    assert len(commands) == 1, out
+    argv = shlex.split(commands[0])
+    assert argv[:3] == ["python", "-m", "helpers"]
+    assert main(argv[3:]) == 0, capsys.readouterr().err  # the command as printed, in this process (no new interpreter)
+    assert (tmp_path / capsys.readouterr().out.strip()).stat().st_size > 10_000
 
 
 def test_where_window_of_a_short_step_is_accepted_and_covers_it():
@@ -120,8 +122,8 @@ def test_a_short_finding_is_shaded_wide_enough_to_see():
     from helpers import plots
     from helpers.diagnosis import Finding
 
-    trace = helpers.load(BROKEN)
-    finding = Finding("sync_stall", 0.1, "", {}, "", (100_000.0, 100_200.0))  # 0.2 ms of a ~300 ms trace
+    trace = helpers.load(DATA / "h2d_copy__broken__h200.json.gz")
+    finding = Finding("sync_stall", 0.1, "", {}, "", (20_000.0, 20_200.0))  # 0.2 ms of a ~120 ms trace
     fig = plots.timeline(trace, findings=[finding])
     ax = fig.axes[0]
     t0, t1 = ax.get_xlim()
@@ -130,11 +132,15 @@ def test_a_short_finding_is_shaded_wide_enough_to_see():
 
 
 def test_compare_table_shows_whole_metric_names():
+    import matplotlib.pyplot as plt
+
     from helpers import plots
 
-    fig = plots.compare(helpers.load(BROKEN), helpers.load(FIXED))
+    h2d = DATA / "h2d_copy__broken__h200.json.gz"  # few events: every GPU metric row, cheaply
+    rows = helpers.metrics.comparison(helpers.load(h2d), helpers.load(DATA / "h2d_copy__fixed__h200.json.gz"))
+    fig = plt.figure(figsize=(plots.FIGURE_WIDTH_PX / 100, 4), dpi=100)  # the width plots.compare draws it at
+    table = plots.compare_table(fig.add_subplot(), rows)
     fig.canvas.draw()
-    table = fig.axes[-1].tables[0]
     renderer = fig.canvas.get_renderer()
     for (_row, col), cell in table.get_celld().items():
         if col == 0:  # the metric names: every one fits its cell
@@ -142,11 +148,10 @@ def test_compare_table_shows_whole_metric_names():
                 cell.get_text().get_text()
 
 
-def test_an_empty_trace_names_the_usual_cause(tmp_path):
+def test_an_empty_trace_names_the_usual_cause(tmp_path, capsys):
     path = tmp_path / "empty.json"  # what torch.profiler exports when its schedule recorded nothing
     path.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 10.0, "dur": 84.7}]}))
-    r = run("diagnose", str(path))
-    text = " ".join(r.stdout.split())
-    assert r.returncode == 0 and "the profiler recorded nothing" in text
+    text = " ".join(_diagnose(path, capsys).split())
+    assert "the profiler recorded nothing" in text
     assert "never reached its active steps" in text and "on_trace_ready" in text

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -114,7 +116,7 @@ def test_a_checks_signature_covers_its_result_and_this_runs_key(monkeypatch):
     trace = recorded("sync_stall", "broken")
     checks.check_gpu_idle_share(lambda t: 1.0 - metrics.gpu_utilization(t), trace)
     checks._check("capture", "check_annotated_phases", True, "")  # a cell calling the recorder: not signed
-    results = read_results(__import__("pathlib").Path(checks.RESULTS_FILE))
+    results = read_results(Path(checks.RESULTS_FILE))
     entry = results["gaps"]["signed"]["check_gpu_idle_share"]
     assert entry["passed"] is True and len(entry["source"]) == 1 and entry["notebook"] == "00_tools.ipynb"
     assert "signed" not in results["capture"]
@@ -151,7 +153,7 @@ def test_a_kernel_without_its_key_signs_nothing(env, monkeypatch, tmp_path):
     else:
         monkeypatch.delenv(_proof.RUN_KEY_ENV, raising=False)
     assert _proof._take_key() is None
-    assert _proof.RUN_KEY_ENV not in __import__("os").environ
+    assert _proof.RUN_KEY_ENV not in os.environ
 
 
 def test_a_notebook_whose_kernel_never_took_its_key_counts_for_nothing(tmp_path, monkeypatch, capsys):
@@ -175,4 +177,4 @@ def test_a_notebook_whose_kernel_never_took_its_key_counts_for_nothing(tmp_path,
     lines, keys = selfcheck.execute_notebooks(tmp_path)
     assert keys == {} and lines == ["ran 00_x.ipynb: helpers.checks could not be imported when its kernel started, so "
                                     "nothing it recorded counts (is the helpers package installed in this environment?)"]
-    assert not __import__("os").path.exists(seen["key_file"])  # the parent deleted it
+    assert not os.path.exists(seen["key_file"])  # the parent deleted it

@@ -21,7 +21,7 @@ import pandas as pd
 from .. import metrics as m
 from ..diagnosis import diagnose
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, unit_slip  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -159,43 +159,69 @@ def check_comm_fixed(before: Trace, after: Trace) -> str:
 MAX_SWEEP_ROWS = 1000  # the exercise asks for three to six runs
 
 
-def _rows_of_sweep(sweep: Any) -> list[Mapping[str, Any]]:
+_SWEEP_KEYS = ("bucket_cap_mb", "step_ms", "exposed_ms", "trace")
+
+
+def _read_sweep(sweep: Any) -> list:
+    """At most ``MAX_SWEEP_ROWS + 1`` runs, each a plain dict: iterating a learner's object runs their code."""
     if isinstance(sweep, pd.DataFrame):
-        return sweep.to_dict("records")
-    if isinstance(sweep, Iterable) and not isinstance(sweep, (str, bytes, Mapping)):
-        rows = list(itertools.islice(sweep, MAX_SWEEP_ROWS + 1))  # an endless iterator must not fill memory
-        if len(rows) > MAX_SWEEP_ROWS:
-            raise CheckFailed(f"sweep has more than {MAX_SWEEP_ROWS} runs; pass the few runs you made, one dict each")
-        return rows
-    raise CheckFailed("sweep must be a list of dicts (or a DataFrame), one per run: "
-                      "{'bucket_cap_mb': ..., 'step_ms': ..., 'exposed_ms': ..., 'trace': ...}")
+        return sweep.head(MAX_SWEEP_ROWS + 1).to_dict("records")
+    rows = list(itertools.islice(iter(sweep), MAX_SWEEP_ROWS + 1))  # an endless iterator must not fill memory
+    return [dict(r) if isinstance(r, Mapping) else r for r in rows]
+
+
+def _number(row: Mapping[str, Any], key: str) -> float:
+    value = row[key]
+    try:
+        out = float(value) if not isinstance(value, (bool, str, bytes)) else float("nan")
+    except (TypeError, ValueError, OverflowError):
+        out = float("nan")
+    if not math.isfinite(out):
+        raise CheckFailed(f"a run's {key} is {str(value)[:40]!r} ({type(value).__name__}), not a finite number: put the "
+                          "figure itself in each run's dict")
+    return out
+
+
+def _rows_of_sweep(sweep: Any) -> list[dict[str, Any]]:
+    if not isinstance(sweep, (pd.DataFrame, Iterable)) or isinstance(sweep, (str, bytes, Mapping)):
+        raise CheckFailed("sweep must be a list of dicts (or a DataFrame), one per run: "
+                          "{'bucket_cap_mb': ..., 'step_ms': ..., 'exposed_ms': ..., 'trace': ...}")
+    rows = run_learner(_read_sweep, sweep, name="reading your sweep", note=False)
+    if len(rows) > MAX_SWEEP_ROWS:
+        raise CheckFailed(f"sweep has more than {MAX_SWEEP_ROWS} runs; pass the few runs you made, one dict each")
+    if not all(isinstance(r, dict) for r in rows):
+        odd = next(type(r).__name__ for r in rows if not isinstance(r, dict))
+        raise CheckFailed(f"each run of the sweep must be a dict with {', '.join(_SWEEP_KEYS)}; one is a {odd}")
+    bad = [k for k in _SWEEP_KEYS if any(k not in r for r in rows)] if rows else list(_SWEEP_KEYS)
+    if bad or not all(isinstance(r["trace"], Trace) for r in rows):
+        raise CheckFailed(f"each run needs {', '.join(_SWEEP_KEYS)} (the trace as helpers.load returned it); "
+                          f"missing: {', '.join(bad) or 'a Trace in trace'}")
+    return [{**r, "bucket_cap_mb": _number(r, "bucket_cap_mb"), "exposed_ms": _number(r, "exposed_ms")} for r in rows]
 
 
 def check_bucket_sweep(sweep: Any) -> str:
     """Your ``bucket_cap_mb`` sweep: at least three sizes spanning 10x, each run your own trace; the
     ``exposed_ms`` you plotted matches that run's trace; all-reduces per step fall as buckets grow."""
     name = "check_bucket_sweep"
-    rows = _rows_of_sweep(sweep)
-    keys = ("bucket_cap_mb", "step_ms", "exposed_ms", "trace")
-    bad = [k for k in keys if any(k not in r for r in rows)] if rows else list(keys)
-    if bad or not all(isinstance(r["trace"], Trace) for r in rows):
-        _check("comm", name, False, f"each run needs {', '.join(keys)} (the trace as helpers.load returned it); "
-               f"missing: {', '.join(bad) or 'a Trace in trace'}")
+    try:
+        rows = _rows_of_sweep(sweep)
+    except CheckFailed as exc:
+        _check("comm", name, False, str(exc))
     _refuse("comm", name, *[r["trace"] for r in rows])
-    sizes = sorted({float(r["bucket_cap_mb"]) for r in rows})
+    sizes = sorted({r["bucket_cap_mb"] for r in rows})
     if len(sizes) < 3 or sizes[0] <= 0 or sizes[-1] / sizes[0] < 10:
         _check("comm", name, False, f"your sweep covers bucket_cap_mb {sizes}: run at least three sizes spanning 10x or "
                "more (say 1 to 100 MB) to see where the per-call cost and the overlap balance")
     problems = []
     for r in rows:
         want = _exposed_ms(r["trace"])
-        got = float(r["exposed_ms"])
+        got = r["exposed_ms"]
         if not _close(got, want, 0.25, 1.0):
             problems.append(f"your exposed_ms for {r['bucket_cap_mb']:g} MB is {got:.1f}, but that run's trace shows "
                             f"{want:.1f} ms a step of all-reduce with no compute beside it")
     if problems:
         _check("comm", name, False, "; ".join(problems[:2]))
-    counts = sorted((float(r["bucket_cap_mb"]), collectives_per_step(r["trace"])) for r in rows)
+    counts = sorted((r["bucket_cap_mb"], collectives_per_step(r["trace"])) for r in rows)
     smallest, largest = counts[0], counts[-1]
     if smallest[1] <= largest[1]:
         shows = (f"your {smallest[0]:g} MB and {largest[0]:g} MB runs both show {smallest[1]:.0f} all-reduces a step"

@@ -13,8 +13,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from itertools import compress, repeat
-from operator import eq
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from ..model import (
     COPY_DIRECTION,
     KIND_DTYPE,
     KINDS,
+    MAX_RANK,
     build_events,
     host_memory_of,
     is_collective_kernel,
@@ -88,7 +87,6 @@ _CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
 _NO_ARGS: dict = {}
-_get = dict.get  # map(_get, events, repeat(key)): e.get(key) for every event, as one C-level loop
 _PART_DTYPES = {"kind": np.int8, "name": np.int64, "start_us": np.float64, "dur_us": np.float64, "device": np.int64,
                 "stream": np.int64, "pid": np.int64, "tid": np.int64, "correlation": np.int64, "bytes": np.float64}
 _PART_COLUMNS = tuple(_PART_DTYPES)
@@ -97,6 +95,10 @@ _PART_COLUMNS = tuple(_PART_DTYPES)
 # event may end and the next begin. A piece is about _PIECE bytes of events; the head before the events
 # is looked for in at most _HEAD_LIMIT bytes; the list's closing bracket in at most _END_TRIES places.
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: Stands in for the list already read when the members after it are parsed: a later "traceEvents"
+#: key (which json.loads would let win) replaces it and is seen.
+_LIST_READ_TEXT = "\x00the list read above"
+_LIST_READ = json.dumps(_LIST_READ_TEXT).encode()  # a JSON string, quotes included
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _PIECE = 4 << 20
 _HEAD_LIMIT = 64 << 20
@@ -158,7 +160,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         if m is not None:
             tries += 1
             if tries > _HEAD_TRIES:
-                return _whole(bytes(buf) + b"".join(blocks), path, cols)
+                return _whole(_rest(buf, blocks), path, cols)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
                 break
@@ -166,7 +168,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(bytes(buf) + b"".join(blocks), path, cols)
+            return _whole(_rest(buf, blocks), path, cols)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
     # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
     # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
@@ -195,12 +197,18 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         pos, piece = cut.end() - 1, _PIECE
         search_at = pos + piece
     # ... and the members after the list.
-    if tail.get("traceEvents") is not None:
-        raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
+    if tail.get("traceEvents") != _LIST_READ_TEXT:
+        # json.loads would keep only that later value (the last of the same keys wins): refused, not guessed
+        raise TraceError(f"{path}: two 'traceEvents' keys at the top of one document (the list, then "
+                         f"{_shown(tail.get('traceEvents'))}); the trace is damaged: record it again")
     head.pop("traceEvents")
     tail.pop("traceEvents")
     head.update(tail)
     return head
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else f"a value of type {type(value).__name__}"
 
 
 def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
@@ -211,7 +219,7 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
         if j < 0:
             break
         tries += 1
-        tail = _try_loads(b'{"traceEvents":null' + rest[j + 1:])
+        tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
         if type(tail) is dict:
             try:
                 events = _loads(b"[" + rest[:j] + b"]")
@@ -223,7 +231,15 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
     raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
 
 
-def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
+def _rest(buf: bytearray, blocks: Iterator[bytes]) -> bytearray:
+    """``buf`` and every block after it in one buffer, grown in place (a list of blocks joined at the end
+    would hold the document twice)."""
+    for block in blocks:
+        buf.extend(block)
+    return buf
+
+
+def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
     """The fallback: parse the document in one go, then feed its events in pieces."""
     try:
         doc = _loads(raw)
@@ -291,81 +307,60 @@ class _Columns:
         self.unknown: Counter[str] = Counter()
 
     def add(self, raw_events: list) -> None:
-        """Append one parsed piece of ``traceEvents`` to the columns.
-
-        Every per-event step is a C-level loop (``map`` of ``dict.get``, ``itertools.compress``, numpy
-        over the lists they make): no Python code runs once per event on the common path, which is
-        what made this the read's largest cost. An event that is not an object, or a category that is
-        not hashable, makes the first ``map`` raise TypeError; such a piece takes the checked path.
-        """
         path = self.path
         base = self.seen
         self.seen += len(raw_events)
         if self.max_events is not None and self.seen > self.max_events:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
-        n_raw = len(raw_events)
-        try:
-            code = np.fromiter(map(_CATEGORY_CODE.get, map(_get, raw_events, repeat("cat")), repeat(-1)),
-                               dtype=np.int8, count=n_raw)
-            timed = np.fromiter(map(eq, map(_get, raw_events, repeat("ph")), repeat("X")), dtype=bool, count=n_raw)
-        except TypeError:  # a non-object event, an unhashable category: the same choice, one event at a time
-            code = np.fromiter((_CATEGORY_CODE.get(c, -1) if type(e) is dict and type(c := e.get("cat")) is str else -1
-                                for e in raw_events), dtype=np.int8, count=n_raw)
-            timed = np.fromiter((type(e) is dict and e.get("ph") == "X" for e in raw_events), dtype=bool, count=n_raw)
-        keep = timed & (code >= 0)
-        if keep.all():
-            evs = raw_events
-        else:
-            evs = list(compress(raw_events, keep.tolist()))
-            code = code[keep]
+        kind_of = _CATEGORY_KIND
+        try:  # the common case: every event an object (JSON parsers make only dicts have .get), every category hashable
+            evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in kind_of]
+        except (AttributeError, TypeError):
+            evs = [e for e in raw_events
+                   if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
         if not evs:
             if not self.parts["kind"]:
                 self.unknown.update(_category_of(e) for e in raw_events)
             return
-        n = len(evs)
         ts = _times(evs, "ts", path)
         dur = _times(evs, "dur", path)
-        names = list(map(_get, evs, repeat("name")))
-        if set(map(type, names)) != {str}:
-            _damaged(path, raw_events, evs[next(i for i, v in enumerate(names) if type(v) is not str)], "lacks a 'name'", base)
+        names = [e.get("name") for e in evs]
+        bad = next((i for i, n in enumerate(names) if type(n) is not str), None)
+        if bad is not None:
+            _damaged(path, raw_events, evs[bad], "lacks a 'name'", base)
         if (dur < 0).any() or not np.isfinite(ts).all() or not np.isfinite(dur).all():
             i = int(np.flatnonzero((dur < 0) | ~np.isfinite(ts) | ~np.isfinite(dur))[0])
             _damaged(path, raw_events, evs[i], "has a negative or infinite time", base)
-        # Names: each distinct one numbered once (a piece repeats a few hundred names thousands of times).
         ids = self.name_ids
-        local = dict.fromkeys(names)
-        for name in local:
-            local[name] = ids.setdefault(name, len(ids))
-        name_code = np.fromiter(map(local.__getitem__, names), dtype=np.int64, count=n)
-        kind = code
+        name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
+        code_of = _CATEGORY_CODE
+        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
         if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
             ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
             kind[ranges] = _CODE["annotation"]
-        del names, local
-        args = list(map(_get, evs, repeat("args")))
-        if set(map(type, args)) != {dict}:
-            args = [a if type(a) is dict else _NO_ARGS for a in args]
+        args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
         on_device = _ON_DEVICE[kind]
+        n = len(evs)
         device = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
         pid = np.full(n, -1, dtype=np.int64)
         tid = np.full(n, -1, dtype=np.int64)
-        pids = list(map(_get, evs, repeat("pid")))
-        tids = list(map(_get, evs, repeat("tid")))
-        if on_device.any():  # a device event's device and stream; the trace's pid/tid where args has none
-            dev_args, dev_pids, dev_tids = _subset(on_device, args, pids, tids)
-            device[on_device] = _ints(list(map(_get, dev_args, repeat("device"), dev_pids)), path, "args.device")
-            stream[on_device] = _ints(list(map(_get, dev_args, repeat("stream"), dev_tids)), path, "args.stream")
-            del dev_args, dev_pids, dev_tids
-        if not on_device.all():
-            host = ~on_device
-            host_pids, host_tids = _subset(host, pids, tids)
-            pid[host] = _ints(host_pids, path, "pid")
-            tid[host] = _ints(host_tids, path, "tid")
-            del host_pids, host_tids
-        del pids, tids
-        correlation = _ints(list(map(_get, args, repeat("correlation"), repeat(-1))), path, "args.correlation")
+        if on_device.all():
+            device[:] = _ints([a.get("device", e.get("pid")) for a, e in zip(args, evs)], path, "args.device")
+            stream[:] = _ints([a.get("stream", e.get("tid")) for a, e in zip(args, evs)], path, "args.stream")
+        elif on_device.any():
+            dev_idx = np.flatnonzero(on_device).tolist()
+            device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx], path, "args.device")
+            stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx], path, "args.stream")
+        if not on_device.any():
+            pid[:] = _ints([e.get("pid") for e in evs], path, "pid")
+            tid[:] = _ints([e.get("tid") for e in evs], path, "tid")
+        elif not on_device.all():
+            host_idx = np.flatnonzero(~on_device).tolist()
+            pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx], path, "pid")
+            tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx], path, "tid")
+        correlation = _ints([a.get("correlation", -1) for a in args], path, "args.correlation")
         nbytes = np.full(n, math.nan)
         for i in np.flatnonzero(_MOVES_BYTES[kind]).tolist():
             nbytes[i] = _as_float(args[i].get("bytes"))
@@ -423,14 +418,6 @@ class _Columns:
         return events, metadata
 
 
-def _subset(mask: np.ndarray, *lists: list) -> tuple[list, ...]:
-    """The items of each list where ``mask`` holds (the lists themselves when it holds everywhere)."""
-    if mask.all():
-        return lists
-    flags = mask.tolist()
-    return tuple(list(compress(xs, flags)) for xs in lists)
-
-
 def _category_of(e: object) -> str:
     if type(e) is not dict:
         return "(not an object)"
@@ -453,7 +440,7 @@ def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
 def _metadata(doc: dict, origin: float) -> dict:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
-    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
+    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or not 0 <= dist["rank"] <= MAX_RANK:
         dist.pop("rank", None)
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []
@@ -482,7 +469,7 @@ def _numeric_column(values: list) -> np.ndarray | None:
 
 
 def _times(evs: list[dict], key: str, path: Path) -> np.ndarray:
-    values = list(map(_get, evs, repeat(key)))
+    values = [e.get(key) for e in evs]
     arr = _numeric_column(values)
     if arr is not None and arr.dtype.kind in "fiu":  # numpy inferred a numeric column: the common, fast case
         return arr.astype(np.float64)
