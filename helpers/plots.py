@@ -243,6 +243,10 @@ def trace_name(trace: Trace) -> str:
     return path.parent.name if name in ("trace", "") and path.parent.name else name
 
 
+#: The gid of a range's name drawn on its bar (see _tidy).
+RANGE_LABEL = "range-label"
+
+
 def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
     """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit."""
     from matplotlib.collections import PolyCollection
@@ -263,8 +267,9 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
         if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
-                    clip_on=True)
+            label = ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
+                            clip_on=True, gid=RANGE_LABEL)
+            label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
         ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,
                                          alpha=0.9))
@@ -304,12 +309,21 @@ def compare_table(ax, table: pd.DataFrame, labels: tuple[str, str] = ("before", 
 
 
 def _tidy(fig) -> None:
-    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine)."""
+    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine);
+    then drop each range label wider than its range, which would spill over the next phase's bar (the
+    estimate that placed it counts the figure's width, not the narrower axes')."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()
+    renderer = None
+    for ax in fig.axes:
+        for label in [t for t in ax.texts if t.get_gid() == RANGE_LABEL]:
+            renderer = renderer or fig.canvas.get_renderer()
+            (a, _), (b, _) = ax.transData.transform([(label.range_ms[0], 0), (label.range_ms[1], 0)])
+            if label.get_window_extent(renderer).width + 4 > b - a:
+                label.remove()
 
 
 def _fmt(v: float) -> str:
