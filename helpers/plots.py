@@ -103,17 +103,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     return float(ev["start_us"].min()), float(ev["end_us"].max())
 
 
-def time_origin_us(trace: Trace) -> float:
-    """Time zero of every timeline of ``trace``: the first profiled step's start (else the first event's).
-
-    One origin for every view of a trace, as Nsight Systems keeps one clock: a window read off a
-    zoomed plot (``step=3``) is the same stretch of time as on the whole-trace plot.
-    """
-    win = m.windows(trace)
-    stepped = win[win["step"] >= 0]
-    if not stepped.empty:
-        return float(stepped["start_us"].min())
-    return float(trace.events["start_us"].min()) if not trace.events.empty else 0.0
+time_origin_us = m.time_origin_us  # the axis origin lives with the windows it comes from
 
 
 def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
