@@ -165,7 +165,8 @@ class Trace:
     @property
     def steps(self) -> pd.DataFrame:
         """One row per (rank, step): ``rank, step, start_us, end_us, dur_us``."""
-        return self.metadata.get("steps", empty_steps())
+        steps = self.metadata.get("steps")  # not .get(key, empty_steps()): that builds a frame on every call
+        return empty_steps() if steps is None else steps
 
     @property
     def span_us(self) -> float:
