@@ -28,7 +28,7 @@ JSON_SCHEMA_DOC = render.json_schema_doc()  # generated from diagnosis.PATTERNS
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
-    """``START:END`` in milliseconds -> microseconds."""
+    """``START:END`` in milliseconds on the timeline's axis."""
     if not text:
         return None
     try:
@@ -37,7 +37,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
         raise TraceError(f"--window {text!r}: write it as START:END in milliseconds, e.g. 10:25") from None
     if b <= a:
         raise TraceError(f"--window {text!r}: END must be after START")
-    return a * 1e3, b * 1e3
+    return a, b
 
 
 def load(path: str, args: argparse.Namespace):
@@ -85,7 +85,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
-    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
+    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(trace)))
     return 0
 
 
@@ -96,7 +96,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     window = _window(args.window)
     trace = load(args.trace, args)
     try:
-        fig = plots.timeline(trace, window=window, step=args.step,
+        fig = plots.timeline(trace, window_ms=window, step=args.step,
                              findings=diagnose(trace) if args.findings else (), title=str(args.trace))
     except ValueError as exc:  # plots' way of saying a --step or --window is not in the trace
         raise TraceError(f"{args.trace}: {exc}; pick a step or window the trace has") from None
@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_diagnose)
     sp = with_trace("plot", "draw the timeline")
     sp.add_argument("-o", "--output", default="timeline.png")
-    sp.add_argument("--window", metavar="START:END", help="milliseconds from the trace start")
+    sp.add_argument("--window", metavar="START:END",
+                    help="milliseconds on the timeline's axis (0 = the first profiled step's start, as the plot labels it)")
     sp.add_argument("--step", type=int, help="draw one step (0 = first profiled step)")
     sp.add_argument("--findings", action="store_true", help="shade where each finding shows")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")

@@ -21,7 +21,8 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-from .model import Trace
+from .errors import TraceError
+from .model import Trace, times_problem
 from .outputs import write_output
 
 try:  # orjson quotes strings faster than json
@@ -244,6 +245,9 @@ def _flow_fragments(trace: Trace, tids: np.ndarray) -> Iterator[bytes]:
 def _fragments(trace: Trace) -> Iterator[bytes]:
     """The document's bytes, in pieces: header, metadata events, then the timed events a batch at a time."""
     ev = trace.events
+    problem = times_problem(ev)  # times are written as 64-bit nanoseconds: beyond that they would wrap
+    if problem:
+        raise TraceError(f"{trace.source or 'the trace'}: cannot be written: {problem}")
     lanes, tids = _lanes(trace)
     meta: list[dict] = []
     for rank in sorted({r for r, _ in lanes}):
@@ -326,6 +330,10 @@ def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
 
     Refuses an existing file, a symlink or a temporary name with :class:`TraceError` unless ``force``.
     """
+    problem = times_problem(trace.events)  # before the output is created: nothing half-written is left
+    if problem:
+        raise TraceError(f"{path}: not written: {problem}")
+
     def write(fh: BinaryIO) -> None:
         if Path(path).name.endswith(".gz"):
             with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6) as gz:

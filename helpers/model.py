@@ -74,6 +74,13 @@ COLUMNS: dict[str, str] = {
     "step": "int64",
 }
 
+#: Largest time (start, end or duration, microseconds) the events table holds: 2^62 ns, about 146 years.
+#: Times are kept to the nanosecond and written as 64-bit integer nanoseconds (export, nsys); a bound
+#: below 2^63 leaves room for start + duration. Beyond it a file's clock is damaged, not a long run.
+MAX_TIME_US = 2.0**62 / 1e3
+#: Largest rank number (torch.distributed and NCCL number ranks with a C int).
+MAX_RANK = 2**31 - 1
+
 #: Annotation names taken as training steps when the caller names no pattern.
 DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d*$")
 
@@ -159,7 +166,8 @@ class Trace:
     @property
     def steps(self) -> pd.DataFrame:
         """One row per (rank, step): ``rank, step, start_us, end_us, dur_us``."""
-        return self.metadata.get("steps", empty_steps())
+        steps = self.metadata.get("steps")  # not .get(key, empty_steps()): that builds a frame on every call
+        return empty_steps() if steps is None else steps
 
     @property
     def span_us(self) -> float:
@@ -256,6 +264,23 @@ def _row_order(data: dict[str, Any]) -> np.ndarray:
     sub = pd.DataFrame({"g": group[at], "lane": data["lane"][rows], "name": data["name"][rows]})
     order[at] = rows[sub.sort_values(["g", "lane", "name"], kind="stable").index.to_numpy()]
     return order
+
+
+def times_problem(events: pd.DataFrame | dict[str, Any]) -> str | None:
+    """A one-line description of the first event whose time is beyond :data:`MAX_TIME_US` (or not a
+    number), or None: the readers refuse such a file instead of wrapping or losing its times. ``events``
+    is an events table or :func:`build_events`' columns."""
+    start = np.asarray(events["start_us"], dtype="float64")
+    dur = np.asarray(events["dur_us"], dtype="float64")
+    with np.errstate(over="ignore", invalid="ignore"):
+        for label, values in (("start", start), ("dur", dur), ("end", start + dur)):
+            bad = ~(np.abs(values) < MAX_TIME_US)  # NaN counts as bad
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                name = str(np.asarray(events["name"], dtype=object)[i])[:40]
+                return (f"event {name!r} has {label} {values[i]:.4g} us, beyond {MAX_TIME_US:.3g} us (146 years): "
+                        "its clock is damaged")
+    return None
 
 
 def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:

@@ -389,7 +389,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         cpu_fix="Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
                 "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
                 "profile it with with_stack=True (or py-spy) to see which Python code it is.",
-        colour="#8172b3", cause="other", host_is="the host in other code", during="while the host runs other code"),
+        colour="#ccb974", cause="other", host_is="the host in other code", during="while the host runs other code"),
     Pattern(
         "communication", "communication bottleneck",
         rules=(Rule(_communication, ("comm_exposed_share", "ranks", "imbalance_spread"), "comm_exposed_share",

@@ -26,6 +26,7 @@ import torch
 
 from .errors import NoGPUError, TraceError
 from .model import Trace
+from .procs import run_bounded
 from .readers import load
 
 if TYPE_CHECKING:  # only run_ncu returns a DataFrame; readers.ncu imports pandas when it runs
@@ -331,9 +332,11 @@ def _run_tool(command: Sequence[str], env: dict[str, str] | None = None, *, what
               stdout: int | None = None) -> subprocess.CompletedProcess:
     """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
     try:
-        done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
+        done = run_bounded(command, timeout_s, stdout=stdout, env=env)  # the tool's own children stopped with it
     except subprocess.TimeoutExpired:
         raise TraceError(f"{what} ran past {timeout_s:g} s and was stopped; profile fewer steps or raise timeout_s") from None
+    except OSError as exc:
+        raise TraceError(f"{what} could not be started ({exc.strerror or exc})") from None
     if done.returncode != 0:
         last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
         raise TraceError(f"{what} failed (exit {done.returncode}): {last.strip()[:200]}")

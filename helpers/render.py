@@ -160,12 +160,14 @@ def where_command(source: str | None, start_ms: float, end_ms: float, name: str 
             f"-o {shlex.quote(name + '.png')}")
 
 
-def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None) -> str:
+def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None,
+                  origin_us: float = 0.0) -> str:
     """Findings as numbered text; the plot hint names the trace the user gave. A
     :class:`helpers.diagnosis.Diagnosis` also gets a line on its steady-state step.
 
     ``path`` heads the text (a label is fine); ``source`` is the trace's file for the ``where`` hint's
-    command (default: ``path``), which is left out when it is no file.
+    command (default: ``path``), which is left out when it is no file. Windows are printed in ms on the
+    timeline's axis, from ``origin_us`` (:func:`helpers.metrics.time_origin_us`), as ``plot`` draws them.
     """
     source = path if source is None else source
     steady = steady_state_text(findings.steady) if hasattr(findings, "steady") else ""
@@ -189,7 +191,7 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
             else:
                 lines += _wrapped(f"- {k}: {figure_text(v)}", "     ")
         if f.window:
-            a, b = f.window[0] / 1e3, f.window[1] / 1e3
+            a, b = (f.window[0] - origin_us) / 1e3, (f.window[1] - origin_us) / 1e3
             cmd = where_command(source, a, b, f.pattern)
             lines.append(f"   where: {a:.2f}-{b:.2f} ms" + (", drawn by:" if cmd else ""))
             if cmd:  # on a line of its own, never wrapped: it must paste into a shell as printed

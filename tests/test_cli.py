@@ -10,7 +10,7 @@ import pytest
 from conftest import DATA
 
 import helpers
-from helpers import render
+from helpers import plots, render
 from helpers.cli import main
 
 BROKEN = str(DATA / "data_stall__broken__h200.json.gz")
@@ -132,12 +132,15 @@ def test_a_short_finding_is_shaded_wide_enough_to_see():
 
 
 def test_compare_table_shows_whole_metric_names():
+    import matplotlib.pyplot as plt
+
     from helpers import plots
 
-    h2d = DATA / "h2d_copy__broken__h200.json.gz"  # few events: a cheap figure with every GPU metric row
-    fig = plots.compare(helpers.load(h2d), helpers.load(DATA / "h2d_copy__fixed__h200.json.gz"))
+    h2d = DATA / "h2d_copy__broken__h200.json.gz"  # few events: every GPU metric row, cheaply
+    rows = helpers.metrics.comparison(helpers.load(h2d), helpers.load(DATA / "h2d_copy__fixed__h200.json.gz"))
+    fig = plt.figure(figsize=(plots.FIGURE_WIDTH_PX / 100, 4), dpi=100)  # the width plots.compare draws it at
+    table = plots.compare_table(fig.add_subplot(), rows)
     fig.canvas.draw()
-    table = fig.axes[-1].tables[0]
     renderer = fig.canvas.get_renderer()
     for (_row, col), cell in table.get_celld().items():
         if col == 0:  # the metric names: every one fits its cell
@@ -152,3 +155,22 @@ def test_an_empty_trace_names_the_usual_cause(tmp_path, capsys):
     text = " ".join(_diagnose(path, capsys).split())
     assert "the profiler recorded nothing" in text
     assert "never reached its active steps" in text and "on_trace_ready" in text
+
+
+def test_where_and_window_count_from_the_plot_axis(capsys, tmp_path):
+    """An Nsight export whose first step starts 28 ms into the capture: "where" prints the finding's window on
+    the timeline's axis (0 = the first step's start, as the plot labels it), and --window reads it the same."""
+    path = DATA / "nsight" / "data_stall__broken__h200.sqlite.gz"
+    trace = helpers.load(path)
+    origin = plots.time_origin_us(trace)
+    assert origin > 1000  # the case this test is about: the axis does not start at the capture's start
+    finding = helpers.diagnose(trace)[0]
+    assert main(["diagnose", str(path)]) == 0
+    where = next(line for line in capsys.readouterr().out.splitlines() if "where:" in line)
+    a, b = (float(x) for x in where.split("where:")[1].split("ms")[0].split("-"))
+    assert a == pytest.approx((finding.window[0] - origin) / 1e3, abs=0.01)
+    assert b == pytest.approx((finding.window[1] - origin) / 1e3, abs=0.01)
+    out = tmp_path / "w.png"
+    assert main(["plot", str(path), "--window", f"{a}:{b}", "-o", str(out)]) == 0
+    ax = plots.timeline(trace, window_ms=(a, b)).axes[0]
+    assert ax.get_xlim() == pytest.approx((a, b), abs=0.01)

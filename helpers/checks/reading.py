@@ -389,8 +389,8 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
         _record(item, name, False)
         raise CheckFailed("Not yet: " + " | ".join(problems[:3]) + ".")
     _record(item, name, True)
-    second = "; ".join(f"{f.pattern} ({f.cost:.0%}): {f.summary}" for f in findings[:3]) or "nothing stood out"
-    return f"passed: {name}. Second opinion, helpers.diagnose: {second}"
+    second = "; ".join(f"{f.pattern} ({f.cost:.0%}): {f.summary.rstrip('.')}" for f in findings[:3]) or "nothing stood out"
+    return f"passed: {name}. Second opinion, helpers.diagnose: {second}."  # summaries end in '.': one stop, at the end
 
 
 def _what_the_trace_shows(sg: dict[str, Any], trace: Trace) -> str:

@@ -63,9 +63,10 @@ def stream_busy(trace: Trace) -> pd.DataFrame:
 def gpu_utilization(trace: Trace) -> float:
     """Share of step time (all steps, devices and ranks together) in which a GPU had work. NaN without GPU events."""
     busy = gpu_busy(trace)
-    if busy.empty:
+    window = float(busy["window_us"].sum())
+    if busy.empty or not window > 0:  # no GPU events, or windows of no length: no share to give
         return float("nan")
-    return float(busy["busy_us"].sum() / busy["window_us"].sum())
+    return float(busy["busy_us"].sum()) / window
 
 
 @_cached

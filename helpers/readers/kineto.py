@@ -24,6 +24,7 @@ from ..model import (
     COPY_DIRECTION,
     KIND_DTYPE,
     KINDS,
+    MAX_RANK,
     build_events,
     host_memory_of,
     is_collective_kernel,
@@ -98,6 +99,10 @@ _PART_COLUMNS = tuple(_PART_DTYPES)
 # event may end and the next begin. A piece is about _PIECE bytes of events; the head before the events
 # is looked for in at most _HEAD_LIMIT bytes; the list's closing bracket in at most _END_TRIES places.
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: Stands in for the list already read when the members after it are parsed: a later "traceEvents"
+#: key (which json.loads would let win) replaces it and is seen.
+_LIST_READ_TEXT = "\x00the list read above"
+_LIST_READ = json.dumps(_LIST_READ_TEXT).encode()  # a JSON string, quotes included
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _PIECE = 4 << 20
 _HEAD_LIMIT = 64 << 20
@@ -159,7 +164,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         if m is not None:
             tries += 1
             if tries > _HEAD_TRIES:
-                return _whole(bytes(buf) + b"".join(blocks), path, cols)
+                return _whole(_rest(buf, blocks), path, cols)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
                 break
@@ -167,7 +172,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(bytes(buf) + b"".join(blocks), path, cols)
+            return _whole(_rest(buf, blocks), path, cols)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
     # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
     # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
@@ -196,12 +201,18 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         pos, piece = cut.end() - 1, _PIECE
         search_at = pos + piece
     # ... and the members after the list.
-    if tail.get("traceEvents") is not None:
-        raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
+    if tail.get("traceEvents") != _LIST_READ_TEXT:
+        # json.loads would keep only that later value (the last of the same keys wins): refused, not guessed
+        raise TraceError(f"{path}: two 'traceEvents' keys at the top of one document (the list, then "
+                         f"{_shown(tail.get('traceEvents'))}); the trace is damaged: record it again")
     head.pop("traceEvents")
     tail.pop("traceEvents")
     head.update(tail)
     return head
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else f"a value of type {type(value).__name__}"
 
 
 def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
@@ -212,7 +223,7 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
         if j < 0:
             break
         tries += 1
-        tail = _try_loads(b'{"traceEvents":null' + rest[j + 1:])
+        tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
         if type(tail) is dict:
             try:
                 events = _loads(b"[" + rest[:j] + b"]")
@@ -224,7 +235,15 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
     raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
 
 
-def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
+def _rest(buf: bytearray, blocks: Iterator[bytes]) -> bytearray:
+    """``buf`` and every block after it in one buffer, grown in place (a list of blocks joined at the end
+    would hold the document twice)."""
+    for block in blocks:
+        buf.extend(block)
+    return buf
+
+
+def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
     """The fallback: parse the document in one go, then feed its events in pieces."""
     try:
         doc = _loads(raw)
@@ -433,7 +452,7 @@ def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
 def _metadata(doc: dict, origin: float) -> dict:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
-    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
+    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or not 0 <= dist["rank"] <= MAX_RANK:
         dist.pop("rank", None)
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []

@@ -125,6 +125,7 @@ function render({ model, el }) {
     lanes.forEach((ln, i) => {
       const y = TOP + i * LANE_H;
       const ranges = Array.isArray(ln.d);
+      const names = [];  // drawn after the lane's bars: a deeper range drawn later would cover its phase's label
       for (let k = 0; k < ln.x0.length; k++) {
         const x0 = xOf(ln.x0[k]), x1 = xOf(ln.x1[k]);
         if (x1 < LABEL_W || x0 > LABEL_W + pw) continue;
@@ -132,18 +133,16 @@ function render({ model, el }) {
         g.fillStyle = colours[ln.c[k]] || "#999";
         g.globalAlpha = ranges ? 0.9 : 1;
         g.fillRect(x0, y + (LANE_H - h) / 2, Math.max(x1 - x0, 1), h);
-        if (ranges && ln.d[k] >= 1) {
-          const name = ln.n[k], w = x1 - x0;
-          if (w > 7 * name.length) {
-            g.globalAlpha = 1;
-            g.fillStyle = "#000";
-            g.textAlign = "center";
-            g.textBaseline = "middle";
-            g.fillText(name, (Math.max(x0, LABEL_W) + Math.min(x1, LABEL_W + pw)) / 2, y + LANE_H / 2);
-          }
+        if (ranges && ln.d[k] === 1) {  // the phases, not their insides (as plots.timeline): nested names would overlap
+          const a = Math.max(x0, LABEL_W), b = Math.min(x1, LABEL_W + pw);  // the range's part on screen
+          if (g.measureText(ln.n[k]).width + 6 < b - a) names.push([ln.n[k], (a + b) / 2]);  // only where it fits
         }
       }
       g.globalAlpha = 1;
+      g.fillStyle = "#000";
+      g.textAlign = "center";
+      g.textBaseline = "middle";
+      names.forEach(([name, x]) => g.fillText(name, x, y + LANE_H / 2));
     });
     // the selected stretch
     const sel = drag && drag.mode === "select" ? [Math.min(drag.t0, drag.t1), Math.max(drag.t0, drag.t1)] : model.get("selection_ms");
