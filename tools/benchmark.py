@@ -9,6 +9,7 @@ synthetic traces of growing size. Results and the commands that made them: docs/
     python tools/benchmark.py --ranks 256 --events-per-rank 50000   # a synthetic job: python -m helpers ranks
     python tools/benchmark.py --ranks 256 --scheduler local          # the same on a local Dask cluster
     python tools/benchmark.py --series          # time and memory against size: ranks and single traces
+    python tools/benchmark.py --explore-browser --keep PATH   # the widget on the --big trace in JupyterLab, headless Chromium
     python tools/benchmark.py --first-timeline [--install]   # fresh clone -> lab 00's first timeline in JupyterLab
     python tools/benchmark.py                   # all of the above
 

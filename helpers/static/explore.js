@@ -133,7 +133,7 @@ function render({ model, el }) {
         g.fillStyle = colours[ln.c[k]] || "#999";
         g.globalAlpha = ranges ? 0.9 : 1;
         g.fillRect(x0, y + (LANE_H - h) / 2, Math.max(x1 - x0, 1), h);
-        if (ranges && ln.d[k] >= 1) {
+        if (ranges && ln.d[k] === 1) {  // the phases, not their insides (as plots.timeline): nested names would overlap
           const a = Math.max(x0, LABEL_W), b = Math.min(x1, LABEL_W + pw);  // the range's part on screen
           if (g.measureText(ln.n[k]).width + 6 < b - a) names.push([ln.n[k], (a + b) / 2]);  // only where it fits
         }
