@@ -124,9 +124,9 @@ import learner_copy  # noqa: E402
 def _triage_labels() -> list[str]:
     """What each blind-triage trace really is, from every place the full course keeps it."""
     labels = set(learner_copy.answer_strings(ROOT))
-    from helpers.workloads.triage import TRUTH
+    from conftest import TRIAGE_KEY
 
-    labels |= {what for what, _ in TRUTH.values()}
+    labels |= {c["what"] for c in TRIAGE_KEY.values()}
     assert len(labels) >= 10  # the scan below would be vacuous without them
     return sorted(labels)
 

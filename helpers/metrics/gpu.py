@@ -70,15 +70,19 @@ def gpu_utilization(trace: Trace) -> float:
 
 
 @_cached
-def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
+def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) -> pd.DataFrame:
     """GPU idle gaps inside the analysis windows, each with what the host was doing meanwhile.
 
     Columns: ``rank, device, step, start_us, end_us, dur_us, cause`` and the microseconds of the
     gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
     ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
     blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
-    the gap, in the order data_wait, collective, launch; else ``other``.
+    the gap, in the order data_wait, collective, launch; else ``other``. ``with_cause=False``
+    leaves the ``cause`` column out: the measured figures without the verdict, as the labs show
+    them before the learner's reading.
     """
+    if not with_cause:
+        return idle_gaps(trace, min_gap_us).drop(columns="cause")
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
             "sync_us", "data_wait_us", "collective_us", "launch_us"]
     out = []
