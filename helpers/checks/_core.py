@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import metrics as m
+from ..errors import CheckFailed
 from ..model import Trace
 
 #: The syllabus's self-check list (first six) and the course's additions.
@@ -35,12 +36,10 @@ RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything fa
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-class CheckFailed(AssertionError):
-    """A self-check did not pass; the message says what to look at and what to change."""
 
 
 def _track() -> str:
-    from ..course import track  # course imports checks: import late
+    from ..course import track  # torch is imported only when a track is asked for
 
     return track()
 
