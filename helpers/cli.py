@@ -28,7 +28,7 @@ JSON_SCHEMA_DOC = render.json_schema_doc()  # generated from diagnosis.PATTERNS
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
-    """``START:END`` in milliseconds -> microseconds."""
+    """``START:END`` in milliseconds on the timeline's axis."""
     if not text:
         return None
     try:
@@ -37,7 +37,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
         raise TraceError(f"--window {text!r}: write it as START:END in milliseconds, e.g. 10:25") from None
     if b <= a:
         raise TraceError(f"--window {text!r}: END must be after START")
-    return a * 1e3, b * 1e3
+    return a, b
 
 
 def load(path: str, args: argparse.Namespace):
@@ -85,7 +85,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
-    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu))
+    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(trace)))
     return 0
 
 
@@ -96,7 +96,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     window = _window(args.window)
     trace = load(args.trace, args)
     try:
-        fig = plots.timeline(trace, window=window, step=args.step,
+        fig = plots.timeline(trace, window_ms=window, step=args.step,
                              findings=diagnose(trace) if args.findings else (), title=str(args.trace))
     except ValueError as exc:  # plots' way of saying a --step or --window is not in the trace
         raise TraceError(f"{args.trace}: {exc}; pick a step or window the trace has") from None
@@ -142,6 +142,19 @@ def cmd_selfcheck(args: argparse.Namespace) -> int:
     return run_selfcheck(Path(args.labs), run=args.run)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    findings = doctor.examine(args.labs)
+    if args.probe:
+        findings += doctor.probe()
+    if args.json:
+        print(render.to_json([vars(f) for f in findings]))
+    else:
+        print(render.doctor_text(findings))
+    return doctor.exit_status(findings)
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -184,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_diagnose)
     sp = with_trace("plot", "draw the timeline")
     sp.add_argument("-o", "--output", default="timeline.png")
-    sp.add_argument("--window", metavar="START:END", help="milliseconds from the trace start")
+    sp.add_argument("--window", metavar="START:END",
+                    help="milliseconds on the timeline's axis (0 = the first profiled step's start, as the plot labels it)")
     sp.add_argument("--step", type=int, help="draw one step (0 = first profiled step)")
     sp.add_argument("--findings", action="store_true", help="shade where each finding shows")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -214,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("labs", nargs="?", default="labs")
     sp.add_argument("--run", action="store_true", help="execute the notebooks first (takes minutes)")
     sp.set_defaults(func=cmd_selfcheck)
+    sp = sub.add_parser("doctor", help="what this machine gives the labs: the track, torch, nsys/ncu, counter permissions")
+    sp.add_argument("labs", nargs="?", default="labs", help="the folder of lab notebooks (default: labs)")
+    sp.add_argument("--probe", action="store_true", help="on a GPU, run nsys and ncu once each as this user")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,16 +29,39 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 class ExerciseNotDone(NotImplementedError):
-    """An exercise's cell still holds its stub line (``raise course.ExerciseNotDone(N, ...)``)."""
+    """An exercise's cell still holds its stub line (``raise course.ExerciseNotDone(N, ...)``).
 
-    def __init__(self, number: int, todo: str = "your code") -> None:
+    When the stub sits inside a function (``def make_loader(...)``), the error surfaces under the
+    later cell that calls it, so the message names the function: the cell to edit is the one that
+    defines it, not the one showing the message.
+    """
+
+    def __init__(self, number: int, todo: str = "your code", where: str | None = None) -> None:
         self.number, self.todo = number, todo
-        super().__init__(f"Exercise {number} is not done yet: replace its raise line with {todo}, run that cell, "
-                         "then Run > Run Selected Cell and All Below.")
+        self.where = _enclosing_function(sys._getframe(1)) if where is None else where
+        super().__init__(not_done_text(number, todo, self.where))
         target = todo.split(" =")[0] if " =" in todo else ""
         if target.isidentifier():
             _UNFINISHED[target] = number
         _UNFINISHED[""] = number  # the last exercise that stopped a cell
+
+
+def _enclosing_function(frame) -> str:  # noqa: ANN001 - a frame object
+    """The top-level function whose body raised (``make_step`` for ``make_step.<locals>.step``), or ""
+    when the raise line is at a cell's top level (then the message shows under that very cell)."""
+    code = frame.f_code
+    name = getattr(code, "co_qualname", code.co_name).split(".")[0]  # co_qualname: Python 3.11+
+    return name if name.isidentifier() else ""
+
+
+def not_done_text(number: int, todo: str = "your code", where: str = "") -> str:
+    """The one line an unfinished exercise shows; ``where``: the function whose body holds its stub."""
+    if where:
+        return (f"Exercise {number} is not done yet: edit the cell that defines `{where}` (Exercise {number}, the cell "
+                f"with `raise course.ExerciseNotDone({number}, ...)`), replace that raise line with {todo}, run that "
+                "cell, then come back here with Run > Run Selected Cell and All Below.")
+    return (f"Exercise {number} is not done yet: replace its raise line with {todo}, run that cell, "
+            "then Run > Run Selected Cell and All Below.")
 
 
 #: Variable an unfinished exercise should have set -> its number ("" -> the last one that stopped a cell).
@@ -55,8 +79,10 @@ def one_line(exc: BaseException) -> str | None:
     if isinstance(exc, NameError) and _UNFINISHED:
         name = getattr(exc, "name", None) or ""
         number = _UNFINISHED.get(name, _UNFINISHED[""])
-        return (f"Exercise {number} is not done yet: {name or 'a name'} is set once exercise {number}'s cell runs "
-                "without error. Finish it, then Run > Run Selected Cell and All Below.")
+        what = f"`{name}`" if name else "a name this cell uses"
+        return (f"Exercise {number} is not done yet: {what} is set by the cell of Exercise {number} (the one with "
+                f"`raise course.ExerciseNotDone({number}, ...)`): edit that cell, run it, then come back here with "
+                "Run > Run Selected Cell and All Below.")
     return None
 
 

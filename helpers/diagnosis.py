@@ -58,6 +58,8 @@ def signals(trace: Trace) -> Signals:
     """
     cap = m.capture_stats(trace)  # the whole capture, before any steady state is looked for
     has_markers = not trace.steps.empty and not trace.metadata.get("steps_inferred")  # inferred steps are no markers
+    # events besides the step markers themselves: 0 when a profiler's schedule recorded nothing
+    recorded = len(trace.events) - (len(trace.steps) if has_markers else 0)
     trace = m.stepped(trace)
     win = m.windows(trace)
     has_steps = bool((win["step"] >= 0).any())
@@ -65,7 +67,8 @@ def signals(trace: Trace) -> Signals:
     sg: Signals = {"has_gpu": trace.has_gpu, "has_steps": has_steps, "has_step_markers": has_markers,
                           "steps": n_steps if has_steps else 0,
                           "capture_ms": cap["capture_ms"], "capture_host_share": cap["host_share"],
-                          "capture_idle_gpu_share": cap["gpu_share"], **_capture_calls(trace)}
+                          "capture_idle_gpu_share": cap["gpu_share"], "capture_events": max(int(recorded), 0),
+                          **_capture_calls(trace)}
     if trace.metadata.get("steps_inferred"):
         sg["steps_inferred"] = dict(trace.metadata["steps_inferred"])
         st = trace.steps

@@ -1,5 +1,8 @@
 """Write any Trace as Chrome-trace JSON that Perfetto UI and chrome://tracing open.
 
+Each GPU event is linked to the CUDA API call that launched it by a pair of flow events (``ac2g``, as the
+PyTorch profiler writes them), so the viewers draw an arrow from the launch to its kernel.
+
 The document is written 100,000 events at a time, as bytes that numpy builds straight from the events
 table's columns: no dict, format call or string per event field is ever made, so formatting the
 2M-event trace's 1.2M events takes less time than diagnosing them (tools/benchmark.py,
@@ -18,7 +21,8 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-from .model import Trace
+from .errors import TraceError
+from .model import Trace, times_problem
 from .outputs import write_output
 
 try:  # orjson quotes strings faster than json
@@ -187,9 +191,63 @@ def _rows(pieces: list, n: int) -> np.ndarray:
     return out
 
 
+def _time_pieces(values_us: np.ndarray, key: bytes) -> list:
+    """``key`` then each time as integer microseconds and three decimals (the text of "%d.%03d" of nanoseconds)."""
+    whole, frac = np.divmod(np.rint(values_us * 1e3).astype(np.int64), 1000)
+    minus = _Table.of([b"", b"-"], (whole < 0).astype(np.int64))  # as "%d" writes a negative number
+    return [key, minus, _Digits(np.abs(whole), _digit_count(np.abs(whole))), b".", _Digits(frac, 3)]
+
+
+def flow_pairs(trace: Trace) -> pd.DataFrame:
+    """Each GPU event (kernel, copy, memset, collective) with the CUDA API call that launched it: the row
+    numbers of both in ``trace.events``, for the flow arrows a viewer draws from launch to kernel.
+
+    The call is the first runtime event of the same rank with the same correlation id (a graph launch
+    links to each kernel it replays); GPU events whose call is not in the trace get no arrow.
+    """
+    ev = trace.events
+    corr, rank = ev["correlation"].to_numpy(), ev["rank"].to_numpy()
+    calls = np.flatnonzero((ev["kind"] == "runtime").to_numpy() & (corr >= 0))
+    gpu = np.flatnonzero((ev["device"].to_numpy() >= 0) & (corr >= 0))
+    if not len(calls) or not len(gpu):
+        return pd.DataFrame({"call": np.zeros(0, dtype=np.int64), "gpu": np.zeros(0, dtype=np.int64)})
+    first = pd.DataFrame({"rank": rank[calls], "corr": corr[calls], "row": calls}).drop_duplicates(["rank", "corr"])
+    index = pd.MultiIndex.from_arrays([first["rank"].to_numpy(), first["corr"].to_numpy()])
+    found = index.get_indexer(pd.MultiIndex.from_arrays([rank[gpu], corr[gpu]]))
+    linked = found >= 0
+    return pd.DataFrame({"call": first["row"].to_numpy()[found[linked]], "gpu": gpu[linked]})
+
+
+def _flow_fragments(trace: Trace, tids: np.ndarray) -> Iterator[bytes]:
+    """Chrome-trace flow events, ``s`` on the launch call and ``f`` (bound to the enclosing slice) on its GPU
+    event, named ``ac2g`` as the PyTorch profiler names them: Perfetto UI and chrome://tracing draw each pair
+    as an arrow from the CUDA API row to the GPU row. Each pair has its own id, every event ends with a comma."""
+    pairs = flow_pairs(trace)
+    n = len(pairs)
+    if not n:
+        return
+    ev = trace.events
+    starts, rank = ev["start_us"].to_numpy(), ev["rank"].to_numpy()
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    for phase, rows, tail in ((b"s", pairs["call"].to_numpy(), b"},"), (b"f", pairs["gpu"].to_numpy(), b',"bp":"e"},')):
+        r = rank[rows]
+        rank_text = _Table.of([b"", b"-"], (r < 0).astype(np.int64))
+        pieces = [b'{"ph":"' + phase + b'","cat":"ac2g","name":"ac2g","id":', _Digits(ids, _digit_count(ids)),
+                  b',"pid":', rank_text, _Digits(np.abs(r), _digit_count(np.abs(r))),
+                  b',"tid":', _Digits(tids[rows], _digit_count(tids[rows])),
+                  *_time_pieces(starts[rows], b',"ts":'), tail]
+        pieces = [p for p in pieces if isinstance(p, bytes) or not isinstance(p.lengths, int) or p.lengths]
+        for lo in range(0, n, _BATCH):
+            hi = min(lo + _BATCH, n)
+            yield b"".join(_rows([p if isinstance(p, bytes) else p.batch(lo, hi) for p in pieces], hi - lo).tolist())
+
+
 def _fragments(trace: Trace) -> Iterator[bytes]:
     """The document's bytes, in pieces: header, metadata events, then the timed events a batch at a time."""
     ev = trace.events
+    problem = times_problem(ev)  # times are written as 64-bit nanoseconds: beyond that they would wrap
+    if problem:
+        raise TraceError(f"{trace.source or 'the trace'}: cannot be written: {problem}")
     lanes, tids = _lanes(trace)
     meta: list[dict] = []
     for rank in sorted({r for r, _ in lanes}):
@@ -232,14 +290,13 @@ def _fragments(trace: Trace) -> Iterator[bytes]:
         # "%d.%03d", which reads back as the same double as the float).
         pieces: list = []
         for col, key in (("start_us", b""), ("dur_us", b',"dur":')):
-            whole, frac = np.divmod(np.rint(ev[col].to_numpy() * 1e3).astype(np.int64), 1000)
-            minus = _Table.of([b"", b"-"], (whole < 0).astype(np.int64))  # as "%d" writes a negative number
-            pieces += [key, minus, _Digits(np.abs(whole), _digit_count(np.abs(whole))), b".", _Digits(frac, 3)]
+            pieces += _time_pieces(ev[col].to_numpy(), key)
         pieces += [args_text, _Table.of([b"", b',"correlation":'], has_corr.astype(np.int64)),
                    _Digits(corr_value, np.where(has_corr, _digit_count(corr_value), 0)), bytes_text, b"}},"]
         pieces = [p for p in pieces if isinstance(p, bytes) or not isinstance(p.lengths, int) or p.lengths]
         if meta:
             yield b","
+        yield from _flow_fragments(trace, tids)  # before the slices: each flow event ends with a comma
         for lo in range(0, n, _BATCH):
             hi = min(lo + _BATCH, n)
             rows = np.empty((hi - lo, 2), dtype=object)
@@ -273,6 +330,10 @@ def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
 
     Refuses an existing file, a symlink or a temporary name with :class:`TraceError` unless ``force``.
     """
+    problem = times_problem(trace.events)  # before the output is created: nothing half-written is left
+    if problem:
+        raise TraceError(f"{path}: not written: {problem}")
+
     def write(fh: BinaryIO) -> None:
         if Path(path).name.endswith(".gz"):
             with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6) as gz:

@@ -75,12 +75,12 @@ def job_files(folder: str | os.PathLike) -> list[Path]:
 def _rank_of(path: Path, meta: dict[str, Any], index: int) -> int:
     """The rank a file holds, as the folder reader decides it: the trace's own distributed info, else
     ``rank N`` in the file name, else the file's place in the sorted folder."""
-    from .readers import _RANK_IN_NAME
+    from .readers import rank_in_name
 
     rank = meta.get("distributed", {}).get("rank")
     if rank is None:
-        m = _RANK_IN_NAME.search(path.name)
-        rank = int(m.group(1)) if m else index
+        named = rank_in_name(path)
+        rank = index if named is None else named
     return int(rank)
 
 

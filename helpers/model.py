@@ -18,7 +18,8 @@ stream         int64    CUDA stream for device-side events, -1 on the host
 pid            int64    host process id (-1 for device-side events)
 tid            int64    host thread id (-1 for device-side events)
 correlation    int64    links a CUDA API call to the GPU work it launched (-1 if none)
-bytes          float64  bytes moved or set by memcpy / memset (NaN otherwise)
+bytes          float64  bytes moved or set by memcpy / memset; for a gloo collective, what it sends (its tensor's
+                         elements x their type's size, when the trace recorded shapes); NaN otherwise
 copy_kind      str      ``H2D``, ``D2H``, ``D2D``, ``H2H``, ``P2P`` for memcpy, else ``""``
 host_memory    str      ``pageable`` or ``pinned`` for copies touching the host, else ``""``
 step           int64    training step the event falls in (-1 outside every step)
@@ -72,6 +73,13 @@ COLUMNS: dict[str, str] = {
     "host_memory": "object",
     "step": "int64",
 }
+
+#: Largest time (start, end or duration, microseconds) the events table holds: 2^62 ns, about 146 years.
+#: Times are kept to the nanosecond and written as 64-bit integer nanoseconds (export, nsys); a bound
+#: below 2^63 leaves room for start + duration. Beyond it a file's clock is damaged, not a long run.
+MAX_TIME_US = 2.0**62 / 1e3
+#: Largest rank number (torch.distributed and NCCL number ranks with a C int).
+MAX_RANK = 2**31 - 1
 
 #: Annotation names taken as training steps when the caller names no pattern.
 DEFAULT_STEP_PATTERNS = (r"^ProfilerStep#\d+$", r"^(?:train[ _-]?)?step[ _#-]?\d*$")
@@ -140,7 +148,16 @@ class Trace:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.events["kind"].isin(GPU_WORK_KINDS).any() and (self.events["device"] >= 0).any())
+        ev = self.events
+        if not (ev["device"].to_numpy() >= 0).any():
+            return False
+        kind = ev["kind"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):  # asked often: a look-up per category, not per row
+            cats = kind.cat.categories
+            hit = np.zeros(len(cats) + 1, dtype=bool)  # the last slot is the code of a missing kind (-1)
+            hit[:len(cats)] = cats.isin(GPU_WORK_KINDS)
+            return bool(hit[kind.cat.codes.to_numpy()].any())
+        return bool(kind.isin(GPU_WORK_KINDS).any())
 
     @property
     def devices(self) -> list[int]:
@@ -149,7 +166,8 @@ class Trace:
     @property
     def steps(self) -> pd.DataFrame:
         """One row per (rank, step): ``rank, step, start_us, end_us, dur_us``."""
-        return self.metadata.get("steps", empty_steps())
+        steps = self.metadata.get("steps")  # not .get(key, empty_steps()): that builds a frame on every call
+        return empty_steps() if steps is None else steps
 
     @property
     def span_us(self) -> float:
@@ -183,29 +201,86 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
     """Make a schema-conforming events table from column arrays (missing columns get defaults).
 
     Times are shifted so the earliest event starts at 0, rows are sorted by start time, and
-    ``end_us`` is recomputed, so every reader hands back the same shape of table.
+    ``end_us`` is recomputed, so every reader hands back the same shape of table. ``kind`` may come
+    as strings or, cheaper for a reader that has them, as a ``pd.Categorical`` of :data:`KIND_DTYPE`.
     """
     n = len(columns["name"])
     defaults = {
         "rank": 0, "kind": "cpu_op", "lane": "", "device": -1, "stream": -1, "pid": -1, "tid": -1,
         "correlation": -1, "bytes": np.nan, "copy_kind": "", "host_memory": "", "step": -1,
     }
-    data = {}
+    data: dict[str, Any] = {}
     for col, dtype in COLUMNS.items():
-        if col in ("end_us",):
-            continue
         values = columns.get(col)
+        if col == "end_us":
+            continue
+        if col == "kind":
+            if isinstance(values, pd.Categorical) and values.dtype == KIND_DTYPE:
+                data[col] = values
+            else:
+                data[col] = pd.Categorical(np.full(n, "cpu_op", dtype=object) if values is None else
+                                           np.asarray(values, dtype=object), dtype=KIND_DTYPE)
+            continue
         if values is None:
             values = np.full(n, defaults[col], dtype=dtype if dtype not in ("object", "category") else object)
         data[col] = np.asarray(values, dtype=dtype if dtype not in ("object", "category") else object)
-    df = pd.DataFrame(data)
-    if n:
-        df["start_us"] -= df["start_us"].min()
-    df["end_us"] = df["start_us"] + df["dur_us"]
-    df = df[list(COLUMNS)]
-    df["kind"] = df["kind"].astype(KIND_DTYPE)  # compared in every metric: categories are fast
-    # A total order, so the same events read from any format come out in the same rows.
-    return df.sort_values(["start_us", "end_us", "kind", "lane", "name"], kind="stable").reset_index(drop=True)
+    start = data["start_us"]
+    start = start - start.min() if n else start.copy()  # a new array: the caller's stays as it was
+    data["start_us"] = start
+    data["end_us"] = start + data["dur_us"]
+    # A total order, so the same events read from any format come out in the same rows: start, end,
+    # kind, lane, name, and the readers' order for full ties.
+    order = _row_order(data)
+    kind = data.pop("kind")
+    out = {col: (pd.Categorical.from_codes(kind.codes[order], dtype=KIND_DTYPE) if col == "kind" else data[col][order])
+           for col in COLUMNS}
+    return pd.DataFrame(out)
+
+
+def _row_order(data: dict[str, Any]) -> np.ndarray:
+    """The rows sorted (stably) by start, end, kind, lane, name: the numeric keys with one numpy
+    lexsort, the two text keys only inside runs of rows whose numeric keys are equal (rare: sorting
+    every row's strings cost most of a read)."""
+    start, end = data["start_us"], data["end_us"]
+    codes = data["kind"].codes.astype(np.int64)
+    codes[codes < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
+    order = np.lexsort((codes, end, start))
+    if len(order) < 2:
+        return order
+    s, e, k = start[order], end[order], codes[order]
+
+    def same(a: np.ndarray) -> np.ndarray:
+        return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+
+    tie = same(s) & same(e) & (k[1:] == k[:-1])
+    if not tie.any():
+        return order
+    group = np.concatenate(([0], np.cumsum(~tie)))
+    in_run = np.zeros(len(order), dtype=bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    at = np.flatnonzero(in_run)
+    rows = order[at]
+    sub = pd.DataFrame({"g": group[at], "lane": data["lane"][rows], "name": data["name"][rows]})
+    order[at] = rows[sub.sort_values(["g", "lane", "name"], kind="stable").index.to_numpy()]
+    return order
+
+
+def times_problem(events: pd.DataFrame | dict[str, Any]) -> str | None:
+    """A one-line description of the first event whose time is beyond :data:`MAX_TIME_US` (or not a
+    number), or None: the readers refuse such a file instead of wrapping or losing its times. ``events``
+    is an events table or :func:`build_events`' columns."""
+    start = np.asarray(events["start_us"], dtype="float64")
+    dur = np.asarray(events["dur_us"], dtype="float64")
+    with np.errstate(over="ignore", invalid="ignore"):
+        for label, values in (("start", start), ("dur", dur), ("end", start + dur)):
+            bad = ~(np.abs(values) < MAX_TIME_US)  # NaN counts as bad
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                name = str(np.asarray(events["name"], dtype=object)[i])[:40]
+                return (f"event {name!r} has {label} {values[i]:.4g} us, beyond {MAX_TIME_US:.3g} us (146 years): "
+                        "its clock is damaged")
+    return None
 
 
 def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:

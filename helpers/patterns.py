@@ -51,6 +51,7 @@ class Signals(TypedDict, total=False):
     capture_host_share: float
     capture_idle_gpu_share: float
     capture_kernels: int
+    capture_events: int
     startup_share: float
     teardown_share: float
     gpu_calls_without_gpu: int
@@ -240,6 +241,11 @@ def _capture_is_idle(s: Signals) -> bool:
     return not s.get("has_step_markers") and gpu_idle and get(s, "capture_host_share") < th.CAPTURE_IDLE_HOST_SHARE
 
 
+def _nothing_recorded(s: Signals) -> bool:
+    """No op, kernel, call or range beyond the step markers: the profiler recorded nothing of the loop."""
+    return get(s, "capture_events") == 0
+
+
 def _gpu_not_recorded(s: Signals) -> bool:
     """CUDA / HIP launches or GPU-only ops on the host, but no GPU row: the profiler did not record the GPU."""
     return not s.get("has_gpu") and get(s, "gpu_calls_without_gpu") >= 1
@@ -271,6 +277,13 @@ def _say_capture(s: Signals) -> str:
     return text
 
 
+def _say_nothing_recorded(s: Signals) -> str:
+    steps = int(get(s, "steps"))
+    beside = f" beside its {steps} step marker{'s' if steps != 1 else ''}" if steps else ""
+    return (f"The trace holds no recorded ops, kernels, CUDA calls or ranges{beside}: the profiler recorded nothing of "
+            "the loop, so there is nothing to diagnose.")
+
+
 def _say_not_recorded(s: Signals) -> str:
     return (f"The host makes {s['gpu_calls_without_gpu']} CUDA/HIP launches, copies or GPU-only ops, but the trace holds no "
             "GPU activity: the GPU was used and not recorded, so no figure about it can be read here.")
@@ -292,6 +305,15 @@ def _say_cold(s: Signals) -> str:
 _FIX_RECORD_GPU = ("Record the GPU: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) (on ROCm "
                    "the same flag records HIP kernels), or nsys profile --trace=cuda; if it is already set, look for a "
                    "CUPTI error in the profiler's log (another profiler attached, or no permission for GPU counters).")
+# An empty torch.profiler trace, both ways seen with torch 2.13: schedule(wait=1, warmup=1, active=3) with 2
+# prof.step() calls, and 7 steps of the same repeating schedule without on_trace_ready ("Profiler clears events at
+# the end of each cycle"): each exported only a ProfilerStep range after the with block.
+_FIX_NOTHING_RECORDED = ("Usually one of two. The profiler's schedule never reached its active steps: call prof.step() "
+                         "after every step and run at least wait + warmup + active of them (schedule(wait=1, warmup=1, "
+                         "active=3) needs 5). Or no on_trace_ready with a schedule that repeats (repeat=0, the default): "
+                         "each cycle's events are cleared when the next begins, so export_chrome_trace after the with "
+                         "block finds none; pass on_trace_ready=torch.profiler.tensorboard_trace_handler(DIR), or "
+                         "schedule(..., repeat=1) as helpers.capture does.")
 _FIX_WARM_UP = ("Warm up before capturing: run a few steps first, then capture several steady ones: torch.profiler.schedule("
                 "wait=1, warmup=2, active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi "
                 "around the steady steps; stop the capture before the program exits.")
@@ -367,7 +389,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         cpu_fix="Take the host work off the loop's critical path: run it every N steps, vectorise it (torch or NumPy "
                 "array ops instead of Python loops), or move it to a background thread or the DataLoader's workers; "
                 "profile it with with_stack=True (or py-spy) to see which Python code it is.",
-        colour="#8172b3", cause="other", host_is="the host in other code", during="while the host runs other code"),
+        colour="#ccb974", cause="other", host_is="the host in other code", during="while the host runs other code"),
     Pattern(
         "communication", "communication bottleneck",
         rules=(Rule(_communication, ("comm_exposed_share", "ranks", "imbalance_spread"), "comm_exposed_share",
@@ -399,7 +421,9 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#55a868"),
     Pattern(
         "capture_window", "a capture that is not a training loop",
-        rules=(Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
+        rules=(Rule(_nothing_recorded, ("capture_events",), "none", _say_nothing_recorded, ("capture_events", "steps", "capture_ms"),
+                    "none", on="any", fix=_FIX_NOTHING_RECORDED, reason="nothing_recorded"),
+               Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
                     ("gpu_calls_without_gpu", "capture_ms"), "none", on="cpu", fix=_FIX_RECORD_GPU, reason="gpu_not_recorded"),
                Rule(_startup, ("startup_share", "capture_idle_gpu_share"), "none", _say_startup,
                     ("startup_share", "teardown_share", "capture_ms", "capture_idle_gpu_share"), "none", on="any",

@@ -34,6 +34,9 @@ HIDDEN_KINDS = ("python", "gpu_annotation", "sync", "osrt")
 #: Figure width in pixels (100 dpi). JupyterLab's output area measured 975 px in a 1440-px-wide
 #: Chromium window (tools/screenshots.py): a figure this wide is shown unscaled there.
 FIGURE_WIDTH_PX = 950
+#: A finding's band is drawn at least this wide (pixels): a 0.2 ms window on a 300 ms timeline is under
+#: one pixel, which reads as no band at all. The band is centred on the window and gets an outline.
+MIN_BAND_PX = 6
 
 
 def _plt():
@@ -100,17 +103,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     return float(ev["start_us"].min()), float(ev["end_us"].max())
 
 
-def time_origin_us(trace: Trace) -> float:
-    """Time zero of every timeline of ``trace``: the first profiled step's start (else the first event's).
-
-    One origin for every view of a trace, as Nsight Systems keeps one clock: a window read off a
-    zoomed plot (``step=3``) is the same stretch of time as on the whole-trace plot.
-    """
-    win = m.windows(trace)
-    stepped = win[win["step"] >= 0]
-    if not stepped.empty:
-        return float(stepped["start_us"].min())
-    return float(trace.events["start_us"].min()) if not trace.events.empty else 0.0
+time_origin_us = m.time_origin_us  # the axis origin lives with the windows it comes from
 
 
 def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
@@ -202,6 +195,11 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
             outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
             continue
         color = pattern_colour(f.pattern, "red")
+        if fe - fs < MIN_BAND_PX * px_us:  # too thin to see: widen it around its middle, and outline it
+            mid = (fs + fe) / 2
+            fs, fe = mid - MIN_BAND_PX * px_us / 2, mid + MIN_BAND_PX * px_us / 2
+            ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, facecolor="none", edgecolor=color, linewidth=1.0,
+                       alpha=0.8, zorder=0)
         ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, color=color, alpha=0.15, zorder=0)
         ax.text((fs - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
     ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=10)
@@ -214,7 +212,8 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
                   ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
                   title_fontsize=9, alignment="left")
     ax.set_ylim(len(lanes) - 0.5, -1.0)
-    ax.set_xlim((t0 - origin) / 1e3, (t1 - origin) / 1e3)
+    lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
+    ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
     ax.set_xlabel("time (ms)")
     ax.grid(axis="x", alpha=0.3)
     title = title if title is not None else trace_name(trace)
@@ -232,6 +231,10 @@ def trace_name(trace: Trace) -> str:
     for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
         name = name.removesuffix(suffix)
     return path.parent.name if name in ("trace", "") and path.parent.name else name
+
+
+#: The gid of a range's name drawn on its bar (see _tidy).
+RANGE_LABEL = "range-label"
 
 
 def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
@@ -254,8 +257,9 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
         if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
-                    clip_on=True)
+            label = ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
+                            clip_on=True, gid=RANGE_LABEL)
+            label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
         ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,
                                          alpha=0.9))
@@ -278,23 +282,38 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
         ax = fig.add_subplot(grid[i])
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}")
-    ax = fig.add_subplot(grid[2])
+    compare_table(fig.add_subplot(grid[2]), table, labels)
+    _tidy(fig)
+    return fig
+
+
+def compare_table(ax, table: pd.DataFrame, labels: tuple[str, str] = ("before", "after")):
+    """:func:`helpers.metrics.comparison`'s table drawn on ``ax`` (its axes hidden), as under :func:`compare`."""
     ax.axis("off")
     cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"], row.get("noise"))] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
     tbl.auto_set_font_size(False)
     tbl.set_fontsize(9)
-    _tidy(fig)
-    return fig
+    tbl.auto_set_column_width(list(range(4)))  # each column as wide as its longest text: no clipped metric names
+    return tbl
 
 
 def _tidy(fig) -> None:
-    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine)."""
+    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine);
+    then drop each range label wider than its range, which would spill over the next phase's bar (the
+    estimate that placed it counts the figure's width, not the narrower axes')."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()
+    renderer = None
+    for ax in fig.axes:
+        for label in [t for t in ax.texts if t.get_gid() == RANGE_LABEL]:
+            renderer = renderer or fig.canvas.get_renderer()
+            (a, _), (b, _) = ax.transData.transform([(label.range_ms[0], 0), (label.range_ms[1], 0)])
+            if label.get_window_extent(renderer).width + 4 > b - a:
+                label.remove()
 
 
 def _fmt(v: float) -> str:

@@ -26,6 +26,7 @@ import torch
 
 from .errors import NoGPUError, TraceError
 from .model import Trace
+from .procs import run_bounded
 from .readers import load
 
 if TYPE_CHECKING:  # only run_ncu returns a DataFrame; readers.ncu imports pandas when it runs
@@ -155,6 +156,9 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    if steps < 1 or warmup < 0 or wait < 0:
+        raise ValueError(f"capture needs steps >= 1, warmup >= 0 and wait >= 0, not steps={steps}, "
+                         f"warmup={warmup}, wait={wait}: the schedule would record no step")
     cuda = torch.cuda.is_available() if cuda is None else cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = new_run_dir(out_dir, name)
@@ -167,9 +171,12 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     return _stamp(load(save_trace(prof, run_dir / "trace.json.gz")))
 
 
-#: This process's capture token: a trace captured here carries it (and its events' digest), so a check can
-#: tell the learner's own capture from a file loaded in (a recording copied out of data/, another kernel's).
-_TOKEN = secrets.token_hex(16)
+#: This process's capture secret. A trace captured here carries a token made from it and the trace's events
+#: digest, so a check can tell the learner's own capture from a file loaded in (a recording copied out of
+#: data/, another kernel's), and a token copied onto other events does not match them.
+_SECRET = secrets.token_bytes(32)
+#: The SHA-256 of each trace file capture() wrote in this process: only those files can be stamped.
+_WRITTEN: set[str] = set()
 
 
 def events_digest(trace: Trace) -> str:
@@ -182,15 +189,46 @@ def events_digest(trace: Trace) -> str:
     return hashlib.sha256(pd.util.hash_pandas_object(ev, index=False).to_numpy().tobytes()).hexdigest()
 
 
+def _file_digest(path: str | os.PathLike) -> str | None:
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 def _stamp(trace: Trace) -> Trace:
-    trace.metadata["capture"] = {"token": _TOKEN, "digest": events_digest(trace)}
+    """Mark a trace loaded from a file :func:`capture` wrote in this process as captured here.
+
+    Any other trace is refused (a recording loaded or copied from ``data/``, a file written by other code,
+    a trace built in memory): the stamp certifies bytes this process's capture wrote, nothing else.
+    """
+    import hmac
+
+    if not trace.source or _file_digest(trace.source) not in _WRITTEN:
+        name = Path(trace.source).name if trace.source else "this trace"
+        raise TraceError(f"{name}: this trace was loaded, not captured here: only what helpers.capture(...) records "
+                         "in this kernel counts as your capture")
+    digest = events_digest(trace)
+    trace.metadata["capture"] = {"digest": digest,
+                                 "token": hmac.new(_SECRET, digest.encode(), "sha256").hexdigest()}
     return trace
 
 
 def captured_here(trace: Trace) -> bool:
     """Whether ``trace`` was captured by :func:`capture` in this process, its events unchanged since."""
+    import hmac
+
     stamp = trace.metadata.get("capture")
-    return isinstance(stamp, dict) and stamp.get("token") == _TOKEN and stamp.get("digest") == events_digest(trace)
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("token"), str):
+        return False
+    want = hmac.new(_SECRET, events_digest(trace).encode(), "sha256").hexdigest()
+    return hmac.compare_digest(stamp["token"], want)
 
 
 def save_trace(prof: torch.profiler.profile, path: Path) -> Path:
@@ -202,6 +240,7 @@ def save_trace(prof: torch.profiler.profile, path: Path) -> Path:
     with open(raw, "rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
+    _WRITTEN.add(_file_digest(path))  # the bytes written here, and no other file, may be stamped as captured
     return path
 
 
@@ -211,6 +250,9 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
     The GPU is synchronized once before and once after the timed steps, not between them, so
     the loop keeps whatever overlap it has.
     """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"time_steps needs steps >= 1 and warmup >= 0, not steps={steps}, warmup={warmup}: "
+                         "a mean over no steps is no time")
     for i in range(warmup):
         step_fn(i)
     _sync()
@@ -290,9 +332,11 @@ def _run_tool(command: Sequence[str], env: dict[str, str] | None = None, *, what
               stdout: int | None = None) -> subprocess.CompletedProcess:
     """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
     try:
-        done = subprocess.run(list(command), timeout=timeout_s, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env)
+        done = run_bounded(command, timeout_s, stdout=stdout, env=env)  # the tool's own children stopped with it
     except subprocess.TimeoutExpired:
         raise TraceError(f"{what} ran past {timeout_s:g} s and was stopped; profile fewer steps or raise timeout_s") from None
+    except OSError as exc:
+        raise TraceError(f"{what} could not be started ({exc.strerror or exc})") from None
     if done.returncode != 0:
         last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
         raise TraceError(f"{what} failed (exit {done.returncode}): {last.strip()[:200]}")

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import textwrap
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -113,29 +116,87 @@ def steady_state_text(st: SteadyState) -> str:
 STEADY_NOTE_BELOW = 0.5
 
 
-def diagnose_text(path: str, findings: list[Finding], has_gpu: bool) -> str:
+#: Lines of ``diagnose``'s text are wrapped at word boundaries to this width (a kernel name is never cut).
+TEXT_WIDTH = 100
+
+
+def figure_text(v: Any) -> str:
+    """An evidence value in words: numbers to three significant digits, a dict as ``key value, ...``."""
+    v = clean(v)
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {figure_text(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(figure_text(x) for x in v) or "none"
+    return str(v)
+
+
+def _wrapped(text: str, indent: str, more: str = "  ") -> list[str]:
+    """``text`` as lines of at most :data:`TEXT_WIDTH`, broken only between words."""
+    return textwrap.wrap(text, TEXT_WIDTH, initial_indent=indent, subsequent_indent=indent + more,
+                         break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def window_arg(start_ms: float, end_ms: float) -> str:
+    """``START:END`` for ``plot --window`` that covers the window and that the CLI accepts (END > START once
+    printed): as many decimals as the window's length needs, the start rounded down and the end up."""
+    width = max(end_ms - start_ms, 1e-6)
+    digits = min(max(1, math.ceil(-math.log10(width) - 1e-9)), 6)  # about one significant digit of the length
+    scale = 10 ** digits
+    a, b = math.floor(start_ms * scale) / scale, math.ceil(end_ms * scale) / scale
+    return f"{a:.{digits}f}:{b:.{digits}f}"
+
+
+def where_command(source: str | None, start_ms: float, end_ms: float, name: str = "where") -> str | None:
+    """The ``plot`` command that draws a finding's window into ``NAME.png`` (never replacing a file: run
+    again, it says the file exists), or None when ``source`` is not a file or folder the command could
+    read (a capture held only in memory)."""
+    if not source or not Path(source).exists():
+        return None
+    return (f"python -m helpers plot {shlex.quote(str(source))} --window {window_arg(start_ms, end_ms)} "
+            f"-o {shlex.quote(name + '.png')}")
+
+
+def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None,
+                  origin_us: float = 0.0) -> str:
     """Findings as numbered text; the plot hint names the trace the user gave. A
-    :class:`helpers.diagnosis.Diagnosis` also gets a line on its steady-state step."""
+    :class:`helpers.diagnosis.Diagnosis` also gets a line on its steady-state step.
+
+    ``path`` heads the text (a label is fine); ``source`` is the trace's file for the ``where`` hint's
+    command (default: ``path``), which is left out when it is no file. Windows are printed in ms on the
+    timeline's axis, from ``origin_us`` (:func:`helpers.metrics.time_origin_us`), as ``plot`` draws them.
+    """
+    source = path if source is None else source
     steady = steady_state_text(findings.steady) if hasattr(findings, "steady") else ""
     if not findings:
         return (f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
                 + (f"\n   {steady}" if steady else ""))
-    lines = [f"   {steady}"] if steady else []
+    lines = _wrapped(steady, "   ") if steady else []
     for i, f in enumerate(findings, 1):
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
-        lines += [head, f"   {f.summary}"]
+        lines += [head, *_wrapped(f.summary, "   ")]
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
-                v = steady_text(v)
-            elif isinstance(v, float):
-                v = f"{v:.3g}"
-            elif isinstance(v, (list, dict)):
-                v = json.dumps(clean(v))[:120]
-            lines.append(f"     - {k}: {v}")
+                lines += _wrapped(f"- {k}: {steady_text(v)}", "     ")
+            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):  # e.g. top_kernels: one a line
+                lines.append(f"     - {k}:")
+                for x in v:
+                    if {"name", "total_us", "share"} <= set(x):  # a kernel: its whole name, never cut
+                        lines.append(f"         {x['share']:.0%} of kernel time, {x['total_us'] / 1e3:.3g} ms: {x['name']}")
+                    else:
+                        lines += _wrapped(figure_text(x), "         ")
+            else:
+                lines += _wrapped(f"- {k}: {figure_text(v)}", "     ")
         if f.window:
-            a, b = f.window[0] / 1e3, f.window[1] / 1e3
-            lines.append(f"   where: {a:.2f}-{b:.2f} ms (python -m helpers plot {path} --window {a:.1f}:{b:.1f})")
-        lines.append(f"   fix: {f.fix}")
+            a, b = (f.window[0] - origin_us) / 1e3, (f.window[1] - origin_us) / 1e3
+            cmd = where_command(source, a, b, f.pattern)
+            lines.append(f"   where: {a:.2f}-{b:.2f} ms" + (", drawn by:" if cmd else ""))
+            if cmd:  # on a line of its own, never wrapped: it must paste into a shell as printed
+                lines.append(f"     {cmd}")
+        lines += _wrapped(f"fix: {f.fix}", "   ")
     return "\n".join(lines)
 
 
@@ -169,6 +230,36 @@ def change_text(before: float | None, after: float | None, better: str, noise: f
     return f"{ratio:.2f}x more ({word})"
 
 
+def timing_text(bands: list[dict[str, float]], verdicts: list[str], busy_spread: float) -> str:
+    """Repeated before/after timings in words, each round with its noise band, then what they allow one to say.
+
+    ``bands`` and ``verdicts`` are :func:`helpers.metrics.step_time_band` and :func:`helpers.metrics.timing_verdict`
+    of each round; ``busy_spread`` is the step spread above which a run is too noisy (``thresholds.NOISE_BUSY_SPREAD``).
+    Noise decides, and the text says so, when a run was too noisy or the rounds disagree.
+    """
+    lines = []
+    for i, (b, v) in enumerate(zip(bands, verdicts), 1):
+        band = f"noise band +/- {b['band_ms']:.3g} ms" if math.isfinite(b["band_ms"]) else "no noise band"
+        lines.append(f"round {i}: step {b['before_ms']:.3g} -> {b['after_ms']:.3g} ms ({band}; steps spread "
+                     f"{b['before_spread']:.0%} / {b['after_spread']:.0%}): {v}")
+    kinds = set(verdicts)
+    if not verdicts:
+        say = "no timing taken"
+    elif "too noisy" in kinds:
+        say = (f"noise decides: a run's steps spread more than {busy_spread:.0%}, so the machine was too busy to judge "
+               "the step time; re-run when it is quiet. The shares and counts above do not depend on its speed.")
+    elif "unknown" in kinds:
+        say = "too few steps for a noise band: record more steps (STEPS) before reading the step time"
+    elif len(kinds) > 1:
+        say = (f"noise decides: the rounds disagree ({', '.join(verdicts)}), so the step time moved with the machine, "
+               "not only with the change; re-run with more rounds or on a quieter machine")
+    elif kinds == {"within noise"}:
+        say = "no change beyond the noise band in any round: the step time says nothing either way"
+    else:
+        say = f"{verdicts[0]} in every round, beyond the noise band"
+    return "\n".join(lines + [f"timing: {say}"])
+
+
 def compare_text(table: pd.DataFrame) -> str:
     rows = [(r["metric"], number(r["before"]), number(r["after"]),
              change_text(r["before"], r["after"], r["better"], r.get("noise")))
@@ -177,8 +268,9 @@ def compare_text(table: pd.DataFrame) -> str:
     return out.to_string(index=False)
 
 
-__all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "json_schema_doc", "number",
-           "steady_state_text", "steady_text", "summary_text", "to_json"]
+__all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "figure_text", "json_schema_doc",
+           "number", "steady_state_text", "steady_text", "summary_text", "timing_text", "to_json", "where_command",
+           "window_arg"]
 
 
 def job_text(report: dict[str, Any], top: int = 8) -> str:
@@ -206,3 +298,18 @@ def job_text(report: dict[str, Any], top: int = 8) -> str:
         found = pr["top_finding"].replace("-", "nothing").value_counts()
         lines.append("  each rank's own top finding: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
     return "\n".join(lines)
+
+
+def doctor_text(findings: list[Any]) -> str:
+    """``python -m helpers doctor``'s report: one line per finding (``helpers.doctor.Finding``), its fix under it."""
+    marks = {"ok": "ok  ", "note": "note", "warn": "WARN", "fail": "FAIL"}
+    lines = []
+    for f in findings:
+        lines.append(f"{marks.get(f.status, f.status)}  {f.name:<13} {f.detail}")
+        if f.fix:
+            lines.append(f"{'':19}-> {f.fix}")
+    worst = {f.status for f in findings}
+    verdict = ("the labs cannot start here: fix the FAIL lines first" if "fail" in worst
+               else "ready; the WARN lines are parts of the course that will not run live" if "warn" in worst
+               else "ready")
+    return "\n".join([*lines, "", verdict])

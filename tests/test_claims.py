@@ -61,3 +61,64 @@ def test_lab00_time_window_must_hold_steps():
             "capture range": profiling.nsys_command(script + ["--nsys-range"], output="r"),
             "time window": short,
             "gpu metrics": profiling.nsys_command(script, output="m", capture_range=None, gpu_metrics_device=0)})
+
+
+def test_the_comm_hook_variant_is_named_for_what_it_sends():
+    """The recorded hook variant registers PyTorch's fp16 hook, so it is called fp16_hook (it was bf16_hook)."""
+    import inspect
+
+    from helpers.workloads import communication
+
+    assert "fp16_hook" in communication.VARIANTS and not any(v.startswith("bf16") for v in communication.VARIANTS)
+    src = inspect.getsource(communication)
+    assert "default_hooks.fp16_compress_hook" in src and "bf16_compress_hook" not in src.split("def ", 1)[1]
+    from helpers.course import manifest
+
+    recorded_variants = {e["variant"] for e in manifest() if e["workload"] == "communication"}
+    assert recorded_variants <= set(communication.VARIANTS), recorded_variants - set(communication.VARIANTS)
+
+
+def test_memory_throughput_is_the_busiest_unit_not_dram():
+    """Lab 06 and the deck: the GEMM's "Memory Throughput" 67% is L1/TEX's load, DRAM is at 2.7%."""
+    from helpers import course
+    from helpers.readers.ncu import read_ncu
+
+    row = read_ncu(DATA / course.shipped_ncu_entries()[0]["ncu_csv"]).iloc[0]
+    assert round(row["memory_throughput_pct"]) == 67 and round(row["dram_throughput_pct"], 1) == 2.7
+    assert row["l1_throughput_pct"] > row["l2_throughput_pct"] > row["dram_throughput_pct"]
+    assert round(row["compute_throughput_pct"]) == 86 and row["compute_throughput_pct"] > row["memory_throughput_pct"]
+
+
+def test_lab08_precision_fix_is_at_least_3x_and_its_page_quotes_the_recording():
+    """The GEMM loop's precision fix, measured on the H200 without a profiler; the instructor page's table agrees."""
+    import json
+    import re
+
+    from conftest import ROOT
+
+    measured = json.loads((DATA / "gpu_bound__h200.measure.json").read_text())["variants"]
+    fp32 = measured["fp32"]["step_ms"]
+    assert fp32 / measured["bf16"]["step_ms"] >= 3 and fp32 / measured["tf32"]["step_ms"] >= 3
+    page = (ROOT / "docs" / "instructors" / "08_gpu_bound.md").read_text(encoding="utf-8")
+    rows = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16 + GradScaler", "compile": "bf16 + compile",
+            "compile_ro": "bf16 + compile, reduce-overhead"}
+    for variant, label in rows.items():
+        m_ = re.search(rf"^\| {re.escape(label)} \| ([\d.]+) \| ([\d.]+)x \|$", page, re.MULTILINE)
+        assert m_, label
+        step = measured[variant]["step_ms"]
+        assert float(m_.group(1)) == round(step, 1) and float(m_.group(2)) == round(fp32 / step, 1), label
+
+
+def test_instructor_pages_quote_the_recordings_and_one_definition_of_busy():
+    """Lab 03's page gives the fixed loop's figures from the manifest; figures.md defines busy once, as the union."""
+    from conftest import ROOT
+
+    pages = ROOT / "docs" / "instructors"
+    fixed = entry("sync_stall", "fixed")
+    lab03 = " ".join((pages / "03_sync_stall.md").read_text(encoding="utf-8").split())
+    assert f"fixed {fixed['step_ms']:.1f} ms, GPU busy {fixed['gpu_utilization']:.0%}" in lab03
+    assert f"{fixed['profiled_step_ms']:.1f} ms" in lab03
+    figures = " ".join((pages / "figures.md").read_text(encoding="utf-8").split())
+    assert figures.count("*GPU busy* has one definition") == 1
+    assert "union of kernels, copies and memsets on all streams" in figures and "never its first-to-last-kernel span" in figures
+    assert "## Lab 08" in figures

@@ -27,6 +27,20 @@ def _reference(trace) -> dict:
     for (rank, lane), tid in lane_id.items():
         events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": lane}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
+    # One arrow per GPU event from the first API call of its rank and correlation id: "s" events, then "f".
+    first_call: dict[tuple[int, int], int] = {}
+    for i, row in enumerate(trace.events.itertuples()):
+        if row.kind == "runtime" and row.correlation >= 0:
+            first_call.setdefault((int(row.rank), int(row.correlation)), i)
+    rows = list(trace.events.itertuples())
+    pairs = [(first_call[(int(r.rank), int(r.correlation))], i) for i, r in enumerate(rows)
+             if r.device >= 0 and r.correlation >= 0 and (int(r.rank), int(r.correlation)) in first_call]
+    for phase, side in (("s", 0), ("f", 1)):
+        for k, pair in enumerate(pairs, start=1):
+            r = rows[pair[side]]
+            flow = {"ph": phase, "cat": "ac2g", "name": "ac2g", "id": k, "pid": int(r.rank),
+                    "tid": lane_id[(int(r.rank), r.lane)], "ts": round(float(r.start_us), 3)}
+            events.append(flow if phase == "s" else {**flow, "bp": "e"})
     for row in trace.events.itertuples():
         args = {"step": int(row.step)}
         if row.device >= 0:
@@ -85,6 +99,24 @@ def test_export_reads_back_as_the_same_table(tmp_path, suffix):
             return ev.sort_values(cols).reset_index(drop=True)
 
         pd.testing.assert_frame_equal(rows(back), rows(trace.events), check_dtype=False, atol=1.5e-3)
+
+
+def test_every_kernel_has_an_arrow_from_its_launch():
+    """A kernel's flow pair starts on its launch call's lane at the call's start and ends on the kernel's."""
+    trace = helpers.load(DATA / "launch_overhead__broken__h200.json.gz")
+    doc = ex.to_chrome_trace(trace)
+    threads = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    ev = trace.events
+    kernels = ev[(ev["kind"] == "kernel") & (ev["correlation"] >= 0)]
+    assert starts.keys() == ends.keys() and len(ends) >= len(kernels) > 1000
+    calls = ev[ev["kind"] == "runtime"].drop_duplicates(["rank", "correlation"]).set_index("correlation")
+    k = kernels.iloc[len(kernels) // 2]  # one kernel: its arrow leaves its own launch call
+    arrow = next(i for i, e in ends.items() if abs(e["ts"] - k["start_us"]) < 5e-4 and threads[e["tid"]] == k["lane"])
+    call = calls.loc[k["correlation"]]
+    assert call["name"].startswith("cudaLaunch") and abs(starts[arrow]["ts"] - call["start_us"]) < 5e-4
+    assert threads[starts[arrow]["tid"]] == call["lane"] and ends[arrow]["bp"] == "e"
 
 
 def test_empty_trace_exports(tmp_path):

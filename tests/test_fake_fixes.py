@@ -303,6 +303,34 @@ def test_a_copied_recording_is_refused_as_the_learners_trace(tmp_path):
         checks.check_data_stall_fixed(before, gpu_after, 1.3, real_loader)
 
 
+def test_a_copied_recording_cannot_be_stamped_as_captured_here(tmp_path):
+    """The stamp certifies bytes this process's capture wrote: a loaded recording cannot acquire it, and a
+    token taken from a real capture does not fit other events."""
+    import shutil
+    from pathlib import Path
+
+    from helpers.course import recorded
+    from helpers.errors import TraceError
+    from helpers.profiling import _stamp, captured_here, events_digest
+
+    copy = tmp_path / "mine.json.gz"
+    shutil.copy(Path(recorded("data_stall", "fixed", "cpu").source), copy)
+    copied = helpers.load(copy)
+    with pytest.raises(TraceError, match="mine.json.gz: this trace was loaded, not captured here"):
+        _stamp(copied)
+    assert not captured_here(copied)
+    live = helpers.capture(lambda i: torch.ones(3).sum(), steps=2, out_dir=tmp_path, name="live")
+    again = helpers.load(live.source)  # the learner's own capture, loaded again: still theirs
+    assert captured_here(_stamp(again))
+    shutil.copy(copy, live.source)  # a recording copied over the capture's own file
+    with pytest.raises(TraceError, match="loaded, not captured here"):
+        _stamp(helpers.load(live.source))
+    copied.metadata["capture"] = dict(live.metadata["capture"])  # the real capture's token, moved over
+    assert not captured_here(copied)
+    copied.metadata["capture"]["digest"] = events_digest(copied)
+    assert not captured_here(copied)
+
+
 # --- no answers before the learner looks -------------------------------------------------------
 def test_lab01_exercise3_messages_do_not_give_exercise4s_answer():
     from helpers import metrics

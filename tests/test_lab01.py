@@ -51,7 +51,7 @@ def _run(path, needle: str, **names) -> dict:
 
 def mine(t: Trace, events: pd.DataFrame | None = None) -> Trace:
     """A trace as if the learner had captured it (the fix checks refuse the course's recordings)."""
-    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+    from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
     return _stamp(Trace((t.events if events is None else events).reset_index(drop=True), "runs/mine/trace.json.gz",
                         t.format, dict(t.metadata)))
@@ -88,6 +88,8 @@ def test_reference_readings_pass_and_only_then_show_the_diagnosis():
     ns = _run(SOLUTION, "second_reading = checks.Reading(", h2d_broken=h2d_broken)
     out = checks.check_reading(ns["second_reading"], h2d_broken, "h2d", "h2d")
     assert out.startswith("passed: check_reading[h2d]") and "h2d_copy" in out
+    # two findings (h2d_copy; gpu_bound): joined by '; ', one full stop at the end, none doubled as '.;'
+    assert "gpu_bound" in out and ".;" not in out and out.endswith(".") and not out.endswith("..")
 
 
 def test_wrong_readings_fail_with_what_the_trace_shows():
@@ -278,7 +280,8 @@ def test_each_unsolved_stub_fails(number):
         defined = [name for name in CALLS if name in ns]
         assert defined, cell
         for name in defined:
-            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet"):
+            # the message shows under the cell that calls the function: it names the cell to edit
+            with pytest.raises(course.ExerciseNotDone, match=f"Exercise {number} is not done yet: edit the cell that defines `{name}`"):
                 ns[name](*CALLS[name]())
 
 

@@ -32,7 +32,7 @@ def as_mine(workload: str, variant: str, tag: str, tmp_path: Path):
     src = Path(recorded(workload, variant, tag).source)
     dst = tmp_path / f"mine_{src.name}"
     shutil.copy(src, dst)
-    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+    from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
     return _stamp(helpers.load(dst))
 
@@ -74,7 +74,7 @@ def graph_loop(steps: int = 3, graph_kernels: int = 150, fills: int = 2, leftove
 
 
 def synth(tmp_path: Path, name: str, events: list[Ev]):
-    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+    from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
     return _stamp(helpers.load(write_json(events, tmp_path / f"{name}.json")))
 

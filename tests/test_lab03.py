@@ -14,12 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT
+from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 from synth import Ev, write_json
 
 import helpers
 from helpers import checks, diagnose, metrics, plots, syncscan
 from helpers.course import recorded
-from helpers.profiling import _stamp  # stands in for helpers.capture in this process
 from helpers.selfcheck import item_status
 from helpers.workloads import sync_stall
 
@@ -30,7 +30,7 @@ def as_mine(workload: str, variant: str, tmp_path: Path):
     src = Path(recorded(workload, variant).source)
     dst = tmp_path / f"mine_{src.name}"
     shutil.copy(src, dst)
-    from helpers.profiling import _stamp  # stands in for helpers.capture in this process
+    from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 
     return _stamp(helpers.load(dst))
 

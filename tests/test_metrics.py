@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from synth import two_step_loop, write_json
+from synth import Ev, two_step_loop, write_json
 
 import helpers
 from helpers import metrics as m
@@ -141,3 +141,38 @@ def test_change_words():
     assert change_text(2.0, 1.0, "lower") == "2.00x less (better)"
     assert change_text(0.2, 0.4, "higher") == "2.00x more (better)"
     assert change_text(1.0, 1.0, "lower") == "same"
+
+
+def _data_phase_with_copy(tmp_path, blocking: bool):
+    """Two 10 ms steps whose ``data`` phase is a 4 ms DataLoader fetch then a 2 ms ``.to(device)``."""
+    ev = []
+    for i, t0 in enumerate((0, 10_000_000)):
+        ms = 1_000_000
+        ev += [Ev("annotation", f"ProfilerStep#{i}", t0, t0 + 10 * ms),
+               Ev("annotation", "data", t0, t0 + 6 * ms),
+               Ev("annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, t0 + 4 * ms),
+               Ev("cpu_op", "aten::to", t0 + 4 * ms, t0 + 6 * ms),
+               Ev("runtime", "cudaMemcpyAsync", t0 + 4 * ms + 1000, t0 + (6 * ms if blocking else 4 * ms + 20_000),
+                  correlation=100 + i),
+               Ev("memcpy", "copy", t0 + 4 * ms + 5000, t0 + 6 * ms - 1000, correlation=100 + i, copy="H2D",
+                  host_mem="pageable", bytes=1 << 20),
+               Ev("kernel", "k", t0 + 6 * ms + 10_000, t0 + 10 * ms - 10_000, correlation=200 + i)]
+    return helpers.load(write_json(ev, tmp_path / f"copy{int(blocking)}.json"))
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_device_copy_inside_the_data_phase_is_not_data_wait(tmp_path, blocking):
+    # The fetch (4 of 10 ms) is waiting for data; the .to(device) after it (2 ms) is copy work, whether
+    # the host blocks in it or not: counting it as data wait would blame the loader for the copy.
+    t = _data_phase_with_copy(tmp_path, blocking)
+    assert m.data_wait(t)["data_wait_share"] == pytest.approx(0.4, abs=1e-6)
+
+
+def test_a_data_phase_without_device_copies_counts_whole(tmp_path):
+    ms = 1_000_000
+    ev = [Ev("annotation", "ProfilerStep#0", 0, 10 * ms), Ev("annotation", "data", 0, 6 * ms),
+          Ev("cpu_op", "aten::to", 4 * ms, 6 * ms),  # a dtype cast on the host: no memcpy call inside
+          Ev("kernel", "k", 6 * ms + 10_000, 10 * ms - 10_000, correlation=1),
+          Ev("runtime", "cudaLaunchKernel", 6 * ms, 6 * ms + 5000, correlation=1)]
+    t = helpers.load(write_json(ev, tmp_path / "cast.json"))
+    assert m.data_wait(t)["data_wait_share"] == pytest.approx(0.6, abs=1e-6)

@@ -58,3 +58,17 @@ def test_too_busy_only_when_measured(monkeypatch):
     monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "load average 3.0 on 2 cores")
     assert lab01._busy(b, f) == "load average 3.0 on 2 cores"
     assert isinstance(m.comparison(b, f), pd.DataFrame) and "noise" in m.comparison(b, f).columns
+
+
+def test_timing_text_says_when_noise_decides():
+    def band(b, a, spread=0.05):
+        return {"before_ms": b, "after_ms": a, "band_ms": 1.0, "before_spread": spread, "after_spread": spread}
+
+    text = render.timing_text([band(20, 10), band(21, 10)], ["faster", "faster"], 0.25)
+    assert text.splitlines()[0].startswith("round 1: step 20 -> 10 ms (noise band +/- 1 ms")
+    assert text.endswith("timing: faster in every round, beyond the noise band")
+    mixed = render.timing_text([band(20, 10), band(10, 20)], ["faster", "slower"], 0.25)
+    assert "noise decides: the rounds disagree (faster, slower)" in mixed
+    busy = render.timing_text([band(20, 10, 0.4), band(20, 10)], ["too noisy", "faster"], 0.25)
+    assert "noise decides: a run's steps spread more than 25%" in busy and "faster in every round" not in busy
+    assert render.timing_text([band(20, 20)], ["within noise"], 0.25).splitlines()[-1].startswith("timing: no change beyond")

@@ -10,10 +10,12 @@ from conftest import ROOT
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
 
 
-def test_seven_labs_each_with_a_solution():
+def test_every_lab_has_a_solution_and_the_numbers_run_from_00():
     sols = sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
     labs = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
-    assert sols == labs and len(sols) == 9
+    assert sols == labs and sols
+    # Labs are numbered 00, 01, ... with no number missing or taken twice (lab 07 kept its number on purpose).
+    assert [int(name[:2]) for name in sols] == list(range(len(sols)))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -67,13 +69,29 @@ def test_stubs_numbered_by_the_exercise_heading_above():
     assert 'ExerciseNotDone(1, "x = <your answer>")' in out[1] and 'ExerciseNotDone(2, "your code")' in out[3]
 
 
+def make_loader(dataset):  # a stub inside a function, as a cell defines it: the error shows under the cell that calls it
+    from helpers import course
+
+    def inner():
+        raise course.ExerciseNotDone(2, "your code")
+    return inner()
+
+
 def test_course_errors_show_as_one_line():
     from helpers import course
     from helpers.checks import CheckFailed
 
     with pytest.raises(NotImplementedError, match="Exercise 4 is not done yet"):
         raise course.ExerciseNotDone(4, "longest_gap_ms = <your answer>")
-    assert course.one_line(NameError("x", name="longest_gap_ms")).startswith("Exercise 4 is not done yet")
+    assert course.one_line(NameError("x", name="longest_gap_ms")).startswith(
+        "Exercise 4 is not done yet: `longest_gap_ms` is set by the cell of Exercise 4")
+
+    with pytest.raises(NotImplementedError) as stopped:
+        make_loader(None)
+    assert str(stopped.value).startswith("Exercise 2 is not done yet: edit the cell that defines `make_loader` (Exercise 2")
+    with pytest.raises(NotImplementedError) as stopped:  # at a cell's top level the message is under that cell
+        exec(compile('raise course.ExerciseNotDone(3, "x = <your answer>")', "<cell>", "exec"), {"course": course})
+    assert str(stopped.value).startswith("Exercise 3 is not done yet: replace its raise line with x = <your answer>")
     assert course.one_line(CheckFailed("look at the gaps")) == "Check failed: look at the gaps"
     assert course.one_line(ValueError("a real bug")) is None
 

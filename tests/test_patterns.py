@@ -36,6 +36,16 @@ def test_catalogue_is_the_one_source(tmp_path):
     assert plots.pattern_colour("host_bound") == pt.BY_NAME["host_bound"].colour
 
 
+def test_idle_causes_have_colours_told_apart():
+    """The idle histogram stacks the causes: two of them in near-identical colours read as one
+    ('other' and 'collective' were two purples)."""
+    from itertools import combinations
+
+    rgb = {c: tuple(int(p.colour[i:i + 2], 16) for i in (1, 3, 5)) for c, p in pt.BY_CAUSE.items()}
+    for (a, x), (b, y) in combinations(rgb.items(), 2):
+        assert sum((u - v) ** 2 for u, v in zip(x, y)) ** 0.5 > 50, (a, b)  # RGB distance; the two purples: 24
+
+
 def test_host_bound_comes_from_its_record(tmp_path):
     trace = _load(host_bound_loop(), tmp_path)
     result = dg.diagnose(trace)

@@ -38,3 +38,20 @@ def test_findings_outside_the_window_are_listed_and_titles_name_the_trace():
     titles = [ax.get_title(loc="left") for ax in cmp.axes[:2]]
     assert all("trace.json" not in x for x in titles) and titles[0].startswith("broken: ")
     assert png_width(cmp) <= NOTEBOOK_WIDTH_PX
+
+
+@pytest.mark.parametrize("workload,variant", [("sync_stall", "broken"), ("data_stall", "fixed")])
+def test_range_labels_stay_inside_their_bars(workload, variant):
+    """A phase's name is drawn only where it fits its bar: 'forward' spilled over 'backward' when the fit
+    counted the figure's width instead of the axes'."""
+    from helpers.plots import RANGE_LABEL
+
+    t = recorded(workload, variant)
+    for fig in (plots.timeline(t, step=1), plots.compare(recorded(workload, "broken"), t)):
+        fig.canvas.draw()
+        labels = [(ax, x) for ax in fig.axes for x in ax.texts if x.get_gid() == RANGE_LABEL]
+        assert labels  # the long phases keep their names
+        for ax, label in labels:
+            (a, _), (b, _) = ax.transData.transform([(label.range_ms[0], 0), (label.range_ms[1], 0)])
+            assert label.get_window_extent().width <= b - a, label.get_text()
+        fig.clf()

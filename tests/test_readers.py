@@ -131,3 +131,27 @@ def test_folder_read_in_parallel_processes_gives_the_same_trace(tmp_path, monkey
     (d / "worker1.json").write_text("{")  # a bad rank still gives one TraceError from the worker process
     with pytest.raises(TraceError, match="worker1.json"):
         helpers.load(d)
+
+
+def test_events_table_rows_are_in_the_total_order_of_start_end_kind_lane_name():
+    """build_events sorts numerically and breaks ties by text only inside runs of equal times and kind:
+    the rows must still be exactly a stable sort on all five keys."""
+    import numpy as np
+    import pandas as pd
+
+    from helpers.model import KINDS, build_events
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    cols = {"name": rng.choice(["b", "a", "c", "aa"], n).astype(object),
+            "lane": rng.choice(["CPU 1", "CPU 2", "GPU 0 stream 7"], n).astype(object),
+            "kind": rng.choice(list(KINDS[:4]), n).astype(object),
+            "start_us": rng.integers(0, 20, n).astype(float) + 5.0,
+            "dur_us": rng.integers(0, 3, n).astype(float), "correlation": np.arange(n)}
+    got = build_events(cols)
+    want = pd.DataFrame({**cols, "start_us": cols["start_us"] - 5.0})
+    want["end_us"] = want["start_us"] + want["dur_us"]
+    want["kind"] = want["kind"].astype(pd.CategoricalDtype(KINDS))
+    want = want.sort_values(["start_us", "end_us", "kind", "lane", "name"], kind="stable")
+    assert got["correlation"].tolist() == want["correlation"].tolist()
+    assert cols["start_us"].min() == 5.0  # the caller's arrays are left as they were

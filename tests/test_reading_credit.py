@@ -118,3 +118,45 @@ def test_a_unit_slip_is_named_as_one():
     with pytest.raises(checks.CheckFailed, match="1000 times too"):
         checks.check_reading(checks.Reading(good.pattern, good.window_ms, {fig: value * 1000}, good.cost),
                              recorded("h2d_copy", "broken"), "h2d")
+
+
+# --- one definition per figure ------------------------------------------------------------------
+def _run(expr: str, t) -> float:
+    from helpers import metrics
+
+    return float(eval(expr, {"metrics": metrics, "t": t}))  # the code the lab shows, as a learner runs it
+
+
+@pytest.mark.parametrize("workload,variant,tag", [("data_stall", "broken", "h200"), ("sync_stall", "broken", "h200"),
+                                                  ("h2d_copy", "broken", "h200"), ("data_stall", "broken", "cpu"),
+                                                  ("communication", "manual", "cpu")])
+def test_every_figure_the_check_compares_is_the_code_the_lab_shows(workload, variant, tag):
+    from helpers.checks.reading import COST_HELPER, FIGURE_HELPER
+    from helpers.diagnosis import signals
+
+    t = recorded(workload, variant, tag)
+    sg = signals(t)
+    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith("metrics.")}}
+    assert set(checks.reading.FIGURE_HOWTO) == set(FIGURE_HELPER)
+    compared = [fig for fig in shown if isinstance(sg.get(fig), (int, float))]
+    assert compared
+    for fig in compared:
+        assert _run(shown[fig], t) == pytest.approx(float(sg[fig]), rel=1e-6, abs=1e-9), fig
+
+
+def test_the_window_must_lie_inside_one_step_and_the_cost_within_the_stated_band():
+    t = recorded("data_stall", "broken")
+    good = _truthful(t, "data_stall")
+    assert checks.check_reading(good, t, "data").startswith("passed")
+    o = time_origin_us(t)
+    span = ((t.steps["start_us"].min() - o) / 1e3, (t.steps["end_us"].max() - o) / 1e3)
+    with pytest.raises(checks.CheckFailed, match="not inside one step"):  # the whole capture
+        checks.check_reading(checks.Reading(good.pattern, span, good.evidence, good.cost), t, "data")
+    want = good.cost
+    for off, passes in ((0.04, True), (0.06 + 0.1 * want, False)):
+        r = checks.Reading(good.pattern, good.window_ms, good.evidence, min(1.0, want + off) if want < 0.9 else want - off)
+        if passes:
+            assert checks.check_reading(r, t, "data").startswith("passed")
+        else:
+            with pytest.raises(checks.CheckFailed, match=r"cost of .* is off by more than 5% .*idle_cost_by_cause"):
+                checks.check_reading(r, t, "data")

@@ -103,3 +103,21 @@ def test_two_event_lists_are_refused():
     data = b'{"traceEvents": [], "traceEvents": []}'
     with pytest.raises(TraceError, match="two 'traceEvents'"):
         kineto.parse_stream(iter([data]), Path("t.json"))
+
+
+def test_events_that_are_not_objects_take_the_checked_path_and_read_the_same():
+    """A piece with non-object events or unhashable categories is read one event at a time; what it
+    keeps is exactly what the fast path keeps from the same piece without them."""
+    good = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 2.0,
+             "args": {"device": 0, "stream": 7, "correlation": 5}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 9.0, "dur": 1.0,
+             "args": {"correlation": 5}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 8.0, "dur": 3.0, "args": [1, 2]}]
+    hostile = [[1, 2], 7, None, {"ph": "X", "cat": ["kernel"], "name": "x", "ts": 1, "dur": 1},
+               {"ph": ["X"], "cat": "kernel", "name": "y", "ts": 1, "dur": 1}, {"ph": "i", "cat": "kernel"}]
+    mixed = [hostile[0], good[0], *hostile[1:4], good[1], *hostile[4:], good[2]]
+    a = _read(json.dumps({"traceEvents": mixed}).encode(), stream=False)
+    b = _read(json.dumps({"traceEvents": good}).encode(), stream=False)
+    _same(a, b)
+    assert list(a[0]["name"]) == ["aten::mul", "cudaLaunchKernel", "k"]
+    assert a[0]["correlation"].tolist() == [-1, 5, 5]

@@ -16,5 +16,5 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 python3 tools/record_traces.py --tag "$TAG" --comm --nsys --out "$OUT" 2>&1 | grep -v USDT | tee "$OUT/record.log"
 python3 tools/record_traces.py --tag "$TAG" --comm --torch-pairs --out "$OUT" 2>&1 | tee -a "$OUT/record.log"
 rm -f "$OUT"/*.sqlite
-for v in tiny_buckets bf16_hook no_sync imbalance; do rm -f "$OUT/communication__${v}__$TAG.nsys-rep"; done
+for v in tiny_buckets fp16_hook no_sync imbalance; do rm -f "$OUT/communication__${v}__$TAG.nsys-rep"; done
 ls -la "$OUT"

@@ -37,6 +37,40 @@ def _ms(trace, start_us: float, end_us: float) -> tuple[float, float]:
     return (start_us - o) / 1e3, (end_us - o) / 1e3
 
 
+def _queue_offset(trace, since: str) -> float:
+    """The median of kernel start minus the launch call's ``since`` column (its start_us or end_us)."""
+    ev = trace.events
+    calls = ev[(ev["kind"] == "runtime") & ev["name"].str.startswith("cudaLaunch")]
+    kernels = ev[(ev["kind"] == "kernel") & (ev["correlation"] >= 0)]
+    pairs = kernels.merge(calls.drop_duplicates(["rank", "correlation"]), on=["rank", "correlation"],
+                          suffixes=("_kernel", "_call"))
+    return float((pairs["start_us_kernel"] - pairs[since]).median())
+
+
+def _profiler_mistakes() -> list[tuple[str, str]]:
+    """Exercise 6's profiler call without a schedule, and without on_trace_ready, on a small model's steps."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    from helpers import checks
+    from helpers.profiling import quiet_profiler_logs
+
+    lin, x = torch.nn.Linear(16, 16), torch.randn(8, 16)
+    out = []
+    for what, kw in (("no schedule", {"on_trace_ready": True}), ("no on_trace_ready", {"schedule": True})):
+        folder = Path(tempfile.mkdtemp()) / "trace"
+        args = {"schedule": schedule(wait=1, warmup=1, active=3, repeat=1)} if "schedule" in kw else {}
+        if "on_trace_ready" in kw:
+            args["on_trace_ready"] = tensorboard_trace_handler(str(folder))
+        with quiet_profiler_logs(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, **args) as prof:
+            for _ in range(5):
+                lin(x).relu().sum().backward()
+                prof.step()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
+        out.append((f"profiler call: {what}", _said(checks.check_my_profiler, prof, table, folder)))
+    return out
+
+
 def lab00() -> list[tuple[str, str]]:
     from helpers import checks, metrics
     from helpers.course import recorded
@@ -47,6 +81,7 @@ def lab00() -> list[tuple[str, str]]:
     first = next(iter(swapped))
     swapped[first] = "torch"  # the timeline question given to the operator profiler
     longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
+    queue = {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}
     return [
         ("tool choice: the timeline question answered with the PyTorch profiler", _said(checks.check_tool_choice, swapped)),
         ("idle share: the GPU's busy share handed in instead of its idle share",
@@ -64,6 +99,11 @@ def lab00() -> list[tuple[str, str]]:
              "time window": "nsys profile --trace=cuda,nvtx -o w --delay=10 --duration=30 python -m helpers.workloads.data_stall "
                             "--variant broken --steps 10",
              "gpu metrics": "nsys profile --trace=cuda,nvtx -o m --gpu-metrics-devices=0 python -m helpers.workloads.data_stall"})),
+        *_profiler_mistakes(),
+        ("launch queue: the offset measured from the launch call's end, not its start",
+         _said(checks.check_launch_queue, lambda tr: _queue_offset(tr, "end_us_call"), {"A": "empty", "B": "deep"}, queue)),
+        ("launch queue: the GEMM loop's milliseconds read as an empty queue",
+         _said(checks.check_launch_queue, lambda tr: _queue_offset(tr, "start_us_call"), {"A": "empty", "B": "empty"}, queue)),
     ]
 
 
@@ -199,14 +239,57 @@ def lab06() -> list[tuple[str, str]]:
 
 
 def lab07() -> list[tuple[str, str]]:
-    from helpers.checks.lab05 import TRIAGE, triage_lesson
+    import json
 
+    from helpers.checks.lab05 import triage_lesson
+
+    key = json.loads((Path(__file__).with_name("triage_key.json")).read_text())["cases"]  # the instructors' key
     return [(f"{tid} misread as {p if p != '*' else 'host_bound (any wrong pattern)'}",
              "Not yet (" + tid + "): " + triage_lesson(tid, p if p != "*" else "host_bound"))
-            for tid, case in TRIAGE.items() for p in (case.lessons or {})]
+            for tid, case in key.items() for p in case["lessons"]]
 
 
-LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07}
+def lab08() -> list[tuple[str, str]]:
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    from helpers import checks, course, metrics
+
+    fp32 = course.recorded("gpu_bound", "fp32")
+    top = str(metrics.gemm_kernels(fp32).iloc[0]["name"])
+    share = metrics.gemm_math_shares(fp32)["gemm_of_kernels"]
+    ns = course.DATA / "nsight"
+    gemm, ln = (checks.ncu_long(ns / f"gpu_bound__fp32__h200.{k}.ncu.csv") for k in ("gemm", "layernorm"))
+    right = {"gemm": "compute", "layernorm": "latency", "gemm_busiest_memory": "L1"}
+    churn = course.recorded("gpu_bound", "empty_cache")
+    per_step = metrics.api_calls_per_step(churn)
+    m32, m16 = (checks.gpu_metrics(ns / f"gpu_bound__{v}__h200.gpumetrics.json") for v in ("fp32", "bf16"))
+    tensor = {"fp32": m32["Tensor Active [Throughput %]"], "bf16": m16["Tensor Active [Throughput %]"]}
+
+    def first_block_only(model, x):
+        x = checkpoint(model.blocks[0], x, use_reentrant=False)
+        for block in model.blocks[1:]:
+            x = block(x)
+        return model.head(x)
+
+    torch.manual_seed(0)
+    return [
+        ("the fp32 loop's GEMM called a tensor-core kernel",
+         _said(checks.check_gemm_reading, {"top_gemm": top[:30], "math": "tensor_core", "gemm_share": share}, fp32)),
+        ("the LayerNorm called memory-bound (it touches memory, so ...)",
+         _said(checks.check_ncu_reading, {**right, "layernorm": "memory"}, gemm, ln)),
+        ("the GEMM's busiest memory unit read as DRAM (Memory Throughput taken for DRAM)",
+         _said(checks.check_ncu_reading, {**right, "gemm_busiest_memory": "DRAM"}, gemm, ln)),
+        ("allocator churn given as totals over the capture, not per step",
+         _said(checks.check_alloc_churn, {k: v * len(churn.steps) for k, v in per_step.items()}, churn)),
+        ("GPU metrics: the bf16 run called the busier one (busy taken for efficient)",
+         _said(checks.check_gpu_metrics_reading, {"busier": "bf16", "tensor_active": tensor}, m32, m16)),
+        ("checkpointing only the first block", _said(checks.check_activation_saving, first_block_only)),
+    ]
+
+
+LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07,
+        "08": lab08}
 
 
 def main(argv: list[str] | None = None) -> int:

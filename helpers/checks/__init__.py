@@ -2,7 +2,8 @@
 
 A check raises :class:`CheckFailed` (an AssertionError, so nbval fails the cell) with a message
 naming what to look at and what to change. Results are noted in ``.selfcheck.json`` in the working
-folder, which ``python -m helpers selfcheck`` reads. One module per lab; :data:`CREDIT` says which
+folder, which ``python -m helpers selfcheck`` reads; in a ``selfcheck --run`` each is signed
+(:mod:`helpers.checks._proof`), and only signed results earn credit. One module per lab; :data:`CREDIT` says which
 checks earn each self-check item: only checks of the learner's own work (an answer they gave, code
 they wrote, a trace they captured), never a check that only reads a trace the course shipped.
 """

@@ -5,14 +5,20 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from .. import metrics as m
 from ..errors import CheckFailed
 from ..model import Trace
+from . import _proof
 
 #: The syllabus's self-check list (first six) and the course's additions.
 SELF_CHECK = {
@@ -44,9 +50,24 @@ def _track() -> str:
     return track()
 
 
+_CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _called_by_a_check() -> bool:
+    """Whether the code that called into this module is one of the check modules (helpers/checks/*.py),
+    not a notebook's cell calling ``_check``/``_record`` itself: only a check's own verdict is signed."""
+    here = os.path.abspath(__file__)
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == here:
+        frame = frame.f_back
+    return frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _CHECKS_DIR
+
+
 def _record(item: str, check: str, passed: bool) -> None:
     """Note one check's result in ``.selfcheck.json`` (the working folder), with the track it ran on.
 
+    In a ``selfcheck --run`` kernel the result is also signed (:mod:`helpers.checks._proof`) when a check
+    recorded it; that signature is all ``selfcheck --run`` counts.
     The file is read only if it is a small regular file and replaced, never written through: a
     symlink, pipe or device there is refused in one line instead of hanging or writing elsewhere.
     """
@@ -72,7 +93,17 @@ def _record(item: str, check: str, passed: bool) -> None:
     previous = results.get(item) if isinstance(results.get(item), dict) else {}
     checks = dict(previous.get("checks", {})) if isinstance(previous.get("checks"), dict) else {}
     checks[check] = bool(passed)
-    results[item] = {"checks": checks, "track": _track(), "when": time.strftime("%Y-%m-%d %H:%M")}
+    track = _track()
+    signed = dict(previous["signed"]) if isinstance(previous.get("signed"), dict) else {}
+    evidence = _proof.take_evidence()
+    entry = _proof.signed_entry(item, check, bool(passed), track, evidence) if _called_by_a_check() else None
+    if entry is None:
+        signed.pop(check, None)  # an older signature no longer speaks for this result
+    else:
+        signed[check] = entry
+    results[item] = {"checks": checks, "track": track, "when": time.strftime("%Y-%m-%d %H:%M")}
+    if signed:
+        results[item]["signed"] = signed
     data = json.dumps(results, indent=1).encode()
     try:
         write_output(path, lambda fh: fh.write(data), force=True)
@@ -80,51 +111,115 @@ def _record(item: str, check: str, passed: bool) -> None:
         pass
 
 
-#: Seconds a learner's function may run inside a check: the lab's functions read one trace and take well
-#: under a second on the course's traces (lab 00's idle share: about 0.1 s on the largest shipped trace).
+#: Seconds a learner's function may run inside a check: the lab's functions read one trace or run a few
+#: small CPU steps and take well under a second on the course's inputs (lab 00's idle share: about 0.1 s on
+#: the largest shipped trace; lab 03's 2 x LOG_EVERY small steps: about 0.3 s). Read at call time, so a
+#: test can lower it.
 LEARNER_TIMEOUT_S = 60.0
+#: Numbers a learner's function may return where a check wants one figure.
+NUMBER = (int, float, np.floating, np.integer)
 
 
 def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type | tuple[type, ...] | None = None,
-                timeout: float = LEARNER_TIMEOUT_S) -> Any:
+                timeout: float | None = None, note: Any = None) -> Any:
     """Call the learner's ``fn(*args)`` the one guarded way: every :class:`Trace` argument is handed over as
-    a copy (an edit in place cannot change what the check measures), the call has ``timeout`` seconds, and
-    an exception or a result that is not ``returns`` is a :class:`CheckFailed` saying so in one line."""
+    a copy and an edit of that copy is refused (the check measures the trace it was given, and a function
+    that changes its input has not just read it), the call has ``timeout`` seconds (default
+    :data:`LEARNER_TIMEOUT_S`), and an exception or a result that is not ``returns`` is a
+    :class:`CheckFailed` saying so in one line. ``note`` is the learner's function whose source the
+    check's result is signed with when ``fn`` is the check's own wrapper around it (False: none)."""
     import threading
 
     if not callable(fn):
-        raise CheckFailed(f"{name} must be a function; you passed {type(fn).__name__}")
-    args = tuple(_private_copy(a) for a in args)
+        raise CheckFailed(f"{name} must be a function; you gave it a {type(fn).__name__}")
+    if note is not False:
+        _proof.note_source(fn if note is None else note)  # signed with the check's result in a selfcheck --run
+    limit = LEARNER_TIMEOUT_S if timeout is None else float(timeout)
+    copies = tuple(_private_copy(a) for a in args)
     box: dict[str, Any] = {}
+    grad = _grad_mode()  # torch's grad mode is per thread: the learner's thread gets the caller's
 
     def call() -> None:
         try:
-            box["value"] = fn(*args)
+            if grad is None:
+                box["value"] = fn(*copies)
+            else:
+                import torch
+
+                with torch.set_grad_enabled(grad):
+                    box["value"] = fn(*copies)
         except BaseException as exc:  # reported to the learner below, whatever it was
             box["error"] = exc
 
     worker = threading.Thread(target=call, daemon=True, name="learner-function")
     worker.start()
-    worker.join(timeout)
+    worker.join(limit)
     if worker.is_alive():  # a thread cannot be stopped: it is left to finish on its own, unobserved
-        raise CheckFailed(f"{name} did not return within {timeout:.0f} s; look for a loop that never ends or a wait")
+        raise CheckFailed(f"{name} did not return within {limit:g} s; look for a loop that never ends or a wait")
     if "error" in box:
         exc = box["error"]
         if isinstance(exc, (CheckFailed, NotImplementedError)):  # a stub's "not done yet" stays what it is
             raise exc
-        text = " ".join(str(exc).split())[:160]
-        raise CheckFailed(f"{name} raised {type(exc).__name__}: {text}; fix it and run the check again") from None
+        raise CheckFailed(f"{name} raised {type(exc).__name__}: {_one_line(exc)}; fix it and run the check again") from None
+    for original, given in zip(args, copies):
+        if isinstance(original, Trace) and _edited(original, given):
+            raise CheckFailed(f"{name} changed the trace it was given (its events table or steps): a measurement reads "
+                              "the trace and leaves it as it was; work on ev = trace.events.copy() if you need new columns")
     value = box.get("value")
     if returns is not None and (isinstance(value, bool) or not isinstance(value, returns)):
         want = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
-        raise CheckFailed(f"{name} returned {type(value).__name__} ({str(value)[:40]}); it should return a {want}")
+        raise CheckFailed(f"{name} returned {type(value).__name__} ({_one_line(value, 40)}); it should return a {want}")
     return value
+
+
+def learner_number(fn: Any, *args: Any, name: str = "your function", timeout: float | None = None) -> float:
+    """:func:`run_learner` for a function that returns one figure: a finite float, or one line saying what came back."""
+    value = run_learner(fn, *args, name=name, returns=NUMBER, timeout=timeout)
+    try:
+        out = float(value)
+    except (OverflowError, ValueError):
+        out = float("nan")
+    if not math.isfinite(out):
+        raise CheckFailed(f"{name} returned {_one_line(value, 40)}, not a finite number: look for a division by zero "
+                          "or an empty selection")
+    return out
+
+
+def _one_line(value: Any, width: int = 160) -> str:
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - a learner's object whose __str__ fails is still reported
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text[:width] + ("..." if len(text) > width else "")
+
+
+def _grad_mode() -> bool | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return None if torch is None else bool(torch.is_grad_enabled())
 
 
 def _private_copy(value: Any) -> Any:
     if isinstance(value, Trace):
         return replace(value, events=value.events.copy(), metadata=copy.deepcopy(value.metadata), _memo={})
     return value
+
+
+def _edited(original: Trace, given: Any) -> bool:
+    """Whether the learner's copy of ``original`` differs from it (events replaced or changed, steps changed)."""
+    try:
+        if not isinstance(given, Trace) or not given.events.equals(original.events):
+            return True
+        if list(given.events.columns) != list(original.events.columns):
+            return True
+        steps, mine = original.metadata.get("steps"), given.metadata.get("steps")
+        if isinstance(steps, pd.DataFrame):
+            return not (isinstance(mine, pd.DataFrame) and mine.equals(steps))
+        return set(given.metadata) != set(original.metadata)
+    except Exception:  # noqa: BLE001 - a copy too damaged to compare is an edit
+        return True
 
 
 def _check(item: str, name: str, ok: bool, message: str) -> str:
@@ -166,6 +261,9 @@ def own_capture_problem(after: Trace, before: Trace | None = None) -> str | None
         return (f"{name} was loaded from a file (or captured in another kernel, or its events changed since), not "
                 "captured in this notebook: run helpers.capture(your_step, ...) here and pass what it returns; a "
                 "loaded trace earns no credit")
+    from ..profiling import events_digest
+
+    _proof.note_trace(events_digest(after))
     if before is not None and before.has_gpu != after.has_gpu:
         track = {True: "a GPU trace", False: "a CPU-only trace"}
         return (f"your 'before' is {track[before.has_gpu]} and your 'after' {track[after.has_gpu]}: compare two "

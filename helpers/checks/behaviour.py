@@ -31,14 +31,26 @@ LOG_ABS = 2e-3
 _FLOAT = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
 
 
-def _call(fn: Callable, *args: Any, what: str) -> Any:
-    """Run a learner function; its exception becomes one line (the traceback is theirs to read by calling it)."""
+def _call(fn: Callable, *args: Any, what: str, note: Any = None) -> Any:
+    """Run a learner function through the one guard (:func:`run_learner`: a time limit, one line when it
+    raises, its source noted for a selfcheck --run); its failure comes back as a :class:`_Failed` the
+    caller turns into its own message."""
+    from ._core import CheckFailed, run_learner
+
     try:
-        return fn(*args)
+        return run_learner(fn, *args, name=what, note=note)
     except NotImplementedError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure of the learner's code is a finding, not our bug
-        return _Failed(f"{what} raised {type(exc).__name__}: {exc}")
+    except CheckFailed as exc:
+        return _Failed(str(exc))
+
+
+def _batches(loader: Any, most: int) -> list | _Failed:
+    """At most ``most + 1`` batches of the learner's loader, read under the same guard (an endless or
+    stuck loader is a finding, not a hang)."""
+    import itertools
+
+    return _call(lambda: list(itertools.islice(iter(loader), most + 1)), what="iterating your DataLoader", note=False)
 
 
 class _Failed:
@@ -58,7 +70,10 @@ def _threads_kept() -> Iterator[None]:
 
 # --- lab 01: the loader and the device copy -------------------------------------------------
 def _sample_key(x: torch.Tensor) -> bytes:
-    return x.detach().to("cpu").contiguous().numpy().tobytes()
+    try:
+        return x.detach().to("cpu").contiguous().numpy().tobytes()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): not any of the dataset's samples
+        return b""
 
 
 def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_factory: Callable[[], Any],
@@ -79,16 +94,24 @@ def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_fa
         loader = _call(make_loader, dataset, batch_size, what="your loader function")
         if isinstance(loader, _Failed):
             return loader.message
-        try:
-            batches = [b for _ in range(epochs) for b in loader]
-        except Exception as exc:  # noqa: BLE001
-            return f"iterating your DataLoader raised {type(exc).__name__}: {exc}"
+        batches = []
+        for _ in range(epochs):
+            got = _batches(loader, n)  # an epoch has at most n batches, whatever their size
+            if isinstance(got, _Failed):
+                return got.message
+            if len(got) > n:
+                return (f"your loader yields more than {n} batches in an epoch of {n} samples: the loop must see "
+                        "each sample once an epoch, not an endless stream")
+            batches += got
     seen: list[int] = []
     foreign = 0
     for k, b in enumerate(batches):
         if not (isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(t, torch.Tensor) for t in b)):
             return "your loader must yield (images, labels) batches of tensors, as the first loop's does"
         x, y = b
+        if x.dim() < 1 or y.dim() != 1 or len(x) != len(y) or y.is_floating_point() or y.is_complex():
+            return (f"your loader yields a batch of images {tuple(x.shape)} and labels {tuple(y.shape)} ({y.dtype}): "
+                    "each batch must be (images, labels) with one integer label per image, as the first loop's")
         if len(x) > batch_size or (len(x) < batch_size and (k + 1) % max(len(batches) // epochs, 1)):
             return f"your loader yields batches of {len(x)}, not the {batch_size} it is given: keep the batch size"
         for row, label in zip(x, y):
@@ -158,15 +181,25 @@ def adam_problem(update: Callable, model_params: list[torch.Tensor], model_grads
     worst, problem = 0.0, None
     shapes = [tuple(int(d) for d in torch.randint(1, 9, (int(torch.randint(1, 4, (), generator=g)),), generator=g))
               for _ in range(int(torch.randint(2, 7, (), generator=g)))]
-    cases = [("the model's own parameters", [p.detach().clone() for p in model_params],
-              [[gr.detach().clone() for gr in model_grads(k)] for k in range(steps)]),
-             (f"random tensors of shapes {shapes}", [torch.randn(s, generator=g) for s in shapes],
-              [[torch.randn(s, generator=g) for s in shapes] for _ in range(steps)])]
-    for label, start, grads in cases:
+    def random_case() -> tuple[str, list, list]:
+        return (f"random tensors of shapes {shapes}", [torch.randn(s, generator=g) for s in shapes],
+                [[torch.randn(s, generator=g) for s in shapes] for _ in range(steps)])
+
+    def model_case() -> tuple[str, list, list]:
+        return ("the model's own parameters", [p.detach().clone() for p in model_params],
+                [[gr.detach().clone() for gr in model_grads(k)] for k in range(steps)])
+
+    # the small random case runs first (an update that raises or hangs is said before the model's
+    # gradients are computed); the model's case is reported first
+    results = {}
+    for case in (random_case, model_case):
+        label, start, grads = case()
         result = _adam_error(update, start, grads, lr=1e-2)
         if isinstance(result, _Failed):
             return float("inf"), result.message + f" (on {label})"
-        err, moved, mine_moved = result
+        results[label] = result
+    for label in reversed(results):
+        err, moved, mine_moved = results[label]
         worst = max(worst, err)
         if err > tolerance and problem is None:
             if mine_moved == 0.0:
@@ -219,7 +252,9 @@ def own_step_problem(fn: Callable) -> str | None:
 
 
 def _log_numbers(log: list) -> list[list[float]]:
-    return [[float(v) for v in _FLOAT.findall(str(line))] for line in log]
+    from ._core import _one_line
+
+    return [[float(v) for v in _FLOAT.findall(_one_line(line, 400))] for line in log[:10_000]]
 
 
 def same_training_problem(make_mine: Callable, make_reference: Callable, setup: Callable[[], tuple],
@@ -230,7 +265,7 @@ def same_training_problem(make_mine: Callable, make_reference: Callable, setup: 
     once every ``log_every`` steps."""
     runs = {}
     with _threads_kept():
-        for who, make in (("reference", make_reference), ("mine", make_mine)):
+        for who, make in (("mine", make_mine), ("reference", make_reference)):  # each from its own seeded setup
             model, opt, *rest = setup()
             start = [p.detach().clone() for p in model.parameters()]
             inputs: list[torch.Tensor] = []

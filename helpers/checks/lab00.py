@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from .. import metrics as m
 from .. import thresholds as _th
 from ..model import Trace
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
+from ._core import (  # noqa: F401
+    CheckFailed,
+    _check,
+    _close,
+    _record,
+    data_wait_share,
+    learner_number,
+    learner_trace_problem,
+    run_learner,
+    unit_slip,
+)
+from ._sealed import digest
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
     "tools": {"gpu": ("check_tool_choice",), "cpu": ("check_tool_choice",)},
-    "capture": {"gpu": ("check_annotated_phases", "check_nsys_commands"), "cpu": ("check_annotated_phases", "check_nsys_commands")},
-    "gaps": {"gpu": ("check_gpu_idle_share", "check_longest_gap"), "cpu": ("check_gpu_idle_share", "check_longest_gap")},
+    "capture": {"gpu": ("check_annotated_phases", "check_nsys_commands", "check_my_profiler"),
+                "cpu": ("check_annotated_phases", "check_nsys_commands", "check_my_profiler")},
+    "gaps": {"gpu": ("check_gpu_idle_share", "check_longest_gap", "check_launch_queue"),
+             "cpu": ("check_gpu_idle_share", "check_longest_gap", "check_launch_queue")},
 }
 
 
@@ -34,13 +44,13 @@ TOOL_QUESTIONS: tuple[str, ...] = (
     'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?',
     'What is the operator breakdown of forward vs backward in my model, from inside Python?',
 )
-_TOOL_KEY = {  # sha256(f"{question}|{tool}")[:16]
-    'Which phase of my training step takes the time, and is the GPU ever idle?': '085898e03224abb0',
-    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': '2a54e8b8375ade83',
-    'Which PyTorch operators take the most time, with their input shapes?': '9e4fdd13386fbc75',
-    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': 'd5d3119cbf408c32',
-    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': 'c1ba1e6f9d3d54bc',
-    'What is the operator breakdown of forward vs backward in my model, from inside Python?': '580ff5f5804d9a3a',
+_TOOL_KEY = {  # _sealed.digest("tool", question, tool): the answers as salted digests only
+    'Which phase of my training step takes the time, and is the GPU ever idle?': '3f1765626c4ca144db7f',
+    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': '040a7d43b7cbd922042a',
+    'Which PyTorch operators take the most time, with their input shapes?': '3eed9f21a2214551de9e',
+    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': 'f9a86dfbe3239a97c911',
+    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': '1b25c00c03807c6e949d',
+    'What is the operator breakdown of forward vs backward in my model, from inside Python?': 'f6fdb5b166998e01d453',
 }
 #: What each question needs to see (the failure message's hint; it names no tool).
 _TOOL_NEEDS = {
@@ -53,16 +63,12 @@ _TOOL_NEEDS = {
 }
 
 
-def _tool_is_right(question: str, answer: object) -> bool:
-    tool = str(answer).strip().lower()
-    return hashlib.sha256(f"{question}|{tool}".encode()).hexdigest()[:16] == _TOOL_KEY[question]
-
-
 def check_tool_choice(answers: dict[str, str]) -> str:
     """Each question of :data:`TOOL_QUESTIONS` answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
     if not isinstance(answers, dict):
         return _check("tools", "check_tool_choice", False, "Return a dict: {question: 'nsys' | 'ncu' | 'torch'}.")
-    wrong = [q for q in TOOL_QUESTIONS if not _tool_is_right(q, answers.get(q, ""))]
+    # the learner's answer, normalised, against the stored digest: no function here says which tool is right
+    wrong = [q for q in TOOL_QUESTIONS if digest("tool", q, str(answers.get(q, "")).strip().lower()) != _TOOL_KEY[q]]
     hint = "; ".join(f"{q!r} needs {_TOOL_NEEDS[q]}" for q in wrong[:2])
     return _check("tools", "check_tool_choice", not wrong,
                   f"{len(wrong)} of {len(TOOL_QUESTIONS)} tool choices are off. {hint}. Which tool shows that?")
@@ -102,10 +108,18 @@ def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
     return out
 
 
+def _guarded_figure(fn: Callable[[Trace], float], trace: Trace) -> float:
+    try:
+        return learner_number(fn, trace, name="your function")
+    except CheckFailed:
+        _record("gaps", "check_gpu_idle_share", False)
+        raise
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
-    got = float(run_learner(fn, trace, name="fn", returns=(int, float, np.floating, np.integer)))
+    got = _guarded_figure(fn, trace)
     ok = _close(got, want, 0.0, 0.02)
     why = ""
     if not ok:
@@ -115,7 +129,7 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
         from ..course import recorded
 
         other = recorded("h2d_copy", "fixed")  # copies on a side stream under the compute stream's kernels
-        want2, got2 = 1.0 - m.gpu_utilization(other), float(run_learner(fn, other, name="fn", returns=(int, float, np.floating, np.integer)))
+        want2, got2 = 1.0 - m.gpu_utilization(other), _guarded_figure(fn, other)
         if not _close(got2, want2, 0.0, 0.02):
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
@@ -286,3 +300,241 @@ def check_nsys_commands(commands: dict[str, list[str] | str]) -> str:
                   f"{len(problems)} problem(s): " + "; ".join(problems[:3]) +
                   ". helpers.profiling.nsys_command(program, output=..., capture_range=..., delay_s=..., "
                   "duration_s=..., gpu_metrics_device=...) builds them.")
+
+
+# --- writing the profiler call yourself ---------------------------------------------------------
+#: The column of ``key_averages().table()`` that each ``sort_by`` key sorts (torch names the GPU
+#: columns after the device: "Self CUDA"; ``*_cuda_*`` and ``*_device_*`` keys are the same attribute).
+TABLE_COLUMNS = {
+    "self_cpu_time_total": "Self CPU", "cpu_time_total": "CPU total", "cpu_time": "CPU time avg",
+    "self_cuda_time_total": "Self CUDA", "cuda_time_total": "CUDA total", "cuda_time": "CUDA time avg",
+    "self_device_time_total": "Self CUDA", "device_time_total": "CUDA total", "device_time": "CUDA time avg",
+    "count": "# of Calls",
+}
+_UNIT_US = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+
+
+def _table_value(text: str) -> float:
+    """A table cell as a number: '1.234ms' -> 1234.0 (µs), '12.5%' -> 12.5, '72' -> 72.0; NaN if neither."""
+    found = re.fullmatch(r"(-?[\d.]+)\s*(s|ms|us|ns|%)?", text.strip())
+    if not found:
+        return float("nan")
+    value = float(found.group(1))
+    return value * _UNIT_US.get(found.group(2) or "", 1.0)
+
+
+def parse_profiler_table(table: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The headers and rows (header -> cell text) of a ``prof.key_averages().table(...)`` string.
+
+    The columns are cut where the table's first ruler of dashes has its runs, as torch lays them out.
+    Raises ValueError when ``table`` is not such a table.
+    """
+    lines = str(table).splitlines()
+    rulers = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) <= {"-", " "}]
+    if len(rulers) < 2:
+        raise ValueError("it has no ruler lines of dashes")
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rulers[0]])]
+    cut = lambda line: [line[a:b].strip() for a, b in spans]  # noqa: E731
+    headers = cut(lines[rulers[0] + 1])
+    end = rulers[2] if len(rulers) > 2 else len(lines)
+    rows = [dict(zip(headers, cut(line))) for line in lines[rulers[1] + 1:end] if line.strip()]
+    return headers, rows
+
+
+def _sorted_by(rows: list[dict[str, str]], column: str) -> bool:
+    values = [_table_value(r.get(column, "")) for r in rows]
+    return all(v == v for v in values) and all(a >= b for a, b in zip(values, values[1:]))
+
+
+def _schedule_phases(prof: object, limit: int = 64) -> tuple[int, int, int] | None:
+    """(wait, warmup, active) of a profiler's schedule, read by asking it for each step's action; None
+    when the profiler has no schedule (it records every step from start to end)."""
+    from torch.profiler import ProfilerAction
+
+    fn = getattr(prof, "schedule", None)
+    if fn is None or getattr(fn, "__name__", "") == "_default_schedule_fn":
+        return None
+    # a schedule is any callable the learner passed: it runs under the same guard as their functions
+    actions = run_learner(lambda: [fn(k) for k in range(limit)], name="your profiler's schedule", note=False)
+    recording = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+    first = next((k for k, a in enumerate(actions) if a != ProfilerAction.NONE), limit)
+    warm = 0
+    while first + warm < limit and actions[first + warm] == ProfilerAction.WARMUP:
+        warm += 1
+    active = 0
+    while first + warm + active < limit and actions[first + warm + active] in recording:
+        active += 1
+        if actions[first + warm + active - 1] == ProfilerAction.RECORD_AND_SAVE:
+            break
+    return first, warm, active
+
+
+def _newest_trace(trace_dir: Path) -> Path | None:
+    files = [p for p in trace_dir.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))] if trace_dir.is_dir() else []
+    return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
+
+
+def _read_json_trace(path: Path) -> dict:
+    import gzip
+    import json
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ValueError("it has no traceEvents list")
+    return doc
+
+
+def check_my_profiler(prof: object, table: str, trace_dir: str | Path, *, wait: int = 1, warmup: int = 1,
+                      active: int = 3, sort_by: str = "self_cpu_time_total", row_limit: int = 10) -> str:
+    """Your own ``torch.profiler.profile`` run: its trace, written by ``on_trace_ready`` into ``trace_dir`` by
+    this kernel, holds the ``active`` steps only, with shapes (and kernels, on a GPU); ``table`` is its
+    ``key_averages().table(sort_by=sort_by, row_limit=row_limit)``."""
+    import os
+
+    import torch
+
+    name = "check_my_profiler"
+    if not isinstance(prof, torch.profiler.profile):
+        return _check("capture", name, False, f"The first value must be your profiler (the `prof` of `with profile(...) as prof:`), "
+                      f"not a {type(prof).__name__}.")
+    want = (wait, warmup, active)
+    phases = _schedule_phases(prof)
+    steps_run = int(getattr(prof, "step_num", 0))
+    if phases is not None and phases != want:
+        return _check("capture", name, False,
+                      f"Your schedule is wait={phases[0]}, warmup={phases[1]}, active={phases[2]}; the exercise asks for "
+                      f"schedule(wait={wait}, warmup={warmup}, active={active}): wait skips the loop's own first step, "
+                      "warmup runs the profiler and throws its start-up away, active is what the trace keeps.")
+    if phases is None:
+        return _check("capture", name, False,
+                      "Your profiler has no schedule: it records from the start of the `with` block to its end, every step "
+                      "with the first one's one-off costs and the profiler's own start-up, and marks no ProfilerStep ranges. "
+                      f"Pass schedule=schedule(wait={wait}, warmup={warmup}, active={active}) and call prof.step() after each step.")
+    trace_dir = Path(trace_dir)
+    newest = _newest_trace(trace_dir)
+    if newest is None:
+        if getattr(prof, "on_trace_ready", None) is None:
+            why = ("your profiler has no on_trace_ready, so it kept the trace in memory and wrote nothing: pass "
+                   "on_trace_ready=tensorboard_trace_handler(str(trace_dir))")
+        elif steps_run < sum(phases):
+            why = (f"the schedule never finished its active phase: it hands the trace to on_trace_ready after "
+                   f"{sum(phases)} calls of prof.step() (wait + warmup + active) and your loop made {steps_run}; "
+                   "call prof.step() once after every step")
+        else:
+            why = "on_trace_ready wrote somewhere else: give it the trace_dir you were passed"
+        return _check("capture", name, False, f"No trace file in {trace_dir}: {why}.")
+    try:
+        doc = _read_json_trace(newest)
+    except (OSError, ValueError) as exc:
+        return _check("capture", name, False, f"{newest.name} is not a Chrome-trace JSON file ({exc}); let "
+                      "tensorboard_trace_handler or prof.export_chrome_trace write it.")
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    pids = {e.get("pid") for e in events if isinstance(e.get("pid"), int)}
+    if os.getpid() not in pids:
+        return _check("capture", name, False,
+                      f"{newest.name} was written by another process (pid {sorted(pids)[:2]}), not this kernel "
+                      f"(pid {os.getpid()}): run your profiler here, into the trace_dir you were given.")
+    steps = {e.get("name") for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+    if steps_run < sum(phases):  # the profiler's exit saved a cut-short cycle (its last range holds no whole step)
+        reached = ("never reached its active phase, so the trace holds no step" if steps_run <= wait + warmup else
+                   f"ended {sum(phases) - steps_run} step(s) before its active phase did")
+        return _check("capture", name, False,
+                      f"Your loop called prof.step() {steps_run} times and the schedule needs {sum(phases)} (wait {wait} + "
+                      f"warmup {warmup} + active {active}): it {reached}. Run {sum(phases)} steps, prof.step() after each.")
+    if len(steps) != active:
+        return _check("capture", name, False,
+                      f"{newest.name} holds {len(steps)} ProfilerStep ranges, the schedule's active phase {active}: call "
+                      "prof.step() once after each step, and run wait + warmup + active steps (one cycle).")
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    if not any("Input Dims" in (e.get("args") or {}) for e in ops):
+        return _check("capture", name, False, "The trace has no input shapes: pass record_shapes=True, so each "
+                      "operator carries the shapes it ran on (the table can then group by them).")
+    if torch.cuda.is_available() and not any(e.get("cat") == "kernel" for e in events):
+        return _check("capture", name, False, "The trace has no GPU kernels: on a GPU, list ProfilerActivity.CUDA "
+                      "in activities too, or you see only the host's side of each launch.")
+    column = TABLE_COLUMNS.get(sort_by, sort_by)
+    try:
+        headers, rows = parse_profiler_table(table)
+    except ValueError as exc:
+        return _check("capture", name, False, f"The second value must be the text of prof.key_averages().table(...) "
+                      f"({exc}); return the string, do not print it.")
+    if column not in headers:
+        return _check("capture", name, False, f"Your table has no {column!r} column (it has {', '.join(headers[1:5])}, ...): "
+                      f"sort_by={sort_by!r} sorts by it; on a GPU list ProfilerActivity.CUDA for the CUDA columns.")
+    names = {e.get("name") for e in events if e.get("cat") in ("cpu_op", "user_annotation")}
+    if len(rows) != row_limit and not (len(rows) < row_limit and len(rows) >= len(names)):
+        return _check("capture", name, False, f"Your table has {len(rows)} rows: row_limit={row_limit} keeps the top {row_limit}.")
+    if not _sorted_by(rows, column):
+        by_value = sorted(headers[1:], key=lambda c: c.endswith("%"))  # 'CPU total' before 'CPU total %'
+        other = next((c for c in by_value if c != column and _sorted_by(rows, c)), None)
+        seen = f"it is sorted by {other!r}" if other else "it is not sorted by any of its columns"
+        return _check("capture", name, False, f"Your table is not sorted by {column!r}: {seen}. "
+                      f"Pass sort_by={sort_by!r} to table().")
+    # The table must be this profile's: its rows are events of the trace file (torch cuts long names to
+    # "..."), and the calls of its operators are the trace's.
+    every = {str(e.get("name")) for e in events}
+    unknown = [r["Name"] for r in rows if r["Name"] != "ProfilerStep*" and r["Name"] not in every
+               and not (r["Name"].endswith("...") and any(n.startswith(r["Name"][:-3]) for n in every))]
+    counted = [(r, sum(1 for e in ops if e.get("name") == r["Name"])) for r in rows if r["Name"] in names]
+    mismatched = [r["Name"] for r, n in counted if "# of Calls" in r and _table_value(r["# of Calls"]) != n and n]
+    if unknown or len(mismatched) > len(counted) // 2:
+        return _check("capture", name, False, "Your table's operators and call counts are not those of the trace in "
+                      f"{trace_dir.name}: make the table from the same profiler, after its loop (prof.key_averages()).")
+    return _check("capture", name, True, "")
+
+
+# --- the launch queue ------------------------------------------------------------------------------
+#: The two readings of the launch-to-start offset lab 00 asks for.
+QUEUE_READINGS = {
+    "empty": "each kernel starts right after its launch call, so the GPU waits on the host: launch-bound when the host's time is launches",
+    "deep": "kernels start milliseconds after their launch calls: the host runs far ahead and the GPU is the bottleneck",
+}
+
+
+def _queue_mistakes(trace: Trace) -> dict[str, float]:
+    """The offsets the common mistakes give on ``trace``, to name the one a learner made."""
+    ev = trace.events
+    calls = ev[(ev["kind"] == "runtime") & ev["name"].str.startswith(("cudaLaunch", "cuLaunch"))]
+    kernels = ev[ev["kind"].isin(("kernel", "collective")) & (ev["correlation"] >= 0)]
+    pairs = kernels[["rank", "correlation", "start_us"]].merge(
+        calls[["rank", "correlation", "start_us", "end_us"]].drop_duplicates(["rank", "correlation"]),
+        on=["rank", "correlation"], suffixes=("_kernel", "_call"))
+    if pairs.empty:
+        return {}
+    return {"measuring from the launch call's end, not its start": float((pairs["start_us_kernel"] - pairs["end_us"]).median())}
+
+
+def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], traces: dict[str, Trace]) -> str:
+    """Your ``fn(trace)`` gives the median launch-to-start offset (µs) of each trace within 10%, and
+    ``readings[label]`` says what it means: ``"empty"`` or ``"deep"`` (:data:`QUEUE_READINGS`)."""
+    name = "check_launch_queue"
+    problems = []
+    for label, trace in traces.items():
+        want = m.launch_stats(trace)["median_launch_to_start_us"]
+        try:
+            got = learner_number(fn, trace, name="launch_to_start_us")
+        except CheckFailed:
+            _record("gaps", name, False)
+            raise
+        if not _close(got, want, 0.10, 1.0):
+            near = [what for what, v in _queue_mistakes(trace).items() if _close(got, v, 0.02, 0.2) and not _close(v, want, 0.10, 1.0)]
+            slip = unit_slip(got, want)
+            hint = f": that is {near[0]}" if near else (slip if slip else "")
+            problems.append(f"trace {label}: your function gives {got:.4g} µs, not the median offset the trace has{hint}")
+    if problems:
+        return _check("gaps", name, False, "; ".join(problems) + ". Pair each kernel with its launch call by (rank, "
+                      "correlation), take kernel start_us minus call start_us, and the median over all kernels.")
+    if not isinstance(readings, dict):
+        return _check("gaps", name, False, "queue_reading must be a dict: {trace label: 'empty' | 'deep'}.")
+    for label, trace in traces.items():
+        offset = m.launch_stats(trace)["median_launch_to_start_us"]
+        truth = "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+        said = str(readings.get(label, "")).strip().lower()
+        if said not in QUEUE_READINGS:
+            problems.append(f"trace {label}: say 'empty' or 'deep', not {readings.get(label)!r}")
+        elif truth is not None and said != truth:
+            problems.append(f"trace {label}: a median offset of {offset:,.0f} µs is not an {said!r} queue ({said!r}: "
+                            f"{QUEUE_READINGS[said]}); compare the offset with a launch call's own length, a few µs")
+    return _check("gaps", name, not problems, "; ".join(problems) + ".")

@@ -8,6 +8,7 @@ learner's own trace of that fix and says what *that* trace shows when it falls s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -216,8 +217,10 @@ def _cpu_verdict(before: Trace, after: Trace, min_gain: float) -> tuple[bool, st
 ADAM_TOLERANCE = 1e-5
 
 
+@functools.lru_cache(maxsize=1)
 def _model_case() -> tuple[list, Callable[[int], list]]:
-    """TinyBlocks' own parameters and the gradients of the lab's loss on its batches (CPU)."""
+    """TinyBlocks' own parameters and the gradients of the lab's loss on its batches (CPU). Built once a
+    process: the check only ever reads them (the learner's update gets clones)."""
     import torch
     import torch.nn.functional as F
 

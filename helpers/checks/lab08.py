@@ -11,7 +11,7 @@ import torch
 
 from .. import metrics as m
 from ..model import Trace
-from ._core import _check, _close, learner_trace_problem
+from ._core import NUMBER, CheckFailed, _check, _close, _record, learner_trace_problem, run_learner
 
 __all__ = [
     "check_gemm_reading", "check_same_training", "check_tensor_cores", "check_precision_speedup",
@@ -86,17 +86,41 @@ def _fp32_reference(device: torch.device, steps: int) -> tuple[list[float], torc
     return _REFERENCE[key]
 
 
+def _guarded_step(step_fn: Callable) -> Callable:
+    """``step_fn`` run through the checks' guard (a time limit, one line when it raises), returning one loss."""
+    if not callable(step_fn):
+        raise CheckFailed(f"pass your step function itself, not a {type(step_fn).__name__}")
+
+    def step(*args: object, **kw: object) -> object:
+        loss = run_learner(lambda: step_fn(*args, **kw), name="your step_fn", returns=(torch.Tensor, *NUMBER),
+                           note=step_fn)
+        if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+            raise CheckFailed(f"your step_fn returned a tensor of shape {tuple(loss.shape)}; it should return the "
+                              "step's loss, one number")
+        return loss
+
+    return step
+
+
 def check_same_training(step_fn: Callable, device: torch.device | str | None = None, steps: int = 4) -> str:
     """The learner's ``step_fn(model, opt, x, y) -> loss`` trains the same model as the fp32 step: from
     seed 0 its losses stay within the bf16 tolerance of the fp32 losses, its parameters change, and its
     matrix products ran in bf16 or fp16."""
+    try:
+        return _same_training(_guarded_step(step_fn), device, steps)
+    except CheckFailed:
+        _record("gpu_bound", "check_same_training", False)
+        raise
+
+
+def _same_training(step_fn: Callable, device: torch.device | str | None, steps: int) -> str:
     from ..thresholds import LOWP_LOSS_RTOL, LOWP_UPDATE_RTOL
     from ..workloads import gpu_bound as gb
 
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    ref, ref_update = _fp32_reference(device, steps)
     model, opt, xs, ys = gb.setup(device)
-    dtypes = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])
+    dtypes = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])  # the learner's step first: its failure is said at once
+    ref, ref_update = _fp32_reference(device, steps)
     if not dtypes & {torch.bfloat16, torch.float16}:
         return _check("gpu_bound", "check_same_training", False,
                       f"your step's Linear layers produced {sorted(map(str, dtypes))}: the matrix products still run in "
@@ -254,7 +278,7 @@ def check_ncu_reading(answer: dict, gemm_table, ln_table) -> str:
     want = {"gemm": limiter(gemm_table), "layernorm": limiter(ln_table), "gemm_busiest_memory": max(levels, key=levels.get)}
     wrong = [k for k in want if str(answer.get(k, "")).strip() != want[k]]
     hints = {"gemm": "compare Compute (SM) Throughput with Memory Throughput in the GEMM's speed of light",
-             "layernorm": f"both throughputs of the LayerNorm are they near peak, or both under {NCU_LATENCY_BOUND_PCT:.0f}%?",
+             "layernorm": f"are both of the LayerNorm's throughputs near peak, or both under {NCU_LATENCY_BOUND_PCT:.0f}%?",
              "gemm_busiest_memory": "Memory Throughput is the busiest memory unit; read L1/TEX, L2 and DRAM Throughput apart"}
     return _check("gpu_bound", "check_ncu_reading", not wrong,
                   "not what the reports say for " + "; ".join(f"{k} ({hints[k]})" for k in wrong))
@@ -298,8 +322,18 @@ def check_activation_saving(forward_fn: Callable, width: int = 128, batch: int =
     out_ref.square().mean().backward()
     grads_ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    mine_bytes = saved_tensor_bytes(lambda: forward_fn(model, x))
-    out = forward_fn(model, x)
+    try:  # the saved-tensor hooks are per thread: they are set inside the learner's guarded call
+        mine_bytes = run_learner(lambda: saved_tensor_bytes(lambda: forward_fn(model, x)), name="your forward_fn",
+                                 note=forward_fn)
+        out = run_learner(forward_fn, model, x, name="your forward_fn", returns=torch.Tensor)
+    except CheckFailed:
+        _record("gpu_bound", "check_activation_saving", False)
+        raise
+    if out.shape != out_ref.shape or not out.requires_grad:
+        return _check("gpu_bound", "check_activation_saving", False,
+                      f"your forward returns a tensor of shape {tuple(out.shape)}"
+                      f"{'' if out.requires_grad else ' that autograd does not track'}; model(x) returns "
+                      f"{tuple(out_ref.shape)}: return the model's output, computed with gradients on")
     out.square().mean().backward()
     same = torch.allclose(out, out_ref, rtol=1e-5, atol=1e-6) and all(
         p.grad is not None and torch.allclose(p.grad, g, rtol=1e-4, atol=1e-6) for p, g in zip(model.parameters(), grads_ref, strict=True))

@@ -151,13 +151,17 @@ def host_union(trace: Trace, rank: int, cause: str):
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)
     us, ue = _union(trace, ("host", rank, cause), mask)
-    if cause == "data_wait" and not (trace.events["kind"] == "cpu_op").any() and (trace.events["kind"] == "osrt").any():
-        memo = _memo(trace)
-        key = ("host", rank, "data_wait_os")
-        if key not in memo:
-            ws, we = _loader_waits(trace, rank)
-            memo[key] = merge_intervals(np.r_[us, ws], np.r_[ue, we])
-        return memo[key]
+    if cause == "data_wait":
+        if us.size:
+            us, ue = _data_less_device_copies(trace, rank, us, ue)
+        if not (trace.events["kind"] == "cpu_op").any() and (trace.events["kind"] == "osrt").any():
+            memo = _memo(trace)
+            key = ("host", rank, "data_wait_os")
+            if key not in memo:
+                ws, we = _loader_waits(trace, rank)
+                memo[key] = merge_intervals(np.r_[us, ws], np.r_[ue, we])
+            return memo[key]
+        return us, ue
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
         # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,
@@ -191,6 +195,46 @@ def _loader_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]:
         if out[0].size == 0:
             break
     return out if out is not None else (np.zeros(0), np.zeros(0))
+
+
+#: Framework ops that move a tensor; one that issues a device copy (a memcpy call inside it) is copy work.
+COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::copy", "aten::_copy_from"})
+
+
+def _is_memcpy_call(name: str) -> bool:
+    return name.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy"))
+
+
+def _data_less_device_copies(trace: Trace, rank: int, us: np.ndarray, ue: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The data ranges' union less the device copies issued inside them.
+
+    A loop's ``data`` phase often ends with ``batch.to(device)``: while that runs the host is copying
+    (or, for a blocking copy, waiting for the GPU), not waiting for the next batch, and the time is the
+    copy's to fix (pinned memory, ``non_blocking``), not the loader's. A copy op counts as a device copy
+    when a memcpy runtime call starts inside it on the same thread; the memcpy calls count themselves
+    where the trace has no framework ops (Nsight Systems)."""
+    memo = _memo(trace)
+    key = ("host", rank, "data_less_copies")
+    if key not in memo:
+        ev = trace.events
+        host = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy()
+        calls = ev[host & name_mask(trace, "memcpy_call", _is_memcpy_call) & (ev["kind"] == "runtime").to_numpy()]
+        if calls.empty:
+            memo[key] = (us, ue)
+            return memo[key]
+        ops = ev[host & name_mask(trace, "copy_op", COPY_OPS.__contains__) & (ev["kind"] == "cpu_op").to_numpy()]
+        cs, ce = [calls["start_us"].to_numpy()], [calls["end_us"].to_numpy()]
+        call_starts = {tid: np.sort(g["start_us"].to_numpy()) for tid, g in calls.groupby("tid")}
+        for tid, g in ops.groupby("tid"):
+            starts = call_starts.get(tid)
+            if starts is None:
+                continue
+            s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
+            issues = np.searchsorted(starts, e, side="right") > np.searchsorted(starts, s, side="left")
+            cs.append(s[issues])
+            ce.append(e[issues])
+        memo[key] = subtract(us, ue, *merge_intervals(np.concatenate(cs), np.concatenate(ce)))
+    return memo[key]
 
 
 def _phases_less_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]:

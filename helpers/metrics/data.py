@@ -11,7 +11,8 @@ from .windows import windows
 
 @_cached
 def data_wait(trace: Trace) -> dict[str, float]:
-    """Host time in DataLoader / data ranges per step, and the share of step time it takes."""
+    """Host time in DataLoader / data ranges per step (less the device copies issued there: those are
+    copy work), and the share of step time it takes."""
     win = windows(trace)
     n_steps = max(int((win["step"] >= 0).sum()), 1)
     total = 0.0

@@ -62,13 +62,14 @@ def stream_busy(trace: Trace) -> pd.DataFrame:
 def gpu_utilization(trace: Trace) -> float:
     """Share of step time (all steps, devices and ranks together) in which a GPU had work. NaN without GPU events."""
     busy = gpu_busy(trace)
-    if busy.empty:
+    window = float(busy["window_us"].sum())
+    if busy.empty or not window > 0:  # no GPU events, or windows of no length: no share to give
         return float("nan")
-    return float(busy["busy_us"].sum() / busy["window_us"].sum())
+    return float(busy["busy_us"].sum()) / window
 
 
 @_cached
-def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
+def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) -> pd.DataFrame:
     """GPU idle gaps inside the analysis windows, each with what the host was doing meanwhile.
 
     Columns: ``rank, device, step, start_us, end_us, dur_us, cause`` and the microseconds of the
@@ -77,8 +78,12 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0) -> pd.DataFrame:
     blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
     the gap, in the order data_wait, collective, launch; else ``other``. ``host_cause`` is that
     activity whether or not a sync just returned (``after_sync``): the gaps after syncs go to it where the
-    host's own work in them is the bigger win (:func:`idle_cost_by_cause`).
+    host's own work in them is the bigger win (:func:`idle_cost_by_cause`). ``with_cause=False``
+    leaves the verdict columns out (``cause``, ``host_cause``, ``after_sync``): the measured figures
+    without the verdict, as the labs show them before the learner's reading.
     """
+    if not with_cause:
+        return idle_gaps(trace, min_gap_us).drop(columns=["cause", "host_cause", "after_sync"])
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
             "sync_us", "data_wait_us", "collective_us", "launch_us", "host_cause", "after_sync"]
     out = []

@@ -144,8 +144,9 @@ def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
     out = {"before_ms": float(np.median(b)) if len(b) else (step_time_ms(before) or float("nan")),
            "after_ms": float(np.median(a)) if len(a) else (step_time_ms(after) or float("nan")),
            "n_before": float(len(b)), "n_after": float(len(a)), "band_ms": float("nan")}
-    out["before_spread"] = _spread(b) / out["before_ms"] if len(b) else float("nan")
-    out["after_spread"] = _spread(a) / out["after_ms"] if len(a) else float("nan")
+    # steps of no length (a zero-length range) have no relative spread: NaN, not a division by zero
+    out["before_spread"] = _spread(b) / out["before_ms"] if len(b) and out["before_ms"] > 0 else float("nan")
+    out["after_spread"] = _spread(a) / out["after_ms"] if len(a) and out["after_ms"] > 0 else float("nan")
     if min(len(b), len(a)) >= th.NOISE_MIN_STEPS:
         se = np.hypot(1.2533 * _spread(b) / np.sqrt(len(b)), 1.2533 * _spread(a) / np.sqrt(len(a)))
         out["band_ms"] = float(th.NOISE_BAND_SE * se)

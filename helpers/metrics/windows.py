@@ -122,3 +122,17 @@ def _devices_of(trace: Trace, rank: int) -> list[int]:
     ev = trace.events
     sel = ev[(ev["rank"] == rank) & (ev["device"] >= 0) & ev["kind"].isin(GPU_WORK_KINDS)]
     return sorted(int(d) for d in sel["device"].unique())
+
+
+def time_origin_us(trace: Trace) -> float:
+    """Time zero of every timeline of ``trace``: the first profiled step's start (else the first event's).
+
+    One origin for every view of a trace, as Nsight Systems keeps one clock: a window read off a
+    zoomed plot (``step=3``) is the same stretch of time as on the whole-trace plot, and the CLI's
+    ``--window`` and "where" lines count from the same zero.
+    """
+    win = windows(trace)
+    stepped = win[win["step"] >= 0]
+    if not stepped.empty:
+        return float(stepped["start_us"].min())
+    return float(trace.events["start_us"].min()) if not trace.events.empty else 0.0

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import Trace, assign_steps, build_events, find_steps
+from ..model import MAX_RANK, Trace, assign_steps, build_events, find_steps, times_problem
+from ..procs import run_bounded
 from . import kineto, nsys
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -39,6 +40,10 @@ MAX_EVENTS = 4_000_000
 # A folder whose trace files add up to more than this (on disk) is read by several processes at once;
 # below it, starting the processes costs more than it saves.
 _PARALLEL_FROM_BYTES = 8 << 20
+#: Seconds ``nsys export`` may take to turn a report into SQLite before it is stopped (its process group
+#: killed, the temporary folder removed): the course's reports export in seconds, and five minutes leaves
+#: room for reports of gigabytes; a hung nsys is not waited on.
+NSYS_EXPORT_TIMEOUT_S = 300.0
 _CHUNK = 4 << 20  # bytes read (or decompressed) at a time
 
 
@@ -84,7 +89,26 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     """Read one file into (events, metadata, format name) without step labelling.
 
     ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
+    An event whose times are beyond :data:`helpers.model.MAX_TIME_US` is refused, whatever the format.
     """
+    events, metadata, fmt = _read_file(p, max_bytes, max_events, table=table)
+    _refuse_damaged_times(events, p)
+    return events, metadata, fmt
+
+
+def rank_in_name(path: Path) -> int | None:
+    """The rank a file's name gives (``rank3.json``, ``trace_rank-12.json.gz``), or None; a number beyond
+    any rank is refused."""
+    m = _RANK_IN_NAME.search(path.name)
+    if m is None:
+        return None
+    if len(m.group(1)) > 10 or int(m.group(1)) > MAX_RANK:
+        raise TraceError(f"{path}: its name says rank {m.group(1)[:24]}, beyond any job's ranks (at most "
+                         f"{MAX_RANK:,}); name the file by its real rank (rank3.json)")
+    return int(m.group(1))
+
+
+def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tuple[pd.DataFrame | dict, dict, str]:
     max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     try:
         info = os.stat(p)
@@ -108,7 +132,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
         blocks = _gunzip_blocks(p, max_bytes)
         first = _take(blocks, len(SQLITE_MAGIC))
         if first.startswith(SQLITE_MAGIC):
-            return _read_sqlite_bytes(p, first + b"".join(blocks), max_events)
+            return _read_sqlite_blocks(p, itertools.chain((first,), blocks), max_events)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -118,7 +142,7 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
         if info.st_size > max_bytes:
             raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
-        blocks = _file_blocks(p)
+        blocks = _file_blocks(p, max_bytes)  # the limit holds for the bytes read, not only the size stat() gave
         first = _take(blocks, 4)
     # JSON: read as a stream of blocks, never whole (kineto.parse_stream).
     first, blocks = _as_utf8(first, blocks, p)
@@ -131,6 +155,12 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
         )
     events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
     return events, metadata, "kineto"
+
+
+def _refuse_damaged_times(events: pd.DataFrame, p: Path) -> None:
+    problem = times_problem(events)
+    if problem:
+        raise TraceError(f"{p}: {problem}; record or export the trace again")
 
 
 def _nested_repeat(pattern: str) -> bool:
@@ -198,10 +228,16 @@ def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
     return out
 
 
-def _file_blocks(p: Path) -> Iterator[bytes]:
+def _file_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in chunks; a file that grows past ``max_bytes`` while it is read is refused."""
+    total = 0
     try:
         with open(p, "rb") as fh:
-            while block := fh.read(_CHUNK):
+            while block := fh.read(min(_CHUNK, max_bytes + 1 - total)):
+                total += len(block)
+                if total > max_bytes:
+                    raise TraceError(f"{p}: grew past the limit of {max_bytes / 2**20:,.0f} MB while it was read; "
+                                     "let the program writing it finish, or raise the limit with --max-mb (API: max_bytes=)")
                 yield block
     except OSError as exc:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
@@ -258,11 +294,14 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
-def _read_sqlite_bytes(p: Path, raw: bytes, max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
-    """A gzipped SQLite export: read from a private temporary copy, never beside the input."""
+def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
+    """A gzipped SQLite export: decompressed block by block into a private temporary copy (never beside
+    the input, never whole in memory), and read from there."""
     with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
         copy = Path(tmp) / "trace.sqlite"
-        copy.write_bytes(raw)
+        with open(copy, "wb") as out:
+            for block in blocks:
+                out.write(block)
         events, metadata = _renamed(lambda: nsys.read(copy, max_events), copy, p)
     return events, metadata, "nsys-sqlite"
 
@@ -277,9 +316,12 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
     with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:
         out = Path(tmp) / "trace.sqlite"
         try:
-            r = subprocess.run([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
-                               capture_output=True, text=True, timeout=600, cwd=tmp)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            r = run_bounded([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
+                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise TraceError(f"{p}: nsys export did not finish within {NSYS_EXPORT_TIMEOUT_S:g} s and was stopped; "
+                             f"export it by hand: nsys export --type sqlite {p}") from None
+        except OSError as exc:
             raise TraceError(f"{p}: nsys export failed ({exc}); export it by hand: nsys export --type sqlite {p}") from None
         if r.returncode != 0 or not out.is_file():
             why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
@@ -312,6 +354,13 @@ def _workers(n_files: int) -> int:
     return max(1, min(n_files, cores))
 
 
+def _concat(parts: list) -> np.ndarray | pd.Categorical:
+    """One column of every rank: categoricals of one dtype stay categorical (their codes joined)."""
+    if all(isinstance(p, pd.Categorical) for p in parts) and len({p.dtype for p in parts}) == 1:
+        return pd.Categorical.from_codes(np.concatenate([p.codes for p in parts]), dtype=parts[0].dtype)
+    return np.concatenate([np.asarray(p, dtype=object) if isinstance(p, pd.Categorical) else p for p in parts])
+
+
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
     try:
         files = sorted(f for f in d.iterdir() if _is_trace_file(f))
@@ -340,8 +389,8 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     for i, (f, (events, meta, _)) in enumerate(zip(files, results)):
         rank = meta.get("distributed", {}).get("rank")
         if rank is None:
-            m = _RANK_IN_NAME.search(f.name)
-            rank = int(m.group(1)) if m else i
+            named = rank_in_name(f)
+            rank = i if named is None else named
         if rank in used_ranks:
             raise TraceError(
                 f"{d}: two files claim rank {rank} (second: {f.name}); keep one trace per rank in the folder"
@@ -357,7 +406,8 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         for key in ("device_names", "torch_version"):
             metadata.setdefault(key, meta.get(key))
     keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
-    events = build_events({c: np.concatenate([t[c] for t in tables]) for c in keys})
+    events = build_events({c: _concat([t[c] for t in tables]) for c in keys})
+    _refuse_damaged_times(events, d)
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps

@@ -20,7 +20,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..model import COPY_DIRECTION, KINDS, build_events, host_memory_of, is_collective_kernel, is_host_collective, lane_name
+from ..model import (
+    COPY_DIRECTION,
+    KIND_DTYPE,
+    KINDS,
+    MAX_RANK,
+    build_events,
+    host_memory_of,
+    is_collective_kernel,
+    is_host_collective,
+    lane_name,
+)
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -28,7 +38,9 @@ try:  # orjson parses large traces about 25% faster; plain json works too
     _loads = orjson.loads
     _DecodeError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover - exercised only without orjson
-    _loads = json.loads
+    def _loads(data: bytes | bytearray | memoryview) -> Any:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+
     _DecodeError = (ValueError,)
 
 _CATEGORY_KIND = {
@@ -71,11 +83,14 @@ _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 _CODE = {k: i for i, k in enumerate(KINDS)}  # kind -> its number in the columns being filled
-_KIND_NAMES = np.array(KINDS, dtype=object)
 _CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
 _NO_ARGS: dict = {}
+#: Bytes per element of the tensor types the profiler names in ``Input type`` (record_shapes=True), for
+#: what a gloo collective sends: ``gloo:all_reduce`` carries its tensor's type and dims.
+_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "short int": 2,
+               "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 _PART_DTYPES = {"kind": np.int8, "name": np.int64, "start_us": np.float64, "dur_us": np.float64, "device": np.int64,
                 "stream": np.int64, "pid": np.int64, "tid": np.int64, "correlation": np.int64, "bytes": np.float64}
 _PART_COLUMNS = tuple(_PART_DTYPES)
@@ -84,6 +99,10 @@ _PART_COLUMNS = tuple(_PART_DTYPES)
 # event may end and the next begin. A piece is about _PIECE bytes of events; the head before the events
 # is looked for in at most _HEAD_LIMIT bytes; the list's closing bracket in at most _END_TRIES places.
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: Stands in for the list already read when the members after it are parsed: a later "traceEvents"
+#: key (which json.loads would let win) replaces it and is seen.
+_LIST_READ_TEXT = "\x00the list read above"
+_LIST_READ = json.dumps(_LIST_READ_TEXT).encode()  # a JSON string, quotes included
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _PIECE = 4 << 20
 _HEAD_LIMIT = 64 << 20
@@ -145,7 +164,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         if m is not None:
             tries += 1
             if tries > _HEAD_TRIES:
-                return _whole(bytes(buf) + b"".join(blocks), path, cols)
+                return _whole(_rest(buf, blocks), path, cols)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
                 break
@@ -153,7 +172,7 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(bytes(buf) + b"".join(blocks), path, cols)
+            return _whole(_rest(buf, blocks), path, cols)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
     # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
     # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
@@ -167,13 +186,13 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
             if cut is None:
                 search_at = pos + 2 * (len(buf) - pos)
         if cut is None:
-            if more(pos):
-                search_at -= pos
-                pos = 0
+            if more(pos - 1):  # the byte before the piece stays: _loads_list writes its [ there
+                search_at -= pos - 1
+                pos = 1
                 continue
             tail = _last_piece(bytes(memoryview(buf)[pos:]), path, cols)
             break
-        events = _try_loads(b"[" + buf[pos:cut.start() + 1] + b"]")
+        events = _loads_list(buf, pos, cut.start() + 1)
         if events is None:  # the cut fell inside a string or a nested value: take a longer piece
             piece *= 2
             search_at = pos + piece
@@ -182,12 +201,18 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         pos, piece = cut.end() - 1, _PIECE
         search_at = pos + piece
     # ... and the members after the list.
-    if tail.get("traceEvents") is not None:
-        raise TraceError(f"{path}: two 'traceEvents' lists in one document; the trace is damaged: record it again")
+    if tail.get("traceEvents") != _LIST_READ_TEXT:
+        # json.loads would keep only that later value (the last of the same keys wins): refused, not guessed
+        raise TraceError(f"{path}: two 'traceEvents' keys at the top of one document (the list, then "
+                         f"{_shown(tail.get('traceEvents'))}); the trace is damaged: record it again")
     head.pop("traceEvents")
     tail.pop("traceEvents")
     head.update(tail)
     return head
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else f"a value of type {type(value).__name__}"
 
 
 def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
@@ -198,7 +223,7 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
         if j < 0:
             break
         tries += 1
-        tail = _try_loads(b'{"traceEvents":null' + rest[j + 1:])
+        tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
         if type(tail) is dict:
             try:
                 events = _loads(b"[" + rest[:j] + b"]")
@@ -210,7 +235,15 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
     raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
 
 
-def _whole(raw: bytes, path: Path, cols: _Columns) -> dict:
+def _rest(buf: bytearray, blocks: Iterator[bytes]) -> bytearray:
+    """``buf`` and every block after it in one buffer, grown in place (a list of blocks joined at the end
+    would hold the document twice)."""
+    for block in blocks:
+        buf.extend(block)
+    return buf
+
+
+def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
     """The fallback: parse the document in one go, then feed its events in pieces."""
     try:
         doc = _loads(raw)
@@ -245,7 +278,21 @@ def _legacy_rows(events: list) -> list:
     return out
 
 
-def _try_loads(data: bytes) -> Any:
+def _loads_list(buf: bytearray, start: int, end: int) -> list | None:
+    """``buf[start:end]`` (events separated by commas) parsed as a JSON list, or None where it is not
+    one. The bytes just before and after it (a separator, or the list's own ``[``) are made ``[`` and
+    ``]`` for the parse and then put back, so the piece is parsed where it lies instead of copied."""
+    before, after = buf[start - 1], buf[end]
+    buf[start - 1], buf[end] = 0x5B, 0x5D  # [ and ]
+    view = memoryview(buf)[start - 1:end + 1]
+    try:
+        return _try_loads(view)
+    finally:
+        view.release()  # the buffer can grow and shrink again only once no view of it is left
+        buf[start - 1], buf[end] = before, after
+
+
+def _try_loads(data: bytes | bytearray | memoryview) -> Any:
     try:
         return _loads(data)
     except _DecodeError:
@@ -258,6 +305,7 @@ class _Columns:
     def __init__(self, path: Path, max_events: int | None) -> None:
         self.path, self.max_events = path, max_events
         self.seen = 0  # trace events of any kind so far (what max_events counts)
+        self.wire_types: Counter[str] = Counter()  # "gloo:all_reduce|c10::Half" -> how many such collectives
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
         # What the events were, tallied only while none has been understood: a refusal says what was found.
@@ -321,6 +369,11 @@ class _Columns:
         nbytes = np.full(n, math.nan)
         for i in np.flatnonzero(_MOVES_BYTES[kind]).tolist():
             nbytes[i] = _as_float(args[i].get("bytes"))
+        for i in [i for i, nm in enumerate(names) if nm.startswith("gloo:")]:  # what a gloo collective sends
+            if "Input type" in args[i]:
+                nbytes[i] = _collective_bytes(args[i])
+                types = args[i]["Input type"]
+                self.wire_types[f"{names[i]}|{','.join(map(str, types)) if isinstance(types, list) else types}"] += 1
         for col, values in (("kind", kind), ("name", name_code), ("start_us", ts), ("dur_us", dur), ("device", device),
                             ("stream", stream), ("pid", pid), ("tid", tid), ("correlation", correlation),
                             ("bytes", nbytes)):
@@ -355,7 +408,7 @@ class _Columns:
             parsed = [_memcpy_kind(u) for u in uniq]
             copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[code[mc]]
             host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[code[mc]]
-        kinds = _KIND_NAMES[kind]
+        kinds = pd.Categorical.from_codes(kind, dtype=KIND_DTYPE)  # build_events takes the codes as they are
         lanes = _lanes(kind, c["device"], c["stream"], c["tid"])
         ts = c["start_us"]
         origin = float(ts.min()) if n else 0.0
@@ -365,6 +418,8 @@ class _Columns:
             "correlation": c["correlation"], "bytes": c["bytes"], "copy_kind": copy_kind, "host_memory": host_memory,
         }
         metadata = _metadata(doc, origin)
+        if self.wire_types:  # what the collectives sent, by tensor type (record_shapes=True traces only)
+            metadata["collective_types"] = dict(self.wire_types)
         rank = metadata["distributed"].get("rank")
         if not table:
             columns["rank"] = np.full(n, rank or 0, dtype=np.int64)
@@ -397,7 +452,7 @@ def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
 def _metadata(doc: dict, origin: float) -> dict:
     dist = doc.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
-    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or dist["rank"] < 0:
+    if not isinstance(dist.get("rank"), int) or isinstance(dist.get("rank"), bool) or not 0 <= dist["rank"] <= MAX_RANK:
         dist.pop("rank", None)
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []
@@ -487,6 +542,20 @@ def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.nda
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _collective_bytes(args: dict) -> float:
+    """What a gloo collective range sends: its tensors' elements times their type's size (NaN if unknown)."""
+    types, dims = args.get("Input type"), args.get("Input Dims")
+    if not isinstance(types, list) or not isinstance(dims, list):
+        return math.nan
+    total = 0.0
+    for t, d in zip(types, dims):
+        size = _ITEM_BYTES.get(t) if isinstance(t, str) else None
+        if size is None or not isinstance(d, list) or not all(_is_number(x) for x in d):
+            return math.nan
+        total += size * float(np.prod(d)) if d else float(size)
+    return total
 
 
 def _as_float(value: object) -> float:

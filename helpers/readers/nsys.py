@@ -22,6 +22,7 @@ from ..errors import TraceError
 from ..model import (
     COPY_DIRECTION,
     DEFAULT_STEP_PATTERNS,
+    MAX_RANK,
     build_events,
     host_memory_of,
     is_collective_kernel,
@@ -90,6 +91,9 @@ def read(path: Path, max_events: int | None = None, max_bytes: int | None = None
             raise TraceError(f"{path}: the database is locked by a program writing it ({exc}); "
                              "wait for nsys export to finish, or read a copy of the file") from None
         raise TraceError(f"{path}: the SQLite database cannot be read ({exc}); export it again with nsys export") from None
+    except UnicodeDecodeError:  # SQLite's message quotes the damaged schema, which is not text either
+        raise TraceError(f"{path}: the SQLite database cannot be read (its schema is damaged: names that are not "
+                         "UTF-8 text); export it again with nsys export") from None
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise TraceError(f"{path}: the SQLite database cannot be read ({msg}); export it again with nsys export") from None
@@ -207,6 +211,11 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
     table = pd.concat(parts, ignore_index=True)
     if (table["end"] < table["start"]).any():
         raise TraceError(f"{path}: an event ends before it starts; the export is damaged: export it again")
+    with np.errstate(over="ignore"):
+        dur_ns = table["end"].to_numpy(dtype="int64") - table["start"].to_numpy(dtype="int64")
+    if (dur_ns < 0).any():  # end >= start, so a negative difference wrapped past 64 bits
+        raise TraceError(f"{path}: an event lasts longer than 64-bit nanoseconds can count (292 years); the export's "
+                         "times are damaged: export it again")
     ranks, processes = _ranks_of_processes(table, _rank_marks(con, tables, strings) if "NVTX_EVENTS" in tables else {})
     if processes:
         # GPU work of an export without globalPid cannot be placed: it stays (as rank 0's)
@@ -217,7 +226,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
         "rank": table["proc"].map(ranks).fillna(0).to_numpy(dtype="int64") if processes else None,
         "kind": table["kind"].to_numpy(), "lane": table["lane"].to_numpy(), "name": table["name"].to_numpy(),
         "start_us": table["start"].to_numpy(dtype="float64") / 1000.0,
-        "dur_us": (table["end"] - table["start"]).to_numpy(dtype="float64") / 1000.0,
+        "dur_us": dur_ns.astype("float64") / 1000.0,
         "device": table["device"].to_numpy(), "stream": table["stream"].to_numpy(),
         "pid": table["pid"].to_numpy(), "tid": table["tid"].to_numpy(),
         "correlation": table["correlation"].to_numpy(), "bytes": table["bytes"].to_numpy(),
@@ -259,7 +268,7 @@ def _rank_marks(con: sqlite3.Connection, tables: set[str], strings: dict[int, st
     for text, text_id, gtid in con.execute(f"SELECT text, textId, globalTid FROM NVTX_EVENTS WHERE eventType = {NVTX_MARK}"):
         name = text if isinstance(text, str) else strings.get(_int(text_id), "")
         m = _RANK_MARK.match(name)
-        if m and type(gtid) is int and 0 <= gtid <= _INT64_MAX:
+        if m and type(gtid) is int and 0 <= gtid <= _INT64_MAX and len(m.group(1)) <= 10 and int(m.group(1)) <= MAX_RANK:
             marks.setdefault((gtid >> 24) & 0xFFFFFF, int(m.group(1)))
     return marks
 
@@ -312,10 +321,11 @@ def _check_columns(df: pd.DataFrame, table: str, path: Path) -> None:
             if kind == "u" and len(values) and int(values.max()) > _INT64_MAX:
                 _bad_value(path, table, col, int(values.idxmax()), values.max())
             continue
-        nullable = col not in _REQUIRED_INT and col not in ("globalTid", "copyKind", "syncType", "bytes")
+        nullable = col not in _REQUIRED_INT and col not in ("globalTid", "copyKind", "syncType", "bytes", "graphId")
         if kind == "f":
             arr = values.to_numpy()
-            bad = (np.isnan(arr) & (not nullable)) | (~np.isnan(arr) & ((arr != np.round(arr)) | (np.abs(arr) > _INT64_MAX)))
+            # 2.0**63 itself (a REAL that would wrap to -2^63) is out: the int64 bound compared as a float is 2^63
+            bad = (np.isnan(arr) & (not nullable)) | (~np.isnan(arr) & ((arr != np.round(arr)) | (np.abs(arr) >= 2.0**63)))
         else:
             bad = np.array([not (type(v) is int or (v is None and nullable)) for v in values], dtype=bool)
         if bad.any():
@@ -324,6 +334,7 @@ def _check_columns(df: pd.DataFrame, table: str, path: Path) -> None:
 
 
 def _bad_value(path: Path, table: str, col: str, row: int, value: object) -> None:
+    value = value.item() if isinstance(value, np.generic) else value
     shown = "NULL" if value is None or (isinstance(value, float) and value != value) else repr(value)[:24]
     raise TraceError(f"{path}: {table}.{col} holds {shown} in row {row + 1} where the schema requires a "
                      "64-bit integer; the export is damaged: export it again with nsys export --type sqlite")

@@ -17,31 +17,25 @@ function fmtMs(v, step) {
 }
 
 function render({ model, el }) {
-  const root = document.createElement("div");
-  root.className = "gtl-explore";
-  const bar = document.createElement("div");
-  bar.className = "gtl-bar";
-  const title = document.createElement("span");
-  title.className = "gtl-title";
-  const hint = document.createElement("span");
-  hint.className = "gtl-hint";
-  hint.textContent = "wheel: zoom · drag: pan · shift-drag: select · double-click: whole trace";
-  const reset = document.createElement("button");
-  reset.textContent = "whole trace";
-  const toSel = document.createElement("button");
-  toSel.textContent = "zoom to selection";
+  const make = (tag, cls, text) => {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text) node.textContent = text;
+    return node;
+  };
+  const root = make("div", "gtl-explore");
+  const bar = make("div", "gtl-bar");
+  const title = make("span", "gtl-title");
+  const hint = make("span", "gtl-hint", "wheel: zoom · drag: pan · shift-drag: select · double-click: whole trace");
+  const reset = make("button", "", "whole trace");
+  const toSel = make("button", "", "zoom to selection");
   bar.append(title, reset, toSel, hint);
-  const canvas = document.createElement("canvas");
-  canvas.className = "gtl-canvas";
-  const tip = document.createElement("div");
-  tip.className = "gtl-tip";
+  const canvas = make("canvas", "gtl-canvas");
+  const tip = make("div", "gtl-tip");
   tip.style.display = "none";
-  const legend = document.createElement("div");
-  legend.className = "gtl-legend";
-  const panel = document.createElement("div");
-  panel.className = "gtl-figures";
-  const wrap = document.createElement("div");
-  wrap.className = "gtl-wrap";
+  const legend = make("div", "gtl-legend");
+  const panel = make("div", "gtl-figures");
+  const wrap = make("div", "gtl-wrap");
   wrap.append(canvas, tip);
   root.append(bar, wrap, legend, panel);
   el.appendChild(root);
@@ -131,6 +125,7 @@ function render({ model, el }) {
     lanes.forEach((ln, i) => {
       const y = TOP + i * LANE_H;
       const ranges = Array.isArray(ln.d);
+      const names = [];  // drawn after the lane's bars: a deeper range drawn later would cover its phase's label
       for (let k = 0; k < ln.x0.length; k++) {
         const x0 = xOf(ln.x0[k]), x1 = xOf(ln.x1[k]);
         if (x1 < LABEL_W || x0 > LABEL_W + pw) continue;
@@ -138,18 +133,16 @@ function render({ model, el }) {
         g.fillStyle = colours[ln.c[k]] || "#999";
         g.globalAlpha = ranges ? 0.9 : 1;
         g.fillRect(x0, y + (LANE_H - h) / 2, Math.max(x1 - x0, 1), h);
-        if (ranges && ln.d[k] >= 1) {
-          const name = ln.n[k], w = x1 - x0;
-          if (w > 7 * name.length) {
-            g.globalAlpha = 1;
-            g.fillStyle = "#000";
-            g.textAlign = "center";
-            g.textBaseline = "middle";
-            g.fillText(name, (Math.max(x0, LABEL_W) + Math.min(x1, LABEL_W + pw)) / 2, y + LANE_H / 2);
-          }
+        if (ranges && ln.d[k] === 1) {  // the phases, not their insides (as plots.timeline): nested names would overlap
+          const a = Math.max(x0, LABEL_W), b = Math.min(x1, LABEL_W + pw);  // the range's part on screen
+          if (g.measureText(ln.n[k]).width + 6 < b - a) names.push([ln.n[k], (a + b) / 2]);  // only where it fits
         }
       }
       g.globalAlpha = 1;
+      g.fillStyle = "#000";
+      g.textAlign = "center";
+      g.textBaseline = "middle";
+      names.forEach(([name, x]) => g.fillText(name, x, y + LANE_H / 2));
     });
     // the selected stretch
     const sel = drag && drag.mode === "select" ? [Math.min(drag.t0, drag.t1), Math.max(drag.t0, drag.t1)] : model.get("selection_ms");

@@ -15,6 +15,21 @@ from ..profiling import annotate, capture, default_device, new_run_dir, quiet_pr
 StepFn = Callable[[int], object]
 
 
+def count_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``low`` (``--steps 0`` would time nothing and divide by zero)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+
+    return parse
+
+
 def phases_step(data: Callable[[int], object], forward: Callable[[object], torch.Tensor],
                 backward: Callable[[torch.Tensor], None], optimizer: Callable[[], None]) -> StepFn:
     """Compose a training step from its phases, each annotated (NVTX + record_function)."""
@@ -37,8 +52,8 @@ def run_cli(description: str, variants: Sequence[str], make_step: Callable[[str,
     """Command line shared by the single-process workloads."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--variant", choices=list(variants), default=variants[0])
-    parser.add_argument("--steps", type=int, default=default_steps, help="timed (or profiled) steps")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=count_at_least(1), default=default_steps, help="timed (or profiled) steps")
+    parser.add_argument("--warmup", type=count_at_least(0), default=3)
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--profile", metavar="DIR", help="record a PyTorch-profiler trace into a new folder under DIR")
     parser.add_argument("--nsys-range", action="store_true",

@@ -8,7 +8,9 @@ The variants, for recording (``tools/record_traces.py``):
 manual:       no DDP; after backward every gradient is all-reduced by hand, one call per tensor.
 ddp:          DistributedDataParallel with its default 25 MB buckets.
 tiny_buckets: DDP with bucket_cap_mb=1.
-bf16_hook:    DDP with a compression hook: bf16 on NCCL, fp16 on gloo (PyTorch documents its bf16 hook for NCCL).
+fp16_hook:    DDP with PyTorch's fp16 compression hook (``fp16_compress_hook``) on every backend: the hook
+              Exercise 4 of lab 04 has the learner write. (gloo all-reduces bf16 too in torch 2.13; the
+              course records fp16, the dtype of the exercise.)
 no_sync:      the same per-rank batch in ACCUM micro-batches, ``no_sync()`` on all but the last:
               still one all-reduce a step, so it only adds work here (it pays off when the
               micro-batches are what fits in memory and the accumulation replaces more steps).
@@ -53,8 +55,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..profiling import _nvtx, annotate, new_run_dir
+from .common import count_at_least
 
-VARIANTS = ("manual", "ddp", "tiny_buckets", "bf16_hook", "no_sync", "imbalance")
+VARIANTS = ("manual", "ddp", "tiny_buckets", "fp16_hook", "no_sync", "imbalance")
 LAYERS, BATCH = 8, 64
 ACCUM = 4
 IMBALANCE = 4
@@ -215,9 +218,8 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     hook = None
-    if variant == "bf16_hook":
-        # PyTorch documents bf16_compress_hook for NCCL (>= 2.9.6): on gloo the fp16 hook (half the bytes either way).
-        hook = default_hooks.bf16_compress_hook if dist.get_backend() == "nccl" else default_hooks.fp16_compress_hook
+    if variant == "fp16_hook":
+        hook = default_hooks.fp16_compress_hook  # half the bytes on the wire, the same on NCCL and gloo
     if mark:  # DDP's built-in all-reduce, as a hook, so that each bucket's all-reduce can be marked
         hook = marked_hook(hook or default_hooks.allreduce_hook)
     if hook is not None:
@@ -364,7 +366,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc),
                            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
     if type(exc).__name__ == "ExerciseNotDone":
-        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"))
+        rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"), where=getattr(exc, "where", ""))
     else:
         try:
             rec["pickled"] = pickle.dumps(exc).hex()
@@ -428,7 +430,8 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             dist.barrier()
             with quiet_profiler_logs(), \
-                    profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1)) as prof:
+                    profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1),
+                            record_shapes=True) as prof:  # shapes: what each collective sends (bytes on the wire)
                 for i in range(1 + min(steps, 5)):
                     step(i)
                     prof.step()
@@ -453,7 +456,7 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
         if rec.get("type") == "ExerciseNotDone":
             from ..course import ExerciseNotDone
 
-            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code")) from None
+            raise ExerciseNotDone(int(rec.get("number", 0)), rec.get("todo", "your code"), rec.get("where", "")) from None
         exc: BaseException | None = None
         if rec.get("pickled"):
             with contextlib.suppress(Exception):
@@ -486,6 +489,9 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     """
     if (mark_collectives or nsys_steps) and _nvtx is None:
         raise RuntimeError("marking the job for Nsight Systems needs the nvtx package: pip install nvtx")
+    if steps < 1 or warmup < 0 or world_size < 1:
+        raise ValueError(f"the job needs steps >= 1, warmup >= 0 and world_size >= 1, not steps={steps}, "
+                         f"warmup={warmup}, world_size={world_size}")
     learner = None
     if wrap is not None or shard is not None:
         if variant is not None:
@@ -537,9 +543,9 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", choices=VARIANTS, default="manual")
-    parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--world-size", type=count_at_least(1), default=2)
+    parser.add_argument("--steps", type=count_at_least(1), default=10)
+    parser.add_argument("--warmup", type=count_at_least(0), default=3)
     parser.add_argument("--profile", metavar="DIR", help="write one trace per rank into a new folder under DIR")
     parser.add_argument("--mark-collectives", action="store_true",
                         help="each all-reduce in an NVTX range and each rank's number in an NVTX mark (for nsys)")

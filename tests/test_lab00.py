@@ -1,0 +1,132 @@
+"""Lab 00's profiler exercise and launch-queue reading: the checks pass the solution and name each mistake."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+from helpers import checks, metrics, thresholds
+from helpers.course import recorded
+from helpers.profiling import quiet_profiler_logs
+
+LIN = torch.nn.Linear(16, 16)
+X = torch.randn(8, 16)
+
+
+def _step(i: int) -> None:
+    with torch.profiler.record_function("forward"):
+        loss = torch.relu(LIN(X)).sum()
+    loss.backward()
+
+
+def _profile(trace_dir, steps=5, sched=(1, 1, 3), writer=True, shapes=True, sort_by="self_cpu_time_total", rows=10):
+    kw = {}
+    if sched:
+        kw["schedule"] = schedule(wait=sched[0], warmup=sched[1], active=sched[2], repeat=1)
+    if writer:
+        kw["on_trace_ready"] = tensorboard_trace_handler(str(trace_dir))
+    with quiet_profiler_logs(), profile(activities=[ProfilerActivity.CPU], record_shapes=shapes, **kw) as prof:
+        for i in range(steps):
+            _step(i)
+            prof.step()
+    return prof, prof.key_averages().table(sort_by=sort_by, row_limit=rows)
+
+
+@pytest.fixture(scope="module")
+def right(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("right")
+    prof, table = _profile(folder)
+    return prof, table, folder
+
+
+def test_the_solution_passes_and_its_table_parses(right):
+    prof, table, folder = right
+    assert checks.check_my_profiler(prof, table, folder) == "passed: check_my_profiler"
+    headers, rows = checks.parse_profiler_table(table)
+    assert headers[:3] == ["Name", "Self CPU %", "Self CPU"] and len(rows) == 10
+    assert checks.lab00._table_value("1.500ms") == 1500.0 and checks.lab00._table_value("2.000s") == 2e6
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"sched": None}, "no schedule"),
+    ({"writer": False}, "no on_trace_ready"),
+    ({"steps": 2}, "never reached its active phase"),
+    ({"steps": 4}, "ended 1 step(s) before its active phase did"),
+    ({"sched": (0, 1, 3)}, "wait=0, warmup=1, active=3"),
+    ({"shapes": False}, "record_shapes=True"),
+    ({"sort_by": "cpu_time_total"}, "it is sorted by 'CPU total'"),
+    ({"sort_by": "count"}, "it is sorted by '# of Calls'"),
+    ({"rows": 4}, "row_limit=10"),
+])
+def test_each_mistake_is_named(tmp_path, kw, says):
+    prof, table = _profile(tmp_path / "t", **kw)
+    with pytest.raises(checks.CheckFailed, match="no schedule" if says == "no schedule" else None) as failed:
+        checks.check_my_profiler(prof, table, tmp_path / "t")
+    assert says in str(failed.value)
+
+
+def test_a_trace_from_elsewhere_or_a_table_of_another_run_is_refused(right, tmp_path):
+    prof, table, folder = right
+    theirs = tmp_path / "copied"
+    theirs.mkdir()
+    doc = json.loads(next(folder.glob("*.json")).read_text())
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("pid"), int):
+            e["pid"] = 1  # as written by another process
+    (theirs / "other.pt.trace.json").write_text(json.dumps(doc))
+    with pytest.raises(checks.CheckFailed, match="another process"):
+        checks.check_my_profiler(prof, table, theirs)
+    shutil.rmtree(theirs)
+    with pytest.raises(checks.CheckFailed, match="No trace file"):
+        checks.check_my_profiler(prof, table, theirs)
+    with pytest.raises(checks.CheckFailed, match="not those of the trace"):  # same layout, other operators
+        checks.check_my_profiler(prof, table.replace("aten::", "bten::"), folder)
+    with pytest.raises(checks.CheckFailed, match="your profiler"):
+        checks.check_my_profiler("prof", table, folder)
+    with pytest.raises(checks.CheckFailed, match="ruler"):
+        checks.check_my_profiler(prof, "printed, not returned", folder)
+
+
+QUEUE = {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}
+
+
+def _offset(trace):
+    ev = trace.events
+    calls = ev[(ev["kind"] == "runtime") & ev["name"].str.startswith("cudaLaunch")]
+    kernels = ev[(ev["kind"] == "kernel") & (ev["correlation"] >= 0)]
+    pairs = kernels.merge(calls.drop_duplicates(["rank", "correlation"]), on=["rank", "correlation"], suffixes=("_k", "_c"))
+    return pairs, pairs["start_us_k"] - pairs["start_us_c"]
+
+
+def test_the_recorded_queues_are_one_empty_one_deep():
+    a, b = (metrics.launch_stats(t)["median_launch_to_start_us"] for t in QUEUE.values())
+    assert a < thresholds.LAUNCH_QUEUE_EMPTY_US < thresholds.LAUNCH_QUEUE_DEEP_US < b
+    assert 8 < a < 10 and 60_000 < b < 80_000  # the figures thresholds.py quotes (9.0 µs, 72 ms)
+
+
+def test_launch_queue_check():
+    right = {"A": "empty", "B": "deep"}
+    assert checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), right, QUEUE).startswith("passed")
+    from_end = lambda t: float((_offset(t)[0]["start_us_k"] - _offset(t)[0]["end_us_c"]).median())  # noqa: E731
+    with pytest.raises(checks.CheckFailed, match="from the launch call's end"):
+        checks.check_launch_queue(from_end, right, QUEUE)
+    with pytest.raises(checks.CheckFailed, match="1000 times"):
+        checks.check_launch_queue(lambda t: float(_offset(t)[1].median()) / 1e3, right, QUEUE)
+    with pytest.raises(checks.CheckFailed, match="trace A: a median offset") as wrong:
+        checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "deep", "B": "deep"}, QUEUE)
+    assert "trace B" not in str(wrong.value)
+    with pytest.raises(checks.CheckFailed, match="say 'empty' or 'deep'"):
+        checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "launch-bound", "B": "deep"}, QUEUE)
+
+
+def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(right, monkeypatch):
+    prof, table, folder = right
+    with pytest.raises(checks.CheckFailed, match="no 'Self CUDA' column"):
+        checks.check_my_profiler(prof, table, folder, sort_by="self_cuda_time_total")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(checks.CheckFailed, match="list ProfilerActivity.CUDA"):
+        checks.check_my_profiler(prof, table, folder)
