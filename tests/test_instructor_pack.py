@@ -302,6 +302,18 @@ def test_doctor_probe_runs_the_tools_and_names_the_permission_error(tmp_path, mo
     assert found["ncu probe"].status == "warn" and "ERR_NVGPUCTRPERM" in found["ncu probe"].detail
 
 
+def test_doctor_without_torch_is_findings_not_a_traceback(tmp_path, monkeypatch, capsys):
+    import sys
+
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "00_x.ipynb").write_text("{}")
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    assert cli(["doctor", str(tmp_path / "labs"), "--probe", "--json"]) == 1
+    found = {f["name"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["torch"]["status"] == "fail" and found["probe"]["status"] == "note"
+    assert found["recordings"]["status"] == "fail"
+
+
 # --- the concept deck ----------------------------------------------------------------------------
 import make_slides  # noqa: E402
 

@@ -121,6 +121,10 @@ def test_launch_queue_check():
     assert "trace B" not in str(wrong.value)
     with pytest.raises(checks.CheckFailed, match="say 'empty' or 'deep'"):
         checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "launch-bound", "B": "deep"}, QUEUE)
+    # fewer traces than the exercise's two (or one of them twice) cannot pass on one reading
+    for traces in ({}, {"A": QUEUE["A"]}, {"A": QUEUE["A"], "B": QUEUE["A"]}, {"A": QUEUE["A"], "B": "trace B"}):
+        with pytest.raises(checks.CheckFailed, match="both of its traces"):
+            checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "empty", "B": "empty"}, traces)
 
 
 def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(right, monkeypatch):

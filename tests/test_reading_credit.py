@@ -118,6 +118,12 @@ def test_a_unit_slip_is_named_as_one():
     with pytest.raises(checks.CheckFailed, match="1000 times too"):
         checks.check_reading(checks.Reading(good.pattern, good.window_ms, {fig: value * 1000}, good.cost),
                              recorded("h2d_copy", "broken"), "h2d")
+    share = _truthful(recorded("data_stall", "broken"), "data_stall")
+    fig, value = next(iter(share.evidence.items()))
+    assert 0 < value < 1
+    with pytest.raises(checks.CheckFailed, match="100 times too big: a percentage"):  # 84 written for 0.84
+        checks.check_reading(checks.Reading(share.pattern, share.window_ms, {fig: value * 100}, share.cost),
+                             recorded("data_stall", "broken"), "data")
 
 
 # --- one definition per figure ------------------------------------------------------------------

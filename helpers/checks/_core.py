@@ -287,6 +287,8 @@ def unit_slip(answer: float, want: float, rel: float = 0.15) -> str:
         if _close(a, w * factor, rel) or _close(a * factor, w, rel):
             return (f" (your figure is {words} times {'too big' if abs(a) > abs(w) else 'too small'}: a unit mixed up? "
                     "the events table holds microseconds, the timeline's axis milliseconds, bytes are bytes)")
+    if 0 < abs(w) <= 1 and _close(a, w * 100, rel):  # a share written as a percentage (84 for 0.84)
+        return " (your figure is 100 times too big: a percentage? a share is a fraction of 1, 0.5 for half)"
     return ""
 
 

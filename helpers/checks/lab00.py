@@ -506,10 +506,21 @@ def _queue_mistakes(trace: Trace) -> dict[str, float]:
     return {"measuring from the launch call's end, not its start": float((pairs["start_us_kernel"] - pairs["end_us"]).median())}
 
 
+def _queue_kind(trace: Trace) -> str | None:
+    """'empty' or 'deep' as the trace's median launch-to-start offset reads; None in between (or no pairs)."""
+    offset = m.launch_stats(trace)["median_launch_to_start_us"]
+    return "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+
+
 def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], traces: dict[str, Trace]) -> str:
     """Your ``fn(trace)`` gives the median launch-to-start offset (µs) of each trace within 10%, and
     ``readings[label]`` says what it means: ``"empty"`` or ``"deep"`` (:data:`QUEUE_READINGS`)."""
     name = "check_launch_queue"
+    given = isinstance(traces, dict) and all(isinstance(t, Trace) for t in traces.values())
+    if not (given and {"empty", "deep"} <= {_queue_kind(t) for t in traces.values()}):
+        # fewer traces (or the same one twice) would let one reading pass for the exercise's two
+        return _check("gaps", name, False, "Pass queue_traces as the cell above built it ({label: trace}): both of "
+                      "its traces, one queue of each kind, so that your function and your readings are judged on both.")
     problems = []
     for label, trace in traces.items():
         want = m.launch_stats(trace)["median_launch_to_start_us"]
@@ -530,7 +541,7 @@ def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], t
         return _check("gaps", name, False, "queue_reading must be a dict: {trace label: 'empty' | 'deep'}.")
     for label, trace in traces.items():
         offset = m.launch_stats(trace)["median_launch_to_start_us"]
-        truth = "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+        truth = _queue_kind(trace)
         said = str(readings.get(label, "")).strip().lower()
         if said not in QUEUE_READINGS:
             problems.append(f"trace {label}: say 'empty' or 'deep', not {readings.get(label)!r}")
