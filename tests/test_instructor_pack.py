@@ -43,6 +43,17 @@ def test_refuses_to_overwrite_and_unknown_labs(tmp_path, capsys):
     assert capsys.readouterr().err.count("error: ") == 2
 
 
+def test_slides_are_never_written_through_a_symlink(tmp_path, capsys):
+    mine = tmp_path / "mine.html"
+    mine.write_text("my notes")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "00_tools_and_first_profile.slides.html").symlink_to(mine)
+    (tmp_path / "out" / make_slides.DECK_NAME).symlink_to(mine)
+    assert main(["--out", str(tmp_path / "out"), "00"]) == 2
+    assert main(["--out", str(tmp_path / "out"), "deck"]) == 2
+    assert mine.read_text() == "my notes" and capsys.readouterr().err.count("symbolic link") == 2
+
+
 def test_expected_figures_page_is_up_to_date():
     import subprocess
 
