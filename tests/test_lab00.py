@@ -138,3 +138,19 @@ def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(ri
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(checks.CheckFailed, match="list ProfilerActivity.CUDA"):
         checks.check_my_profiler(prof, table, folder)
+
+
+def test_idle_share_refusal_never_prints_the_right_figure():
+    """A wrong idle share is told which side it lies on, never the trace's figure (it could be pasted)."""
+    from helpers import metrics as m
+    from helpers.checks import CheckFailed, lab00
+    from helpers.course import recorded
+
+    trace = recorded("data_stall", "broken")
+    want = 1.0 - m.gpu_utilization(trace)
+    for wrong in (want + 0.2, want - 0.2):
+        with pytest.raises(CheckFailed) as failed:
+            lab00.check_gpu_idle_share(lambda _t, v=wrong: v, trace)
+        text = str(failed.value)
+        assert f"{want:.3f}" not in text and f"{want:.2f}" not in text, text
+        assert ("above" if wrong > want else "below") in text

@@ -116,6 +116,11 @@ def _guarded_figure(fn: Callable[[Trace], float], trace: Trace) -> float:
         raise
 
 
+def _side(got: float, want: float) -> str:
+    """Which side of the right figure a wrong one lies on, without the figure."""
+    return "above" if got > want else "below"
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
@@ -134,9 +139,13 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
             why = (f" On this trace it is right, but on a trace whose copies overlap its kernels (h2d_copy, fixed) your "
-                   f"function gives {got2:.3f} against {want2:.3f}" + (f": that is {near[0]}." if near else "."))
+                   f"function gives {got2:.3f}, {_side(got2, want2)} the share that trace has"
+                   + (f": that is {near[0]}." if near else "."))
+    # The right figure is never printed: the learner's function has to find it (a printed value can be pasted).
+    lead = (f"Your idle share is {got:.3f}, {_side(got, want)} the trace's (more than 2 points off)." if not _close(got, want, 0.0, 0.02)
+            else f"Your idle share is {got:.3f}, right on this trace.")
     return _check("gaps", "check_gpu_idle_share", ok,
-                  f"Your idle share is {got:.3f}, the trace says {want:.3f}.{why} Merge overlapping GPU events "
+                  f"{lead}{why} Merge overlapping GPU events "
                   "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
                   "(trace.steps), and divide the idle time by the steps' time.")
 
