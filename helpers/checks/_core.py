@@ -195,9 +195,7 @@ def _one_line(value: Any, width: int = 160) -> str:
 
 
 def _grad_mode() -> bool | None:
-    import sys
-
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # not imported here: a check that never touches torch need not load it
     return None if torch is None else bool(torch.is_grad_enabled())
 
 
