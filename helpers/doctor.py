@@ -127,7 +127,7 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
         try:
             entries = json.loads(manifest.read_text())["traces"]
             absent = [e["file"] for e in entries if not (data / e["file"]).exists()]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # unreadable, or not the course's format
             out.append(Finding("recordings", "fail", f"{manifest} is not the course's manifest ({exc})", "git checkout data/"))
         else:
             out.append(Finding("recordings", "fail" if absent else "ok",
@@ -189,8 +189,10 @@ def probe(timeout_s: float = 300) -> list[Finding]:
     Only where torch sees a GPU and the tool is on PATH; the reports go to a temporary folder that is
     removed afterwards. This is what the pre-flight means by "run the tools once": permissions show only
     when a tool actually touches the GPU."""
-    import torch
-
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - examine() already says why torch does not import
+        return [Finding("probe", "note", "torch does not import: nothing to probe")]
     if not torch.cuda.is_available():
         return [Finding("probe", "note", "no CUDA GPU: nothing to probe (the CPU track reads shipped reports)")]
     program = [sys.executable, "-c", "import torch; x = torch.ones(256, 256, device='cuda'); [x @ x for _ in range(3)]; "
@@ -206,6 +208,9 @@ def probe(timeout_s: float = 300) -> list[Finding]:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
             except subprocess.TimeoutExpired:
                 out.append(Finding(f"{tool} probe", "warn", f"did not finish in {timeout_s:.0f} s"))
+                continue
+            except OSError as exc:  # on PATH but not startable (a broken install)
+                out.append(Finding(f"{tool} probe", "warn", f"could not be started ({exc.strerror or exc})"))
                 continue
             text = r.stdout + r.stderr
             if COUNTER_ERROR in text:

@@ -18,7 +18,8 @@ stream         int64    CUDA stream for device-side events, -1 on the host
 pid            int64    host process id (-1 for device-side events)
 tid            int64    host thread id (-1 for device-side events)
 correlation    int64    links a CUDA API call to the GPU work it launched (-1 if none)
-bytes          float64  bytes moved or set by memcpy / memset (NaN otherwise)
+bytes          float64  bytes moved or set by memcpy / memset; for a gloo collective, what it sends (its tensor's
+                         elements x their type's size, when the trace recorded shapes); NaN otherwise
 copy_kind      str      ``H2D``, ``D2H``, ``D2D``, ``H2H``, ``P2P`` for memcpy, else ``""``
 host_memory    str      ``pageable`` or ``pinned`` for copies touching the host, else ``""``
 step           int64    training step the event falls in (-1 outside every step)

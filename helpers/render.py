@@ -156,7 +156,9 @@ def where_command(source: str | None, start_ms: float, end_ms: float, name: str 
     read (a capture held only in memory)."""
     if not source or not Path(source).exists():
         return None
-    return (f"python -m helpers plot {shlex.quote(str(source))} --window {window_arg(start_ms, end_ms)} "
+    window = window_arg(start_ms, end_ms)
+    sep = "=" if window.startswith("-") else " "  # before the first step: argparse reads "--window -3.0:1.0" as two options
+    return (f"python -m helpers plot {shlex.quote(str(source))} --window{sep}{window} "
             f"-o {shlex.quote(name + '.png')}")
 
 

@@ -1,3 +1,4 @@
+import json
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
+#: Lab 07's answer key, as instructors keep it (outside the installed package; tests may know answers).
+TRIAGE_KEY: dict[str, dict] = json.loads((ROOT / "docs" / "instructors" / "triage_key.json").read_text())["cases"]
 
 
 @pytest.fixture(autouse=True)

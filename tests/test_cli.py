@@ -109,6 +109,14 @@ def test_where_window_of_a_short_step_is_accepted_and_covers_it():
         assert lo <= a < b <= hi and main(["plot", BROKEN, "--window", f"{lo}:{hi}", "-o", "/dev/null/x.png"]) == 2
 
 
+def test_where_command_of_a_window_before_the_first_step_parses():
+    from helpers.cli import build_parser
+
+    cmd = render.where_command(BROKEN, -3.0, 1.0)  # a start-up stretch: negative on the steps' axis
+    args = build_parser().parse_args(shlex.split(cmd)[3:])
+    assert args.window == "-3.0:1.0" and args.output == "where.png"
+
+
 def test_where_names_the_trace_file_not_a_label():
     trace = helpers.load(BROKEN)
     text = render.diagnose_text("before (my loop)", helpers.diagnose(trace), trace.has_gpu, source=BROKEN)

@@ -421,6 +421,7 @@ def _entry_points(own_pairs, small_trace):
 
     from helpers import checks
     from helpers.checks import lab08
+    from helpers.course import recorded
 
     def real_loader(ds, bs):
         return torch.utils.data.DataLoader(ds, batch_size=bs)
@@ -431,9 +432,10 @@ def _entry_points(own_pairs, small_trace):
         return gen()
 
     d, lo, my = own_pairs["data_stall"], own_pairs["launch_overhead"], own_pairs["mystery"]
+    queue = {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}  # lab 00's two queues
     return {
         "lab00 idle share": lambda behave: checks.check_gpu_idle_share(lambda t: behave(), small_trace),
-        "lab00 launch queue": lambda behave: checks.check_launch_queue(lambda t: behave(), {"t": "empty"}, {"t": small_trace}),
+        "lab00 launch queue": lambda behave: checks.check_launch_queue(lambda t: behave(), {"A": "empty", "B": "deep"}, queue),
         "lab01 make_loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: behave()),
         "lab01 iterating the loader": lambda behave: checks.check_data_stall_fixed(*d, 1.3, lambda ds, bs: endless(behave)),
         "lab01 to_device": lambda behave: checks.check_data_stall_fixed(*d, 1.3, real_loader, lambda b, dev: behave()),

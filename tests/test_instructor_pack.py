@@ -43,6 +43,17 @@ def test_refuses_to_overwrite_and_unknown_labs(tmp_path, capsys):
     assert capsys.readouterr().err.count("error: ") == 2
 
 
+def test_slides_are_never_written_through_a_symlink(tmp_path, capsys):
+    mine = tmp_path / "mine.html"
+    mine.write_text("my notes")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "00_tools_and_first_profile.slides.html").symlink_to(mine)
+    (tmp_path / "out" / make_slides.DECK_NAME).symlink_to(mine)
+    assert main(["--out", str(tmp_path / "out"), "00"]) == 2
+    assert main(["--out", str(tmp_path / "out"), "deck"]) == 2
+    assert mine.read_text() == "my notes" and capsys.readouterr().err.count("symbolic link") == 2
+
+
 def test_expected_figures_page_is_up_to_date():
     import subprocess
 
@@ -124,9 +135,9 @@ import learner_copy  # noqa: E402
 def _triage_labels() -> list[str]:
     """What each blind-triage trace really is, from every place the full course keeps it."""
     labels = set(learner_copy.answer_strings(ROOT))
-    from helpers.workloads.triage import TRUTH
+    from conftest import TRIAGE_KEY
 
-    labels |= {what for what, _ in TRUTH.values()}
+    labels |= {c["what"] for c in TRIAGE_KEY.values()}
     assert len(labels) >= 10  # the scan below would be vacuous without them
     return sorted(labels)
 
@@ -300,6 +311,18 @@ def test_doctor_probe_runs_the_tools_and_names_the_permission_error(tmp_path, mo
     found = {f.name: f for f in doctor.probe(timeout_s=60)}
     assert found["nsys probe"].status == "ok"
     assert found["ncu probe"].status == "warn" and "ERR_NVGPUCTRPERM" in found["ncu probe"].detail
+
+
+def test_doctor_without_torch_is_findings_not_a_traceback(tmp_path, monkeypatch, capsys):
+    import sys
+
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "00_x.ipynb").write_text("{}")
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    assert cli(["doctor", str(tmp_path / "labs"), "--probe", "--json"]) == 1
+    found = {f["name"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["torch"]["status"] == "fail" and found["probe"]["status"] == "note"
+    assert found["recordings"]["status"] == "fail"
 
 
 # --- the concept deck ----------------------------------------------------------------------------

@@ -89,6 +89,10 @@ def test_a_trace_from_elsewhere_or_a_table_of_another_run_is_refused(right, tmp_
         checks.check_my_profiler("prof", table, folder)
     with pytest.raises(checks.CheckFailed, match="ruler"):
         checks.check_my_profiler(prof, "printed, not returned", folder)
+    with pytest.raises(checks.CheckFailed, match="no Name column"):  # rulers, but not the profiler's table
+        checks.check_my_profiler(prof, table.replace("Name", "Nom"), folder)
+    with pytest.raises(checks.CheckFailed, match="not a NoneType"):
+        checks.check_my_profiler(prof, table, None)
 
 
 QUEUE = {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}
@@ -121,6 +125,10 @@ def test_launch_queue_check():
     assert "trace B" not in str(wrong.value)
     with pytest.raises(checks.CheckFailed, match="say 'empty' or 'deep'"):
         checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "launch-bound", "B": "deep"}, QUEUE)
+    # fewer traces than the exercise's two (or one of them twice) cannot pass on one reading
+    for traces in ({}, {"A": QUEUE["A"]}, {"A": QUEUE["A"], "B": QUEUE["A"]}, {"A": QUEUE["A"], "B": "trace B"}):
+        with pytest.raises(checks.CheckFailed, match="both of its traces"):
+            checks.check_launch_queue(lambda t: float(_offset(t)[1].median()), {"A": "empty", "B": "empty"}, traces)
 
 
 def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(right, monkeypatch):
@@ -130,3 +138,19 @@ def test_on_a_gpu_the_profile_needs_its_kernels_and_the_table_its_cuda_column(ri
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(checks.CheckFailed, match="list ProfilerActivity.CUDA"):
         checks.check_my_profiler(prof, table, folder)
+
+
+def test_idle_share_refusal_never_prints_the_right_figure():
+    """A wrong idle share is told which side it lies on, never the trace's figure (it could be pasted)."""
+    from helpers import metrics as m
+    from helpers.checks import CheckFailed, lab00
+    from helpers.course import recorded
+
+    trace = recorded("data_stall", "broken")
+    want = 1.0 - m.gpu_utilization(trace)
+    for wrong in (want + 0.2, want - 0.2):
+        with pytest.raises(CheckFailed) as failed:
+            lab00.check_gpu_idle_share(lambda _t, v=wrong: v, trace)
+        text = str(failed.value)
+        assert f"{want:.3f}" not in text and f"{want:.2f}" not in text, text
+        assert ("above" if wrong > want else "below") in text

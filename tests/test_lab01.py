@@ -100,7 +100,7 @@ def test_wrong_readings_fail_with_what_the_trace_shows():
     with pytest.raises(checks.CheckFailed, match=r"launch_overhead is not what holds this loop back.*while the host is in the DataLoader"):
         checks.check_reading(launch, gpu_broken, "data", "data")
     # the right pattern, but the cost read as the data wait of one step over the whole capture
-    with pytest.raises(checks.CheckFailed, match=r"a cost of \d+% of step time is off"):
+    with pytest.raises(checks.CheckFailed, match=r"a data_stall cost of \d+% of step time is off"):
         checks.check_reading(checks.Reading("data_stall", good.window_ms, good.evidence, good.cost / 5), gpu_broken, "data")
     # the second loop: its GPU is "busy" 97% of the time, but copying, not computing
     h2d_broken = recorded("h2d_copy", "broken")

@@ -17,6 +17,7 @@ import helpers
 from helpers import checks, course
 from helpers.course import recorded
 from helpers.diagnosis import signals
+from helpers.model import Trace
 from helpers.plots import time_origin_us
 from helpers.selfcheck import item_status
 from helpers.workloads import communication
@@ -41,6 +42,18 @@ def fp16_hook(state, bucket):
 def my_hooked_wrap(model):
     ddp = DDP(model, bucket_cap_mb=BUCKETS)
     ddp.register_comm_hook(None, fp16_hook)
+    return ddp
+
+
+def cast_only_hook(state, bucket):  # wrong: casts to fp16 and back, then all-reduces the fp32 buffer
+    buffer = bucket.buffer()
+    buffer.copy_(buffer.to(torch.float16).to(torch.float32)).div_(dist.get_world_size())
+    return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def cast_only_wrap(model):
+    ddp = DDP(model, bucket_cap_mb=BUCKETS)
+    ddp.register_comm_hook(None, cast_only_hook)
     return ddp
 '''
 
@@ -85,7 +98,7 @@ def jobs(tmp_path_factory):
     nb = notebook_functions()
     return {"manual": go(), "ddp": go(wrap=my_wrap), "plain": go(wrap=wrap_forgets_ddp),
             "mb1": go(wrap=my_wrap, bucket_cap_mb=1), "mb100": go(wrap=my_wrap, bucket_cap_mb=100),
-            "hooked": go(wrap=nb["my_hooked_wrap"]), "uneven": go(shard=communication.split_rows),
+            "hooked": go(wrap=nb["my_hooked_wrap"]), "cast_only": go(wrap=nb["cast_only_wrap"]), "uneven": go(shard=communication.split_rows),
             "even": go(shard=my_split), "swapped": go(shard=split_swapped)}
 
 
@@ -163,13 +176,47 @@ def test_bucket_sweep(jobs):
 
 
 # --- Exercise 4: the hook -------------------------------------------------------------------------
+def _retimed(trace, names: tuple[str, ...], factor: float):
+    """The same trace with the named ops' durations scaled: a busy or an idle core, as the check sees it."""
+    ev = trace.events.copy()
+    sel = ev["name"].isin(names)
+    ev.loc[sel, "dur_us"] *= factor
+    ev["end_us"] = ev["start_us"] + ev["dur_us"]
+    return Trace(ev, trace.source, trace.format, dict(trace.metadata))
+
+
+def _resent(trace, factor: float):
+    """The same trace with each all-reduce sending ``factor`` of its bytes (a hook that sends part of a bucket)."""
+    ev = trace.events.copy()
+    sel = ev["kind"] == "collective"
+    ev.loc[sel, "bytes"] *= factor
+    return Trace(ev, trace.source, trace.format, dict(trace.metadata))
+
+
 def test_comm_hook(jobs):
     out = checks.check_comm_hook(jobs["ddp"], jobs["hooked"])
-    assert out.startswith("passed: check_comm_hook") and "casts" in out
+    assert out.startswith("passed: check_comm_hook") and "c10::Half" in out
+    wp, wh = checks.lab04.wire_stats(jobs["ddp"]), checks.lab04.wire_stats(jobs["hooked"])
+    assert set(wp["types"]) == {"float"} and set(wh["types"]) == {"c10::Half"}
+    assert wh["bytes_per_step"] == pytest.approx(wp["bytes_per_step"] / 2, rel=0.01)
     with pytest.raises(checks.CheckFailed, match="still go over the wire in fp32"):
         checks.check_comm_hook(jobs["ddp"], jobs["ddp"])  # unsolved / hook never registered
     with pytest.raises(checks.CheckFailed, match="hooked trace has no all-reduce"):
         checks.check_comm_hook(jobs["ddp"], jobs["plain"])
+
+
+def test_comm_hook_judges_what_goes_over_the_wire_not_the_cast_time(jobs):
+    casts = ("aten::_to_copy", "aten::to", "aten::copy_")
+    # a hook that casts but hands the fp32 buffer to the all-reduce: refused, however long its casts take
+    for factor in (1.0, 100.0):
+        with pytest.raises(checks.CheckFailed, match=r"\d+ of \d+ all-reduces .* send float tensors.*still go over the wire in fp32"):
+            checks.check_comm_hook(jobs["ddp"], _retimed(jobs["cast_only"], casts, factor))
+    # the right hook passes with its casts taking no time at all, or as long as on a busy core
+    for factor in (0.0, 10.0):
+        assert checks.check_comm_hook(jobs["ddp"], _retimed(jobs["hooked"], casts, factor)).startswith("passed")
+    # half precision, but only half of each bucket sent: not every gradient is averaged
+    with pytest.raises(checks.CheckFailed, match="every bucket must go over the wire once"):
+        checks.check_comm_hook(jobs["ddp"], _resent(jobs["hooked"], 0.5))
 
 
 # --- Exercise 6: the split -----------------------------------------------------------------------

@@ -37,8 +37,8 @@ def test_each_wrong_part_fails_with_what_the_trace_shows():
     wrong_pattern = checks.Reading("sync_stall", good.window_ms, {"sync_points_per_step": 2.0}, good.cost)
     with pytest.raises(checks.CheckFailed, match="is not what holds this loop back.*GPU is busy"):
         checks.check_reading(wrong_pattern, t, "data")
-    # a window over the compute, not the wait
-    compute = checks.Reading("data_stall", (good.window_ms[1] + 0.01, good.window_ms[1] + 2.0), good.evidence, good.cost)
+    # a window over the compute, not the wait (it starts after the fetch's last stretch, 0.2 ms on)
+    compute = checks.Reading("data_stall", (good.window_ms[1] + 0.2, good.window_ms[1] + 2.2), good.evidence, good.cost)
     with pytest.raises(checks.CheckFailed, match="in your window .* only 0% of it shows data_stall"):
         checks.check_reading(compute, t, "data")
     whole = checks.Reading("data_stall", (0.0, 10_000.0), good.evidence, good.cost)
@@ -118,3 +118,51 @@ def test_a_unit_slip_is_named_as_one():
     with pytest.raises(checks.CheckFailed, match="1000 times too"):
         checks.check_reading(checks.Reading(good.pattern, good.window_ms, {fig: value * 1000}, good.cost),
                              recorded("h2d_copy", "broken"), "h2d")
+    share = _truthful(recorded("data_stall", "broken"), "data_stall")
+    fig, value = next(iter(share.evidence.items()))
+    assert 0 < value < 1
+    with pytest.raises(checks.CheckFailed, match="100 times too big: a percentage"):  # 84 written for 0.84
+        checks.check_reading(checks.Reading(share.pattern, share.window_ms, {fig: value * 100}, share.cost),
+                             recorded("data_stall", "broken"), "data")
+
+
+# --- one definition per figure ------------------------------------------------------------------
+def _run(expr: str, t) -> float:
+    from helpers import metrics
+
+    return float(eval(expr, {"metrics": metrics, "t": t}))  # the code the lab shows, as a learner runs it
+
+
+@pytest.mark.parametrize("workload,variant,tag", [("data_stall", "broken", "h200"), ("sync_stall", "broken", "h200"),
+                                                  ("h2d_copy", "broken", "h200"), ("data_stall", "broken", "cpu"),
+                                                  ("communication", "manual", "cpu")])
+def test_every_figure_the_check_compares_is_the_code_the_lab_shows(workload, variant, tag):
+    from helpers.checks.reading import COST_HELPER, FIGURE_HELPER
+    from helpers.diagnosis import signals
+
+    t = recorded(workload, variant, tag)
+    sg = signals(t)
+    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith("metrics.")}}
+    assert set(checks.reading.FIGURE_HOWTO) == set(FIGURE_HELPER)
+    compared = [fig for fig in shown if isinstance(sg.get(fig), (int, float))]
+    assert compared
+    for fig in compared:
+        assert _run(shown[fig], t) == pytest.approx(float(sg[fig]), rel=1e-6, abs=1e-9), fig
+
+
+def test_the_window_must_lie_inside_one_step_and_the_cost_within_the_stated_band():
+    t = recorded("data_stall", "broken")
+    good = _truthful(t, "data_stall")
+    assert checks.check_reading(good, t, "data").startswith("passed")
+    o = time_origin_us(t)
+    span = ((t.steps["start_us"].min() - o) / 1e3, (t.steps["end_us"].max() - o) / 1e3)
+    with pytest.raises(checks.CheckFailed, match="not inside one step"):  # the whole capture
+        checks.check_reading(checks.Reading(good.pattern, span, good.evidence, good.cost), t, "data")
+    want = good.cost
+    for off, passes in ((0.04, True), (0.06 + 0.1 * want, False)):
+        r = checks.Reading(good.pattern, good.window_ms, good.evidence, min(1.0, want + off) if want < 0.9 else want - off)
+        if passes:
+            assert checks.check_reading(r, t, "data").startswith("passed")
+        else:
+            with pytest.raises(checks.CheckFailed, match=r"cost of .* is off by more than 5% .*idle_cost_by_cause"):
+                checks.check_reading(r, t, "data")

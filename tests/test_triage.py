@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TRIAGE_KEY
 
 from helpers import checks, diagnose
 from helpers import metrics as m
@@ -44,7 +44,7 @@ def _truthful(trace, pattern: str) -> checks.Reading:
 
 def _readings(trace_id: str, source: str):
     t = lab05.triage_trace(trace_id, source)
-    return [_truthful(t, p) for p in lab05.TRIAGE[trace_id].patterns]
+    return [_truthful(t, p) for p in TRIAGE_KEY[trace_id]["patterns"]]
 
 
 @pytest.mark.parametrize("source", lab05.SOURCES)
@@ -55,16 +55,45 @@ def test_truthful_reading_passes(trace_id, source):
 
 
 def test_the_recorded_truth_agrees_with_the_trace_or_the_check_says_why():
-    for trace_id, case in lab05.TRIAGE.items():
-        truth = lab05.manifest_truth(trace_id)
-        assert case.patterns[0] == truth[0], trace_id
-        if case.patterns != truth:
-            assert case.note and all(p in case.note for p in set(truth) - set(case.patterns)), trace_id
+    for trace_id, case in TRIAGE_KEY.items():
+        truth, patterns, note = case["recorded_patterns"], case["patterns"], case["note"]
+        assert patterns[0] == truth[0], trace_id
+        if patterns != truth:
+            assert note and all(p in note for p in set(truth) - set(patterns)), trace_id
         for source in lab05.SOURCES:
             found = [f.pattern for f in diagnose(lab05.triage_trace(trace_id, source))]
-            for p in case.patterns:
+            for p in patterns:
                 # every pattern the check asks for is one the diagnosis finds, except where the note says why
-                assert p in found or (p == "gpu_bound" and "names nothing" in case.note), (trace_id, source, p, found)
+                assert p in found or (p == "gpu_bound" and "names nothing" in note), (trace_id, source, p, found)
+
+
+def test_the_sealed_key_matches_the_instructors_key_and_opens_only_for_the_answer():
+    import subprocess
+    import sys
+
+    from helpers.checks._sealed import digest, unseal
+    from helpers.checks._triage_key import SEALED
+
+    assert subprocess.run([sys.executable, str(ROOT / "tools" / "seal_answers.py"), "--check"]).returncode == 0
+    for trace_id, case in TRIAGE_KEY.items():
+        first, *more = case["patterns"]
+        sealed = SEALED[trace_id]
+        assert sealed["first"] == digest(trace_id, "first", first)
+        wrong = next(p for p in checks.EVIDENCE if p not in case["patterns"])
+        assert unseal(sealed["after"], trace_id, "first", wrong) is None
+        assert json.loads(unseal(sealed["after"], trace_id, "first", first))["more"] == [digest(trace_id, "also", p) for p in more]
+        shown = json.loads(unseal(sealed["passed"], trace_id, "all", first, *sorted(more)))
+        assert shown == {"decoy": case["decoy"], "note": case["note"]}
+        # one lesson entry per pattern: none is missing, so the right one is not the one left out
+        from helpers.diagnosis import PATTERNS
+
+        assert set(sealed["lessons"]) == {digest(trace_id, "misread", p) for p in PATTERNS}
+
+
+def test_no_function_hands_out_a_triage_answer():
+    for name in ("TRIAGE", "manifest_truth", "Case"):
+        assert not hasattr(lab05, name), name
+    assert all(lab05.triage_lesson(t, p) == "" for t, c in TRIAGE_KEY.items() for p in c["patterns"][:1] if "*" not in c["lessons"])
 
 
 def _step_window(t, k: int = 1):
@@ -212,3 +241,37 @@ def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
     assert checks.check_capstone(broken, fixed, 1.3, real_mystery_step).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="Data wait"):  # no worker processes: busy or not, not fixed
         checks.check_capstone(broken, broken, 1.3, real_mystery_step)
+
+
+# --- lab 07's reading rules, as the lab states them -----------------------------------------------
+def test_t7_figures_are_what_the_lab_named_helpers_compute():
+    from helpers.checks.reading import FIGURE_HELPER
+
+    t = lab05.triage_trace("t7")
+    sync_share = float(eval(FIGURE_HELPER["sync_stall_share"], {"metrics": m, "t": t}))
+    assert sync_share == pytest.approx(signals(t)["sync_stall_share"], rel=1e-9)
+    data, sync = _readings("t7", "profiler")
+    by_gaps = m.idle_gaps(t)  # the per-gap blame, summed: another figure, and the check names the helper it wants
+    gap_share = float(by_gaps.loc[by_gaps["cause"] == "sync", "dur_us"].sum() / m.windows(t)["dur_us"].sum())
+    assert abs(gap_share - sync_share) > 0.05
+    wrong = checks.Reading("sync_stall", sync.window_ms, {"sync_stall_share": gap_share}, sync.cost)
+    with pytest.raises(checks.CheckFailed, match=r"idle_cost_by_cause\(t\)\[\"sync\"\]"):
+        checks.check_triage("t7", [data, wrong])
+    right = checks.Reading("sync_stall", sync.window_ms, {"sync_stall_share": round(sync_share, 3)}, round(sync_share, 2))
+    assert checks.check_triage("t7", [data, right]).startswith("passed")
+
+
+def test_t7_window_over_the_whole_capture_is_refused():
+    t = lab05.triage_trace("t7")
+    data = _readings("t7", "profiler")[0]
+    whole = _ms(t, t.steps["start_us"].min(), t.steps["end_us"].max())
+    with pytest.raises(checks.CheckFailed, match="not inside one step"):
+        checks.check_triage("t7", [checks.Reading("data_stall", whole, data.evidence, data.cost), _readings("t7", "profiler")[1]])
+
+
+def test_t1_cost_must_be_within_the_stated_band():
+    good = _readings("t1", "profiler")[0]
+    assert good.cost == pytest.approx(0.98, abs=0.01)
+    with pytest.raises(checks.CheckFailed, match="cost of 70% of step time is off"):
+        checks.check_triage("t1", checks.Reading(good.pattern, good.window_ms, good.evidence, 0.70))
+    assert checks.check_triage("t1", checks.Reading(good.pattern, good.window_ms, good.evidence, 0.95)).startswith("passed")

@@ -86,10 +86,7 @@ def main(argv: list[str]) -> int:
                              step_ms=None, timed_steps=0,
                              profiled_step_ms=round(float(steps["dur_us"].median()) / 1e3, 3) if len(steps) else None,
                              gpu_utilization=round(metrics.gpu_utilization(trace), 4) if trace.has_gpu else None)
-                if meta["workload"] == "triage":
-                    from helpers.workloads.triage import TRUTH
-
-                    entry["truth"] = {"what": TRUTH[meta["variant"]][0], "patterns": list(TRUTH[meta["variant"]][1])}
+                # triage entries carry no answer: the key is docs/instructors/triage_key.json, outside the package
                 if meta.get("step_ms_unprofiled") is not None:  # the gloo job's timed steps before its profiled ones
                     entry.update(step_ms=round(meta["step_ms_unprofiled"], 3), timed_steps=meta["profiled_steps"],
                                  per_rank_step_ms=[round(x, 3) for x in meta["per_rank_ms_unprofiled"]])
@@ -109,10 +106,6 @@ def main(argv: list[str]) -> int:
                 entry.update(file=rel, format="nsys-sqlite", table_rows=sqlite_counts(DATA / rel), **extra)
                 if meta["workload"] == "communication":
                     entry["pair_note"] = GLOO_NOTE
-                if meta["workload"] == "triage":
-                    from helpers.workloads.triage import TRUTH
-
-                    entry["truth"] = {"what": TRUTH[meta["variant"]][0], "patterns": list(TRUTH[meta["variant"]][1])}
                 recordings[rel] = entry
     if (DATA / "nsys" / "sync_stall__fixed__h200.ncu.csv").exists():
         manifest["ncu"] = [{

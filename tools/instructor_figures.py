@@ -3,7 +3,8 @@
     python tools/instructor_figures.py          # regenerate the page
     python tools/instructor_figures.py --check  # exit 1 if the page is out of date (the tests run this)
 
-Every figure is read from data/manifest.json (step times measured without the profiler) and from
+Every figure is read from data/manifest.json (step times measured without the profiler), the triage
+cases' truth from docs/instructors/triage_key.json, and
 the recorded traces themselves (helpers.diagnose), so the page cannot drift from the data. The
 triage answers are on this page: it is for instructors, not for the room.
 """
@@ -11,6 +12,7 @@ triage answers are on this page: it is for instructors, not for the room.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -31,6 +33,11 @@ LAB_WORKLOADS = {
 }
 
 
+#: What each triage case was built to show, from the instructors' answer key (the package holds it sealed only).
+_TRIAGE_TRUTH = {tid: {"what": c["what"], "patterns": c["recorded_patterns"]}
+                 for tid, c in json.loads((ROOT / "docs" / "instructors" / "triage_key.json").read_text())["cases"].items()}
+
+
 def _row(entry: dict) -> str:
     from helpers import diagnose
     from helpers.course import recorded
@@ -40,7 +47,7 @@ def _row(entry: dict) -> str:
     found = ", ".join(f"{f.pattern} {f.cost:.0%}" for f in findings[:2]) or "nothing stands out"
     util = entry.get("gpu_utilization")
     util_txt = f"{util:.0%}" if isinstance(util, (int, float)) else "-"
-    truth = entry.get("truth")
+    truth = _TRIAGE_TRUTH.get(entry["variant"]) if entry["workload"] == "triage" else None
     truth_txt = f" (truth: {truth})" if truth else ""
     step = entry.get("step_ms")
     step_txt = f"{step:.1f}" if isinstance(step, (int, float)) else "-"

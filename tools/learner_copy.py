@@ -31,11 +31,12 @@ LEFT_OUT: dict[str, str] = {
     "docs/gpu-track/": "the solution notebooks' run logs",
     "tests/": "the course's tests hold the reference answers",
     ".ci/": "runs the solution notebooks",
-    "helpers/workloads/triage.py": "says what each blind-triage trace is (only recording needs it)",
+    "tools/triage_cases.py": "says which loop each blind-triage trace is (only recording needs it)",
+    "tools/seal_answers.py": "seals the triage key from the instructors' copy",
     "tools/make_labs.py": "builds labs/ from solutions/",
     "tools/make_slides.py": "builds slides from solutions/",
     "tools/instructor_figures.py": "writes the expected-figures page",
-    "tools/collect_nsys.py": "records the triage key into the manifest",
+    "tools/collect_nsys.py": "an instructor's recording tool (turns GPU-session runs into manifest entries)",
     "tools/learner_copy.py": "this script",
 }
 
@@ -100,8 +101,14 @@ SOLUTION_MARKERS = ("# BEGIN SOLUTION", "# END SOLUTION")
 
 
 def answer_strings(root: Path = ROOT) -> list[str]:
-    """Texts no file of a learner copy may hold: each blind-triage case's label, as the manifest records it."""
+    """Texts no file of a learner copy may hold: each blind-triage case's label and look-alike, from the
+    instructors' key (and from any manifest entry that still carries a ``truth``)."""
     found: set[str] = set()
+    key = root / "docs" / "instructors" / "triage_key.json"
+    if key.is_file():
+        for case in json.loads(key.read_text(encoding="utf-8")).get("cases", {}).values():
+            # a look-alike's description only when it is specific (25+ characters: "two problems at once" is the lab's own words)
+            found.update(case[f] for f in ("what", "decoy") if isinstance(case.get(f), str) and len(case[f]) >= (1 if f == "what" else 25))
     manifest = root / "data" / "manifest.json"
     if manifest.is_file():
         doc = json.loads(manifest.read_text(encoding="utf-8"))

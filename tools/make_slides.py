@@ -94,18 +94,26 @@ def build(notebook: Path, out_dir: Path, execute: bool = False, force: bool = Fa
     import nbformat
 
     target = out_dir / f"{notebook.stem}.slides.html"
-    if target.exists() and not force:
-        raise FileExistsError(f"{target} exists; pass --force to replace it")
+    if target.exists() or target.is_symlink():
+        _write(target, None, force)  # said before a long --execute, not after it
     nb = nbformat.from_dict(as_slides(nbformat.read(notebook, as_version=4)))
     if execute:
         from nbclient import NotebookClient
 
         NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                        resources={"metadata": {"path": str(notebook.parent)}}).execute()
-    body = render_notebook(nb, notebook.stem.replace("_", " "))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target.write_text(body, encoding="utf-8")
-    return target
+    return _write(target, render_notebook(nb, notebook.stem.replace("_", " ")), force)
+
+
+def _write(target: Path, text: str | None, force: bool) -> Path:
+    """``text`` into ``target`` as the toolkit writes every output (helpers.outputs: never through a symlink,
+    never over a file without ``force``); with ``text`` None, only whether it may be written."""
+    from helpers.outputs import check_output, write_output
+
+    if text is None:
+        return check_output(target, force)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return write_output(target, lambda fh: fh.write(text.encode("utf-8")), force=force)
 
 
 # --- the concept deck: one self-contained HTML file, no network -----------------------------------
@@ -396,16 +404,12 @@ def _page(title: str, sections: str) -> str:
 
 def build_deck(out_dir: Path, force: bool = False, source: Path = DECK_SOURCE) -> Path:
     """Write the concept deck to ``out_dir``/concepts.slides.html (refusing to replace it without ``force``)."""
-    target = out_dir / DECK_NAME
-    if target.exists() and not force:
-        raise FileExistsError(f"{target} exists; pass --force to replace it")
-    page = render_deck(source.read_text(encoding="utf-8"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
-    return target
+    return _write(out_dir / DECK_NAME, render_deck(source.read_text(encoding="utf-8")), force)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from helpers.errors import TraceError
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("labs", nargs="*", help="lab numbers (00, 01, ...), or deck for the concept deck; default: all labs")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "slides")
@@ -415,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if "deck" in args.labs:
         try:
             print(build_deck(args.out, force=args.force))
-        except FileExistsError as exc:
+        except TraceError as exc:  # an output that exists (without --force), a symlink, a folder
             print(f"error: {exc}", file=sys.stderr)
             return 2
         args.labs = [lab for lab in args.labs if lab != "deck"]
@@ -432,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     for nb in notebooks:
         try:
             print(build(nb, args.out, execute=args.execute, force=args.force))
-        except FileExistsError as exc:
+        except TraceError as exc:  # an output that exists (without --force), a symlink, a folder
             print(f"error: {exc}", file=sys.stderr)
             return 2
     return 0

@@ -56,7 +56,7 @@ GPU_PLAN = [
     ("mystery", "broken", 5), ("mystery", "data_fixed", 5), ("mystery", "fixed", 5),
     ("host_bound", "broken", 5), ("host_bound", "synced", 5), ("host_bound", "fixed", 10),
 ]
-# The blind-triage lab's unlabelled loops (helpers.workloads.triage.TRUTH says what each is).
+# The blind-triage lab's unlabelled loops (tools/triage_cases.py; what each is: docs/instructors/triage_key.json).
 TRIAGE_PLAN = [("triage", f"t{k}", 5) for k in range(1, 11)]
 CPU_PLAN = [
     ("data_stall", "broken", 5), ("data_stall", "fixed", 5),
@@ -72,6 +72,9 @@ COMM_PLAN = [("communication", v, 5) for v in ("manual", "ddp", "tiny_buckets", 
 # One core a rank, as the course's CPU recordings ran on two cores: at 8 cores a rank the 4x batch of
 # `imbalance` took only 1.3-2.1x the compute (H200 machine, 2026-12-03) and the imbalance blurred.
 COMM_ARGS = {"communication": ["--cores-per-rank", "1"]}
+#: Where each workload's loops live: the course's in helpers.workloads; the triage cases outside the
+#: installed package (tools/triage_cases.py), so nothing a learner imports says which case is which loop.
+MODULE = {"triage": "tools.triage_cases"}
 TIMED_STEPS = {"data_stall": 30, "mystery": 30, "communication": 10}
 # DataLoader workers need a few batches to fill their prefetch queues before the steady state
 # (triage: some of its cases are those loaders).
@@ -98,7 +101,7 @@ def record_one(workload: str, variant: str, active: int, tag: str, out: Path, ti
 
             trace = load(target)
         else:
-            mod = importlib.import_module(f"helpers.workloads.{workload}")
+            mod = importlib.import_module(MODULE.get(workload, f"helpers.workloads.{workload}"))
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             step = mod.make_step(variant, device)
             step_ms = time_steps(step, steps=timed_steps, warmup=WARMUP.get(workload, 3))
@@ -170,7 +173,7 @@ def record_nsys(plan: list[tuple[str, str, int]], tag: str, out: Path) -> int:
     for workload, variant, active in sorted(plan, key=lambda p: p[1] == "compile"):
         name = f"{workload}__{variant}__{tag}"
         warmup = WARMUP.get(workload, 3)
-        program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
+        program = ["-m", MODULE.get(workload, f"helpers.workloads.{workload}"), "--variant", variant, "--steps", str(active),
                    "--warmup", str(warmup), "--nsys-range", *COMM_ARGS.get(workload, [])]
         # A gloo job uses no CUDA: no profiler range to capture between, so the whole run (its steps
         # are NVTX ranges), and only NVTX and OS runtime calls to trace.
@@ -216,7 +219,7 @@ def record_torch_pairs(plan: list[tuple[str, str, int]], tag: str, out: Path) ->
     for workload, variant, active in sorted(plan, key=lambda p: p[1] == "compile"):
         name = f"{workload}__{variant}__{tag}"
         warmup = WARMUP.get(workload, 3)
-        program = ["-m", f"helpers.workloads.{workload}", "--variant", variant, "--steps", str(active),
+        program = ["-m", MODULE.get(workload, f"helpers.workloads.{workload}"), "--variant", variant, "--steps", str(active),
                    "--warmup", str(warmup)]
         if workload == "communication":  # the same marked job its nsys side ran, one trace per rank
             program += ["--mark-collectives", *COMM_ARGS[workload]]

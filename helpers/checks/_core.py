@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics as m
+from ..errors import CheckFailed
 from ..model import Trace
 from . import _proof
 
@@ -41,12 +42,10 @@ RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything fa
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-class CheckFailed(AssertionError):
-    """A self-check did not pass; the message says what to look at and what to change."""
 
 
 def _track() -> str:
-    from ..course import track  # course imports checks: import late
+    from ..course import track  # torch is imported only when a track is asked for
 
     return track()
 
@@ -288,6 +287,8 @@ def unit_slip(answer: float, want: float, rel: float = 0.15) -> str:
         if _close(a, w * factor, rel) or _close(a * factor, w, rel):
             return (f" (your figure is {words} times {'too big' if abs(a) > abs(w) else 'too small'}: a unit mixed up? "
                     "the events table holds microseconds, the timeline's axis milliseconds, bytes are bytes)")
+    if 0 < abs(w) <= 1 and _close(a, w * 100, rel):  # a share written as a percentage (84 for 0.84)
+        return " (your figure is 100 times too big: a percentage? a share is a fraction of 1, 0.5 for half)"
     return ""
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import re
 import shlex
@@ -23,6 +22,7 @@ from ._core import (  # noqa: F401
     run_learner,
     unit_slip,
 )
+from ._sealed import digest
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -44,13 +44,13 @@ TOOL_QUESTIONS: tuple[str, ...] = (
     'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?',
     'What is the operator breakdown of forward vs backward in my model, from inside Python?',
 )
-_TOOL_KEY = {  # sha256(f"{question}|{tool}")[:16]
-    'Which phase of my training step takes the time, and is the GPU ever idle?': '085898e03224abb0',
-    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': '2a54e8b8375ade83',
-    'Which PyTorch operators take the most time, with their input shapes?': '9e4fdd13386fbc75',
-    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': 'd5d3119cbf408c32',
-    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': 'c1ba1e6f9d3d54bc',
-    'What is the operator breakdown of forward vs backward in my model, from inside Python?': '580ff5f5804d9a3a',
+_TOOL_KEY = {  # _sealed.digest("tool", question, tool): the answers as salted digests only
+    'Which phase of my training step takes the time, and is the GPU ever idle?': '3f1765626c4ca144db7f',
+    'Why is this one attention kernel slow: is it compute-bound or memory-bound?': '040a7d43b7cbd922042a',
+    'Which PyTorch operators take the most time, with their input shapes?': '3eed9f21a2214551de9e',
+    'Is the GPU waiting on the DataLoader or on cudaDeviceSynchronize?': 'f9a86dfbe3239a97c911',
+    'How many registers and how much shared memory does my kernel use, and what is its achieved occupancy?': '1b25c00c03807c6e949d',
+    'What is the operator breakdown of forward vs backward in my model, from inside Python?': 'f6fdb5b166998e01d453',
 }
 #: What each question needs to see (the failure message's hint; it names no tool).
 _TOOL_NEEDS = {
@@ -63,16 +63,12 @@ _TOOL_NEEDS = {
 }
 
 
-def _tool_is_right(question: str, answer: object) -> bool:
-    tool = str(answer).strip().lower()
-    return hashlib.sha256(f"{question}|{tool}".encode()).hexdigest()[:16] == _TOOL_KEY[question]
-
-
 def check_tool_choice(answers: dict[str, str]) -> str:
     """Each question of :data:`TOOL_QUESTIONS` answered with ``"nsys"``, ``"ncu"`` or ``"torch"``."""
     if not isinstance(answers, dict):
         return _check("tools", "check_tool_choice", False, "Return a dict: {question: 'nsys' | 'ncu' | 'torch'}.")
-    wrong = [q for q in TOOL_QUESTIONS if not _tool_is_right(q, answers.get(q, ""))]
+    # the learner's answer, normalised, against the stored digest: no function here says which tool is right
+    wrong = [q for q in TOOL_QUESTIONS if digest("tool", q, str(answers.get(q, "")).strip().lower()) != _TOOL_KEY[q]]
     hint = "; ".join(f"{q!r} needs {_TOOL_NEEDS[q]}" for q in wrong[:2])
     return _check("tools", "check_tool_choice", not wrong,
                   f"{len(wrong)} of {len(TOOL_QUESTIONS)} tool choices are off. {hint}. Which tool shows that?")
@@ -120,6 +116,11 @@ def _guarded_figure(fn: Callable[[Trace], float], trace: Trace) -> float:
         raise
 
 
+def _side(got: float, want: float) -> str:
+    """Which side of the right figure a wrong one lies on, without the figure."""
+    return "above" if got > want else "below"
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
@@ -138,9 +139,13 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
             why = (f" On this trace it is right, but on a trace whose copies overlap its kernels (h2d_copy, fixed) your "
-                   f"function gives {got2:.3f} against {want2:.3f}" + (f": that is {near[0]}." if near else "."))
+                   f"function gives {got2:.3f}, {_side(got2, want2)} the share that trace has"
+                   + (f": that is {near[0]}." if near else "."))
+    # The right figure is never printed: the learner's function has to find it (a printed value can be pasted).
+    lead = (f"Your idle share is {got:.3f}, {_side(got, want)} the trace's (more than 2 points off)." if not _close(got, want, 0.0, 0.02)
+            else f"Your idle share is {got:.3f}, right on this trace.")
     return _check("gaps", "check_gpu_idle_share", ok,
-                  f"Your idle share is {got:.3f}, the trace says {want:.3f}.{why} Merge overlapping GPU events "
+                  f"{lead}{why} Merge overlapping GPU events "
                   "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
                   "(trace.steps), and divide the idle time by the steps' time.")
 
@@ -340,6 +345,8 @@ def parse_profiler_table(table: str) -> tuple[list[str], list[dict[str, str]]]:
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rulers[0]])]
     cut = lambda line: [line[a:b].strip() for a, b in spans]  # noqa: E731
     headers = cut(lines[rulers[0] + 1])
+    if "Name" not in headers:
+        raise ValueError("it has no Name column")
     end = rulers[2] if len(rulers) > 2 else len(lines)
     rows = [dict(zip(headers, cut(line))) for line in lines[rulers[1] + 1:end] if line.strip()]
     return headers, rows
@@ -416,6 +423,9 @@ def check_my_profiler(prof: object, table: str, trace_dir: str | Path, *, wait: 
                       "Your profiler has no schedule: it records from the start of the `with` block to its end, every step "
                       "with the first one's one-off costs and the profiler's own start-up, and marks no ProfilerStep ranges. "
                       f"Pass schedule=schedule(wait={wait}, warmup={warmup}, active={active}) and call prof.step() after each step.")
+    if not isinstance(trace_dir, (str, os.PathLike)):
+        return _check("capture", name, False, f"The third value must be the folder your on_trace_ready writes into "
+                      f"(the trace_dir you were given), not a {type(trace_dir).__name__}.")
     trace_dir = Path(trace_dir)
     newest = _newest_trace(trace_dir)
     if newest is None:
@@ -510,10 +520,21 @@ def _queue_mistakes(trace: Trace) -> dict[str, float]:
     return {"measuring from the launch call's end, not its start": float((pairs["start_us_kernel"] - pairs["end_us"]).median())}
 
 
+def _queue_kind(trace: Trace) -> str | None:
+    """'empty' or 'deep' as the trace's median launch-to-start offset reads; None in between (or no pairs)."""
+    offset = m.launch_stats(trace)["median_launch_to_start_us"]
+    return "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+
+
 def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], traces: dict[str, Trace]) -> str:
     """Your ``fn(trace)`` gives the median launch-to-start offset (µs) of each trace within 10%, and
     ``readings[label]`` says what it means: ``"empty"`` or ``"deep"`` (:data:`QUEUE_READINGS`)."""
     name = "check_launch_queue"
+    given = isinstance(traces, dict) and all(isinstance(t, Trace) for t in traces.values())
+    if not (given and {"empty", "deep"} <= {_queue_kind(t) for t in traces.values()}):
+        # fewer traces (or the same one twice) would let one reading pass for the exercise's two
+        return _check("gaps", name, False, "Pass queue_traces as the cell above built it ({label: trace}): both of "
+                      "its traces, one queue of each kind, so that your function and your readings are judged on both.")
     problems = []
     for label, trace in traces.items():
         want = m.launch_stats(trace)["median_launch_to_start_us"]
@@ -534,7 +555,7 @@ def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], t
         return _check("gaps", name, False, "queue_reading must be a dict: {trace label: 'empty' | 'deep'}.")
     for label, trace in traces.items():
         offset = m.launch_stats(trace)["median_launch_to_start_us"]
-        truth = "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+        truth = _queue_kind(trace)
         said = str(readings.get(label, "")).strip().lower()
         if said not in QUEUE_READINGS:
             problems.append(f"trace {label}: say 'empty' or 'deep', not {readings.get(label)!r}")

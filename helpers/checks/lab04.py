@@ -2,8 +2,8 @@
 
 The fix checks judge the learner's own traces (``learner_trace_problem`` refuses the course's
 recordings) from what the timeline shows structurally: when each all-reduce starts relative to the
-rank's backward compute, how many all-reduces a step, the casts a compression hook adds, the rows
-each rank trains on. Times (exposed communication, step time, compute spread) are reported beside
+rank's backward compute, how many all-reduces a step, what a compression hook's all-reduces send (tensor
+type and bytes, as the trace records them), the rows each rank trains on. Times (exposed communication, step time, compute spread) are reported beside
 the verdict; with gloo on one core per rank they move with the machine's load.
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics as m
+from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
@@ -241,9 +242,63 @@ def _cast_ms(trace: Trace) -> float:
     return float(casts["dur_us"].sum() / 1e3 / max(1, len(trace.steps)))
 
 
+#: Tensor types (the profiler's ``Input type``) that are half precision on the wire.
+_HALF = ("c10::Half", "c10::BFloat16")
+_ITEM = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2}
+
+
+def wire_stats(trace: Trace) -> dict[str, Any]:
+    """What a gloo job's all-reduces send, from the trace (profiled with record_shapes=True, as
+    ``communication.run`` does): bytes a step on one rank (NaN if the trace lacks shapes) and how
+    many all-reduces sent each tensor type, e.g. ``{"float": 10}``."""
+    coll = _collectives(trace)
+    coll = coll[(coll["step"] >= 0) & coll["name"].str.contains("all_reduce", regex=False)]
+    known = coll["bytes"].notna()
+    steps = len(trace.steps) or 1
+    per_rank = [trace.metadata.get("collective_types") or {}] + [
+        r.get("collective_types") or {} for r in (trace.metadata.get("ranks") or {}).values()]
+    types: dict[str, int] = {}
+    for counts in per_rank:
+        for key, n in counts.items():
+            name, _, kind = key.partition("|")
+            if "all_reduce" in name:
+                types[kind] = types.get(kind, 0) + int(n)
+    return {"bytes_per_step": float(coll.loc[known, "bytes"].sum()) / steps if known.any() else float("nan"),
+            "all_reduces": int(len(coll)), "types": types}
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.2f} MB"
+
+
+def _wire_problem(plain: Trace, hooked: Trace) -> str | None:
+    """Why the hooked job's all-reduces do not send every gradient once in half precision, or None."""
+    wp, wh = wire_stats(plain), wire_stats(hooked)
+    if not wh["types"] or not wh["bytes_per_step"] > 0:
+        return ("Your hooked trace does not record what its all-reduces send (tensor types and sizes): run the job "
+                "with communication.run, which profiles with record_shapes=True, and load its trace_dir")
+    full = {k: n for k, n in wh["types"].items() if k not in _HALF}
+    if full:
+        return (f"{sum(full.values())} of {sum(wh['types'].values())} all-reduces in your hooked trace send "
+                f"{', '.join(sorted(full))} tensors ({_mb(wh['bytes_per_step'])} a step on one rank): the buckets still go "
+                "over the wire in fp32. Casting is not enough: the tensor you hand to dist.all_reduce must be the fp16 one. "
+                "Is the hook registered on the module your function returns?")
+    item = {_ITEM.get(k) for k in wp["types"]}
+    if wp["bytes_per_step"] > 0 and len(item) == 1 and None not in item:
+        want = wp["bytes_per_step"] * 2 / item.pop()
+        tol = th.COMM_HOOK_WIRE_TOLERANCE
+        if not (1 - tol) * want <= wh["bytes_per_step"] <= (1 + tol) * want:
+            return (f"your hooked job sends {_mb(wh['bytes_per_step'])} a step on one rank in half precision, but its "
+                    f"gradients in fp16 are {_mb(want)} ({_mb(wp['bytes_per_step'])} in fp32 without the hook): every "
+                    "bucket must go over the wire once, all of its values")
+    return None
+
+
 def check_comm_hook(plain: Trace, hooked: Trace) -> str:
-    """Your compression hook is in effect: the hooked job still all-reduces every step, in half precision
-    (NCCL kernels named f16/bf16 on GPUs; on gloo, the casts to and from fp16 on the rank's own thread)."""
+    """Your compression hook is in effect: the hooked job still all-reduces every step, and what goes
+    over the wire is half precision (NCCL kernels named f16/bf16 on GPUs; on gloo, each all-reduce's
+    tensor type and bytes as the trace records them: every gradient once, 2 bytes a value).
+    Judged on what is sent, not on how long the casts take."""
     name = "check_comm_hook"
     _refuse("comm", name, plain, hooked)
     n_plain, n_hook = collectives_per_step(plain), collectives_per_step(hooked)
@@ -252,21 +307,23 @@ def check_comm_hook(plain: Trace, hooked: Trace) -> str:
                "gradients across ranks (its future must come from dist.all_reduce(..., async_op=True)).")
     coll = _collectives(hooked)
     nccl = coll[coll["device"] >= 0]
+    wire = ""
     if not nccl.empty:
         half = nccl["name"].str.contains(r"_(?:b?f16|half|bfloat16)", case=False, regex=True)
         if not half.any():
             _check("comm", name, False, f"Your hooked trace's all-reduce kernels are {nccl['name'].iloc[0]}: the buckets "
                    "still go over the wire in fp32. Is the hook registered on the module your function returns?")
     else:
-        c_plain, c_hook = _cast_ms(plain), _cast_ms(hooked)
-        if c_hook < max(3 * c_plain, 0.5):
-            _check("comm", name, False,
-                   f"Your hooked trace casts for {c_hook:.2f} ms a step ({c_plain:.2f} ms without the hook): the buckets "
-                   "still go over the wire in fp32. Is the hook registered on the module your function returns?")
+        problem = _wire_problem(plain, hooked)
+        if problem:
+            _check("comm", name, False, problem[0].upper() + problem[1:] + ".")
+        wp, wh = wire_stats(plain), wire_stats(hooked)
+        wire = (f"; on the wire {_mb(wh['bytes_per_step'])} a step on one rank in {', '.join(sorted(wh['types']))}"
+                + (f", {_mb(wp['bytes_per_step'])} without the hook" if wp["bytes_per_step"] > 0 else ""))
     pp, ph = _per_rank(plain), _per_rank(hooked)
     _record("comm", name, True)
-    return (f"passed: {name} ({n_hook:.0f} all-reduces a step, {n_plain:.0f} without the hook). Reported: all-reduce "
-            f"{pp['collective_us'].mean():.1f} -> {ph['collective_us'].mean():.1f} ms a step, casts "
+    return (f"passed: {name} ({n_hook:.0f} all-reduces a step, {n_plain:.0f} without the hook{wire}). Reported, not "
+            f"judged: all-reduce {pp['collective_us'].mean():.1f} -> {ph['collective_us'].mean():.1f} ms a step, casts "
             f"{_cast_ms(plain):.1f} -> {_cast_ms(hooked):.1f} ms a step, step {_step_ms(plain):.1f} -> "
             f"{_step_ms(hooked):.1f} ms (profiled)")
 

@@ -2,8 +2,10 @@
 
 The triage checks judge the learner's :class:`~helpers.checks.Reading` of ten unlabelled H200
 traces (``data/``, ``workload == "triage"``) from the trace itself (:func:`check_reading`), compare
-it with the recorded truth (``data/manifest.json``) and, when the reading falls for one of the
-decoys, say what the eager reading missed, in that trace's own figures.
+its patterns with the answer key and, when the reading falls for one of the decoys, say what the
+eager reading missed, in that trace's own figures. The key is in the package only as salted digests
+and texts sealed with the right answer (``_triage_key``, written by tools/seal_answers.py from the
+instructors' copy), so nothing here names a trace's answer or hands it out without a reading.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..diagnosis import diagnose, signals
 from ..model import Trace
 from . import _proof, behaviour
 from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
+from ._sealed import digest, unseal
 from .lab01 import _data_verdict, _data_wait_share, _timing_note, _uses_loader_workers  # noqa: F401
 from .reading import (
     EVIDENCE,
@@ -33,6 +35,9 @@ from .reading import (
     _problems_with_form,
     _to_us,
     check_reading,
+    cost_problem,
+    howto,
+    want_cost,
     window_problem,
 )
 
@@ -105,7 +110,7 @@ SOURCES = ("profiler", "nsys")
 
 def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
     """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``): the PyTorch-profiler trace, or its Nsight Systems export."""
-    from ..course import DATA, recorded  # course imports checks: import late
+    from ..course import DATA, recorded  # the course reads the manifest: only when a check needs a recording
     from ..readers import load
 
     _known(trace_id, source)
@@ -123,13 +128,6 @@ def _known(trace_id: Any, source: str = "profiler") -> None:
         raise CheckFailed(f"{trace_id!r} is not a triage trace; the ids are {', '.join(TRIAGE_IDS)}")
     if source not in SOURCES:
         raise CheckFailed(f"source {source!r}: choose 'profiler' (the trace the lab draws) or 'nsys' (its Nsight Systems export)")
-
-
-def manifest_truth(trace_id: str) -> tuple[str, ...]:
-    """What the course recorded each triage case to be (``truth.patterns`` in data/manifest.json)."""
-    from ..course import entry
-
-    return tuple(entry("triage", trace_id)["truth"]["patterns"])
 
 
 # What the eager reading of each decoy misses, in the trace's own figures ----------------------
@@ -233,44 +231,23 @@ def _copies_not_kernels(trace: Trace, sg: dict, reading: Reading) -> str:
 
 Lesson = Callable[[Trace, dict, Reading], str]
 
-
-@dataclass(frozen=True)
-class Case:
-    """One triage trace: what a correct reading names (costliest first), the eager misreadings, a note."""
-
-    patterns: tuple[str, ...]
-    decoy: str = ""  # what makes it a decoy, for the instructor (never shown before a reading)
-    lessons: dict[str, Lesson] | None = None  # misread pattern ("*": any wrong one) -> what the trace shows
-    second: str = ""  # hint when a second problem is missed (two problems at once)
-    note: str = ""  # shown on a pass: where the recorded truth and the diagnosis differ, and why
+#: What an eager misreading is told, by name (the sealed key says which reading of which trace gets which).
+LESSONS: dict[str, Lesson] = {f.__name__: f for f in (_harmless_sync, _two_streams, _overlapped_copies, _host_code,
+                                                     _graph_replay, _not_the_costliest, _blocked_little,
+                                                     _copies_not_kernels)}
 
 
-#: The ten cases. ``patterns`` agrees with ``truth.patterns`` in data/manifest.json except where
-#: ``note`` says why the trace overrules it (tests/test_triage.py holds the two together).
-TRIAGE: dict[str, Case] = {
-    "t1": Case(("gpu_bound",), "GPU-bound with harmless syncs", {"sync_stall": _harmless_sync}),
-    "t2": Case(("host_bound",), "held up by NumPy/Python on the host", {"data_stall": _host_code, "launch_overhead": _host_code,
-                                                                        "sync_stall": _host_code}),
-    "t3": Case(("gpu_bound",), "CUDA-Graph replay of small kernels", {"launch_overhead": _graph_replay},
-               note=("GPU busy counts a CUDA Graph replay through its kernels: 81% of the step in the profiler trace. The "
-                     "replays span 90% of it; the gaps between their ~800 kernels are the GPU's own per-kernel cost, which no "
-                     "host change removes (the Nsight Systems export, recorded with the default --cuda-graph-trace=graph, "
-                     "keeps only whole replays and reads over 99%). What the trace settles: one cudaGraphLaunch a step, so "
-                     "launches no longer cost anything; what is left is GPU work: fewer, bigger kernels first, then "
-                     "Nsight Compute.")),
-    "t4": Case(("data_stall",)),
-    "t5": Case(("gpu_bound",), "two streams: white space on one is the other's busy time", {"*": _two_streams}),
-    "t6": Case(("gpu_bound",), "pinned copies that already overlap compute", {"h2d_copy": _overlapped_copies}),
-    "t7": Case(("data_stall", "sync_stall"), "two problems at once", {"sync_stall": _not_the_costliest},
-               second=("you found the costliest problem, and this loop has two: with the loader fixed the step is still held "
-                       "back. Look at what the host does after the optimizer each step (the 'logging' range) and what the GPU "
-                       "does meanwhile, and hand in both readings, the costliest first: [first, second]")),
-    "t8": Case(("launch_overhead",)),
-    "t9": Case(("h2d_copy",), "", {"gpu_bound": _copies_not_kernels}),
-    "t10": Case(("host_bound",), "a sync in front of host work", {"sync_stall": _blocked_little},
-                note=("The recorded truth lists sync_stall beside host_bound; the trace overrules it: the host waits in the "
-                      "sync 0.015 ms a step (0.1%), so removing it buys nothing. The cost is the host work after it.")),
-}
+def _sealed_case(trace_id: str) -> dict:
+    from ._triage_key import SEALED
+
+    return SEALED[trace_id]
+
+
+def _lesson_for(trace_id: str, misread: str) -> Lesson | None:
+    """The lesson a reading that names ``misread`` gets on ``trace_id``, or None."""
+    blob = _sealed_case(trace_id)["lessons"].get(digest(trace_id, "misread", misread))
+    name = unseal(blob, trace_id, "misread", misread) if blob else None
+    return LESSONS.get(name) if name else None
 
 
 def _triage_passed() -> set[str]:
@@ -283,10 +260,11 @@ def _triage_passed() -> set[str]:
 
 
 def _cost_of(trace: Trace, pattern: str, sg: dict) -> float | None:
+    """``pattern``'s cost in ``trace`` as the lab computes it (checks.reading.cost_howto); None if it is not there."""
     f = next((f for f in diagnose(trace) if f.pattern == pattern), None)
-    if pattern == "gpu_bound":
-        return float(sg.get("gpu_kernel_share", f.cost if f else math.nan))
-    return f.cost if f else None
+    if f is None and pattern != "gpu_bound":
+        return None
+    return want_cost(pattern, trace, sg, f.cost if f else None)
 
 
 def _part_problems(reading: Reading, trace: Trace, sg: dict) -> list[str]:
@@ -303,11 +281,10 @@ def _part_problems(reading: Reading, trace: Trace, sg: dict) -> list[str]:
         elif not isinstance(want, (int, float)) or not math.isfinite(want):
             problems.append(f"this trace has no {fig} ({FIGURE_HOWTO[fig]}): pick a figure the trace shows")
         elif not _close_figure(fig, float(value), float(want)):
-            problems.append(f"{fig} = {value:g} does not match the trace; measure {FIGURE_HOWTO[fig]} again")
-    want_cost = _cost_of(trace, reading.pattern, sg)
-    if want_cost is not None and not abs(reading.cost - want_cost) <= max(th.READING_COST_ABS, th.READING_COST_REL * want_cost):
-        problems.append(f"a {reading.pattern} cost of {reading.cost:.0%} of step time is off: add up the time it takes in "
-                        "each step and divide by the step time")
+            problems.append(f"{fig} = {value:g} does not match the trace; measure it again: {howto(fig)}")
+    cost = cost_problem(reading, trace, sg, _cost_of(trace, reading.pattern, sg))
+    if cost:
+        problems.append(cost)
     return problems
 
 
@@ -325,7 +302,7 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     """
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
-    case = TRIAGE[trace_id]
+    case = _sealed_case(trace_id)
     trace = triage_trace(trace_id, source)
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
     if not readings:
@@ -341,55 +318,58 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
         if form:
             fail(f"your reading is not complete: {form}")
     sg = signals(trace)
-    lessons = case.lessons or {}
     first = readings[0]
-    if first.pattern != case.patterns[0]:
-        lesson = lessons.get(first.pattern) or lessons.get("*")
+    first_right = digest(trace_id, "first", first.pattern) == case["first"]
+    if not first_right:
+        lesson = _lesson_for(trace_id, first.pattern)
         if lesson:
             fail(lesson(trace, sg, first))
     try:
         verdict = check_reading(first, trace, "workflow", f"triage {trace_id}")
     except CheckFailed as exc:
         fail(str(exc).removeprefix("Not yet: ").rstrip("."))
-    if first.pattern != case.patterns[0]:  # check_reading took it (a near-tie); name the costliest first
-        fail(f"{first.pattern} shows in this trace, but name the costliest problem first: " + ", ".join(
-            f"{p} costs {_cost_of(trace, p, sg) or 0:.0%}" for p in case.patterns if p != first.pattern))
+    if not first_right:  # check_reading took it (a near-tie): something else costs more
+        mine = _cost_of(trace, first.pattern, sg)
+        fail(f"{first.pattern} shows in this trace" + (f" ({mine:.0%} of step time)" if mine is not None else "")
+             + ", but it is not the costliest problem: measure what else leaves the GPU idle, and name the costliest first")
     if first.pattern == "gpu_bound" and not any(f.pattern == "gpu_bound" for f in diagnose(trace)):
         problems = _part_problems(first, trace, sg)  # check_reading had no finding to hold the cost to
         if problems:
             fail(" | ".join(problems[:3]))
+    after = json.loads(unseal(case["after"], trace_id, "first", first.pattern) or "{}")
+    others = set(after.get("more", ()))
     named = [first.pattern]
     for r in readings[1:]:
         if r.pattern in named:
             fail(f"you named {r.pattern} twice: one reading a problem")
-        if r.pattern not in case.patterns:
-            lesson = lessons.get(r.pattern) or lessons.get("*")
+        if digest(trace_id, "also", r.pattern) not in others:
+            lesson = _lesson_for(trace_id, r.pattern)
             fail(lesson(trace, sg, r) if lesson else
                  f"nothing else in this trace costs enough to call it {r.pattern}: what holds it back is what your first reading names")
         problems = _part_problems(r, trace, sg)
         if problems:
             fail(" | ".join(problems[:3]))
         named.append(r.pattern)
-    missing = [p for p in case.patterns if p not in named]
-    if missing:
-        fail(case.second or f"this trace has another problem after {first.pattern}: look again")
+    if len(named) - 1 < len(others):
+        fail(after.get("second") or f"this trace has another problem after {first.pattern}: look again")
+    shown = json.loads(unseal(case["passed"], trace_id, "all", first.pattern, *sorted(named[1:])) or "{}")
     _record("workflow", name, True)
     done = _triage_passed()
     _record("workflow", "check_triage", len(done) >= TRIAGE_NEEDED)
     second = verdict.split("Second opinion, ", 1)[-1] if "Second opinion" in verdict else ""
-    extra = f" The look-alike in this trace: {case.decoy}." if case.decoy else ""
-    extra += f" Note: {case.note}" if case.note else ""
+    extra = f" The look-alike in this trace: {shown['decoy']}." if shown.get("decoy") else ""
+    extra += f" Note: {shown['note']}" if shown.get("note") else ""
     return (f"passed: {name} ({len(done)} of {len(TRIAGE_IDS)} traces triaged; the workflow item needs {TRIAGE_NEEDED}). "
             f"Second opinion, {second}{extra}")
 
 
 def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
-    """What the eager misreading ``misread`` of ``trace_id`` misses (for the instructor pack and the tests)."""
+    """What a reading that names ``misread`` on ``trace_id`` is told when it is one of the trace's eager
+    misreadings (for the instructor pack and the tests), else ''. It never says what the right reading is."""
     _known(trace_id, source)
-    trace = triage_trace(trace_id, source)
-    lessons = TRIAGE[trace_id].lessons or {}
-    lesson = lessons.get(misread) or lessons.get("*")
+    lesson = _lesson_for(trace_id, misread)
     if lesson is None:
         return ""
+    trace = triage_trace(trace_id, source)
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
     return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))

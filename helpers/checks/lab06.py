@@ -43,15 +43,16 @@ def analyze_findings(text: str) -> dict[str, str]:
     return found
 
 
-def analyze_rule_matters(rule: str, trace: Trace) -> bool:
-    """An analyze warning matters when helpers.diagnose finds the pattern behind it in the same run."""
+def _analyze_rule_matters(rule: str, trace: Trace) -> bool:
+    """An analyze warning matters when helpers.diagnose finds the pattern behind it in the same run (private:
+    the check's reasoning, not a function that hands out the verdicts)."""
     found = {f.pattern for f in diagnose(trace)}
     return bool(found & set(ANALYZE_RULE_PATTERNS.get(rule, ())))
 
 
 def check_analyze_verdicts(verdicts: dict[str, bool], fired: list[str], trace: Trace, label: str) -> str:
     """For each analyze rule that ``fired`` on ``trace``'s report: does it point at this loop's bottleneck?"""
-    wrong = [r for r in fired if r not in verdicts or bool(verdicts[r]) != analyze_rule_matters(r, trace)]
+    wrong = [r for r in fired if r not in verdicts or bool(verdicts[r]) != _analyze_rule_matters(r, trace)]
     found = [f.pattern for f in diagnose(trace)]
     return _check("nsight", f"check_analyze_verdicts[{label}]", not wrong,
                   f"Rethink {wrong}: a warning matters only if fixing it would shorten this loop's step. "
@@ -91,8 +92,9 @@ def check_stats_reading(answers: dict[str, str], trace: Trace) -> str:
                   "call the host spends most time in, of cuda_gpu_kern_sum the kernel the GPU spends most time in.")
 
 
-def kernel_limiter(row: dict | object) -> str:
-    """``"compute"``, ``"memory"`` or ``"latency"`` for one ncu launch (a row of helpers.readers.ncu.read_ncu)."""
+def _kernel_limiter(row: dict | object) -> str:
+    """``"compute"``, ``"memory"`` or ``"latency"`` for one ncu launch (a row of helpers.readers.ncu.read_ncu).
+    Private: it is check_kernel_limiter's answer; the learner reads the figures, not this function."""
     from ..thresholds import NCU_LATENCY_BOUND_PCT
 
     compute = float(row["compute_throughput_pct"])  # type: ignore[index]
@@ -113,7 +115,7 @@ def _memory_units(row) -> str:  # noqa: ANN001 - a row of read_ncu's table
 
 def check_kernel_limiter(answer: str, ncu_table) -> str:
     """What limits the profiled kernel, from its ncu speed-of-light figures (first launch)."""
-    want = kernel_limiter(ncu_table.iloc[0])
+    want = _kernel_limiter(ncu_table.iloc[0])
     row = ncu_table.iloc[0]
     return _check("nsight", "check_kernel_limiter", str(answer).strip().lower() == want,
                   f"{answer!r} is not what the figures say: compute {row['compute_throughput_pct']:.0f}% and memory "

@@ -29,10 +29,11 @@ from ._core import CheckFailed, _record, unit_slip
 #: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
 #: measure each from the events table. Built from the rules' evidence lists, so the two cannot drift.
 FIGURE_HOWTO = {
-    "data_stall_share": "share of step time the GPU idles while the host is inside the DataLoader",
+    "data_stall_share": "share of step time the GPU idles while the host is inside the DataLoader (what a loader fix buys back)",
     "cpu_data_wait_share": "share of step time the loop waits for the next batch (CPU-only trace)",
     "host_data_wait_ms_per_step": "ms per step the host spends fetching batches (DataLoader ranges)",
-    "sync_stall_share": "share of step time the GPU idles right after the host returns from a sync",
+    "sync_stall_share": ("share of step time the GPU idles because of syncs: the idle time after a sync returns, at most "
+                         "the time the host sat blocked in syncs (the rest is what the host did next)"),
     "sync_points_per_step": "host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies) per step",
     "host_blocked_ms_per_step": "ms per step the host sits blocked in sync calls",
     "sync_blocked_share": "share of step time the host sits blocked in sync calls",
@@ -45,7 +46,8 @@ FIGURE_HOWTO = {
     "h2d_ms_per_step": "ms per step of host-to-device copies",
     "h2d_gb_per_s": "host-to-device copy bandwidth in GB/s (bytes / duration)",
     "h2d_pageable_share": "share of copied bytes that come from pageable (not pinned) memory",
-    "host_bound_idle_share": "share of step time the GPU idles while the host runs other code (not data, launches, syncs)",
+    "host_bound_idle_share": ("share of step time the GPU idles while the host runs other code (not data, launches, syncs; "
+                              "after a short sync, the host's own work that follows it)"),
     "comm_exposed_share": "share of step time spent in collectives that no compute overlaps",
     "collective_ms_per_step": "ms per step of collectives (all-reduce etc.)",
     "exposed_ms_per_step": "ms per step of collectives that no compute overlaps",
@@ -54,6 +56,69 @@ FIGURE_HOWTO = {
     "graph_span_share": "share of step time that is busy or inside a CUDA Graph replay's first-to-last-kernel span",
     "gpu_kernel_share": "share of step time kernels run",
 }
+
+
+_STEPS_US = 'metrics.windows(t)["dur_us"].sum()'  # all analysed steps together (a trace's "step time")
+
+#: How each figure is computed, as the code a learner runs (``t`` a trace, ``metrics`` helpers.metrics):
+#: the check's value of every figure is this, no other definition (tests/test_reading_credit.py holds
+#: each expression to the check's figure on every triage trace). The idle shares come from
+#: :func:`helpers.metrics.idle_cost_by_cause`, the GPU idle time by what a fix would buy back: a sync's
+#: share counts at most the time the host sat blocked in it, and the rest of the gaps after it go to
+#: what the host did next. :func:`helpers.metrics.idle_gaps` lists the same gaps one by one.
+FIGURE_HELPER: dict[str, str] = {
+    'data_stall_share': 'metrics.idle_cost_by_cause(t)["data_wait"] / metrics.windows(t)["dur_us"].sum()',
+    'cpu_data_wait_share': 'metrics.data_wait(t)["data_wait_share"]',
+    'host_data_wait_ms_per_step': 'metrics.data_wait(t)["data_wait_us_per_step"] / 1e3',
+    'sync_stall_share': 'metrics.idle_cost_by_cause(t)["sync"] / metrics.windows(t)["dur_us"].sum()',
+    'sync_points_per_step': 'metrics.sync_stats(t)["sync_points_per_step"]',
+    'host_blocked_ms_per_step': 'metrics.sync_stats(t)["blocked_us_per_step"] / 1e3',
+    'sync_blocked_share': 'metrics.sync_stats(t)["blocked_share"]',
+    'launch_idle_share': 'metrics.idle_cost_by_cause(t)["launch"] / metrics.windows(t)["dur_us"].sum()',
+    'kernels_per_step': 'metrics.kernel_stats(t)["per_step"]',
+    'launch_median_kernel_us': 'metrics.kernel_stats(t)["median_us"]',
+    'share_kernels_under_10us': 'metrics.kernel_stats(t)["share_under_10us"]',
+    'median_launch_call_us': 'metrics.launch_stats(t)["median_launch_call_us"]',
+    'h2d_exposed_share': 'metrics.h2d_stats(t)["exposed_us"] / metrics.windows(t)["dur_us"].sum()',
+    'h2d_ms_per_step': 'metrics.h2d_stats(t)["time_us"] / (metrics.windows(t)["step"] >= 0).sum() / 1e3',
+    'h2d_gb_per_s': 'metrics.h2d_stats(t)["gb_per_s"]',
+    'h2d_pageable_share': 'metrics.h2d_stats(t)["pageable_byte_share"]',
+    'host_bound_idle_share': 'metrics.idle_cost_by_cause(t)["other"] / metrics.windows(t)["dur_us"].sum()',
+    'comm_exposed_share': 'metrics.comm_stats(t)["exposed_us"].sum() / metrics.comm_stats(t)["window_us"].sum()',
+    'collective_ms_per_step': 'metrics.comm_stats(t).groupby("step")["collective_us"].mean().mean() / 1e3',
+    'exposed_ms_per_step': 'metrics.comm_stats(t).groupby("step")["exposed_us"].mean().mean() / 1e3',
+    'imbalance_spread': 'metrics.rank_imbalance(t)["compute_spread"]',
+    'gpu_bound_busy': 'metrics.gpu_utilization(t)',
+    'graph_span_share': 'metrics.gpu_busy(t)["graph_span_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()',
+    'gpu_kernel_share': 'metrics.gpu_busy(t)["kernel_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()',
+}
+#: The cost figures that prove nothing on their own (so they are not in :data:`EVIDENCE`), with their code.
+COST_HELPER: dict[str, str] = {
+    "copy_exposed_share": f'metrics.host_copy_stats(t)["exposed_us"] / {_STEPS_US}',
+    "cpu_host_other_share": 'metrics.step_breakdown(t)["other_us"].sum() / metrics.step_breakdown(t)["step_us"].sum()',
+    "imbalance_cost_share": ("the fastest rank's exposed collective time over its step: "
+                             'metrics.comm_stats(t) on that rank, exposed_us.sum() / window_us.sum()'),
+}
+
+
+def howto(fig: str) -> str:
+    """What figure ``fig`` is and the code that computes it (the labs' figure tables print this)."""
+    return f"{FIGURE_HOWTO[fig]}; compute it: {FIGURE_HELPER[fig]}"
+
+
+def cost_figure(pattern: str, has_gpu: bool) -> str | None:
+    """The figure that is ``pattern``'s cost (the share of step time its fix saves at most) on a GPU or a
+    CPU-only trace: the signal :func:`helpers.diagnose` ranks it by."""
+    for rule in BY_NAME[pattern].rules if pattern in BY_NAME else ():
+        if rule.cost != "none" and rule.on in ("any", "gpu" if has_gpu else "cpu"):
+            return rule.cost
+    return None
+
+
+def cost_howto(pattern: str, has_gpu: bool = True) -> str:
+    """How to compute ``pattern``'s cost, in code (what the check compares a reading's cost with)."""
+    fig = cost_figure(pattern, has_gpu)
+    return FIGURE_HELPER.get(fig) or COST_HELPER.get(fig, "") if fig else ""
 
 
 def _figures_for(pattern: str) -> tuple[str, ...]:
@@ -179,14 +244,35 @@ def describe_window(trace: Trace, window_ms: tuple[float, float]) -> str:
     return f"{window_ms[0]:.1f}-{window_ms[1]:.1f} ms: " + "; ".join(parts)
 
 
+def _outside_one_step(trace: Trace, ws: float, we: float, label: str) -> str | None:
+    """Why the window [ws, we] (absolute µs) is not inside one step, or None. A window may reach
+    READING_WINDOW_STEP_SLACK of that step's length past either edge (read by eye; an idle stretch
+    that carries on across the boundary)."""
+    win = m.windows(trace)
+    steps = win[win["step"] >= 0] if (win["step"] >= 0).any() else win
+    if steps.empty:
+        return None
+    a, b = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
+    slack = th.READING_WINDOW_STEP_SLACK * (b - a)
+    if bool(((ws >= a - slack) & (we <= b + slack)).any()):
+        return None
+    from ..plots import time_origin_us
+
+    o = time_origin_us(trace)
+    shown = ", ".join(f"{(x - o) / 1e3:.1f}-{(y - o) / 1e3:.1f}" for x, y in zip(a[:3], b[:3])) + (", ..." if len(a) > 3 else "")
+    return (f"your {label} ({(ws - o) / 1e3:.1f}-{(we - o) / 1e3:.1f} ms) is not inside one step (the steps run {shown} "
+            f"ms): point at where it shows within one step; it may reach {th.READING_WINDOW_STEP_SLACK:.0%} of the "
+            "step past its edges")
+
+
 def window_problem(reading: Reading, trace: Trace, label: str = "window") -> str | None:
-    """What is wrong with a reading's window, or None: at most READING_MAX_WINDOW_STEPS steps long, and at
-    least READING_WINDOW_MIN_COVER of it inside the stretches where its pattern shows."""
+    """What is wrong with a reading's window, or None: inside one step (READING_WINDOW_STEP_SLACK of it
+    past either edge at most), and at least READING_WINDOW_MIN_COVER of it inside the stretches where its
+    pattern shows."""
     ws, we = _to_us(trace, reading.window_ms)
-    step_us = float(m.windows(trace)["dur_us"].max() or 0.0)
-    if step_us and we - ws > th.READING_MAX_WINDOW_STEPS * step_us:
-        return (f"your {label} is {(we - ws) / 1e3:.1f} ms long, more than {th.READING_MAX_WINDOW_STEPS:g} steps "
-                f"({step_us / 1e3:.1f} ms each): point at where it shows, inside one step")
+    outside = _outside_one_step(trace, ws, we, label)
+    if outside:
+        return outside
     s, e = pattern_intervals(trace, reading.pattern)
     covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
     if covered < th.READING_WINDOW_MIN_COVER * (we - ws):
@@ -221,6 +307,28 @@ def _close_figure(name: str, got: float, want: float) -> bool:
     if name.endswith("_share") or name in ("imbalance_spread", "gpu_bound_busy"):
         return abs(got - want) <= max(th.READING_SHARE_ABS, th.READING_FIGURE_REL * abs(want))
     return abs(got - want) <= max(th.READING_FIGURE_REL * abs(want), 0.05)
+
+
+def want_cost(pattern: str, trace: Trace, sg: dict[str, Any], fallback: float | None = None) -> float | None:
+    """``pattern``'s cost in this trace, as :func:`cost_howto` computes it (``fallback`` when the trace lacks it)."""
+    fig = cost_figure(pattern, trace.has_gpu)
+    value = sg.get(fig) if fig else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else fallback
+
+
+def cost_tolerance(want: float) -> float:
+    """How far a reading's cost may be from the trace's: READING_COST_ABS, or READING_COST_REL of it if larger."""
+    return max(th.READING_COST_ABS, th.READING_COST_REL * want)
+
+
+def cost_problem(reading: Reading, trace: Trace, sg: dict[str, Any], fallback: float | None = None) -> str | None:
+    """Why a reading's cost is off, or None (the same rule for every lab: within :func:`cost_tolerance`)."""
+    want = want_cost(reading.pattern, trace, sg, fallback)
+    if want is None or abs(reading.cost - want) <= cost_tolerance(want):
+        return None
+    return (f"a cost of {reading.cost:.0%} of step time is off by more than {th.READING_COST_ABS:.0%} (or "
+            f"{th.READING_COST_REL:.0%} of the cost): {reading.pattern}'s cost is the share of step time a fix saves at "
+            f"most, {cost_howto(reading.pattern, trace.has_gpu)}")
 
 
 def _shown_patterns(findings: list[Finding]) -> list[Finding]:
@@ -269,14 +377,14 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
         if not isinstance(want, (int, float)) or not math.isfinite(want):
             problems.append(f"this trace has no {fig} ({FIGURE_HOWTO[fig]}): pick a figure the trace shows")
         elif not _close_figure(fig, float(value), float(want)):
-            problems.append(f"{fig} = {value:g} does not match the trace{unit_slip(value, want)}; measure {FIGURE_HOWTO[fig]} again")
+            problems.append(f"{fig} = {value:g} does not match the trace{unit_slip(value, want)}; measure it again: "
+                            f"{howto(fig)}")
     # 4. the cost
     mine = next((f for f in findings if f.pattern == reading.pattern), None)
     if mine is not None:
-        want_cost = mine.cost if mine.pattern != "gpu_bound" else float(sg.get("gpu_kernel_share", mine.cost))
-        if not abs(reading.cost - want_cost) <= max(th.READING_COST_ABS, th.READING_COST_REL * want_cost):
-            problems.append(f"a cost of {reading.cost:.0%} of step time is off: add up the time {reading.pattern} takes "
-                            "in each step (the stretches your window shows, over all the steps) and divide by the step time")
+        cost = cost_problem(reading, trace, sg, mine.cost)
+        if cost:
+            problems.append(cost)
     if problems:
         _record(item, name, False)
         raise CheckFailed("Not yet: " + " | ".join(problems[:3]) + ".")

@@ -87,6 +87,10 @@ _CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
 _NO_ARGS: dict = {}
+#: Bytes per element of the tensor types the profiler names in ``Input type`` (record_shapes=True), for
+#: what a gloo collective sends: ``gloo:all_reduce`` carries its tensor's type and dims.
+_ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "short int": 2,
+               "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 _PART_DTYPES = {"kind": np.int8, "name": np.int64, "start_us": np.float64, "dur_us": np.float64, "device": np.int64,
                 "stream": np.int64, "pid": np.int64, "tid": np.int64, "correlation": np.int64, "bytes": np.float64}
 _PART_COLUMNS = tuple(_PART_DTYPES)
@@ -304,6 +308,7 @@ class _Columns:
     def __init__(self, path: Path, max_events: int | None) -> None:
         self.path, self.max_events = path, max_events
         self.seen = 0  # trace events of any kind so far (what max_events counts)
+        self.wire_types: Counter[str] = Counter()  # "gloo:all_reduce|c10::Half" -> how many such collectives
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
         # What the events were, tallied only while none has been understood: a refusal says what was found.
@@ -367,6 +372,11 @@ class _Columns:
         nbytes = np.full(n, math.nan)
         for i in np.flatnonzero(_MOVES_BYTES[kind]).tolist():
             nbytes[i] = _as_float(args[i].get("bytes"))
+        for i in [i for i, nm in enumerate(names) if nm.startswith("gloo:")]:  # what a gloo collective sends
+            if "Input type" in args[i]:
+                nbytes[i] = _collective_bytes(args[i])
+                types = args[i]["Input type"]
+                self.wire_types[f"{names[i]}|{','.join(map(str, types)) if isinstance(types, list) else types}"] += 1
         for col, values in (("kind", kind), ("name", name_code), ("start_us", ts), ("dur_us", dur), ("device", device),
                             ("stream", stream), ("pid", pid), ("tid", tid), ("correlation", correlation),
                             ("bytes", nbytes)):
@@ -411,6 +421,8 @@ class _Columns:
             "correlation": c["correlation"], "bytes": c["bytes"], "copy_kind": copy_kind, "host_memory": host_memory,
         }
         metadata = _metadata(doc, origin)
+        if self.wire_types:  # what the collectives sent, by tensor type (record_shapes=True traces only)
+            metadata["collective_types"] = dict(self.wire_types)
         rank = metadata["distributed"].get("rank")
         if not table:
             columns["rank"] = np.full(n, rank or 0, dtype=np.int64)
@@ -533,6 +545,20 @@ def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.nda
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _collective_bytes(args: dict) -> float:
+    """What a gloo collective range sends: its tensors' elements times their type's size (NaN if unknown)."""
+    types, dims = args.get("Input type"), args.get("Input Dims")
+    if not isinstance(types, list) or not isinstance(dims, list):
+        return math.nan
+    total = 0.0
+    for t, d in zip(types, dims):
+        size = _ITEM_BYTES.get(t) if isinstance(t, str) else None
+        if size is None or not isinstance(d, list) or not all(_is_number(x) for x in d):
+            return math.nan
+        total += size * float(np.prod(d)) if d else float(size)
+    return total
 
 
 def _as_float(value: object) -> float:

@@ -211,15 +211,15 @@ def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.Dat
     table = pd.concat(parts, ignore_index=True)
     if (table["end"] < table["start"]).any():
         raise TraceError(f"{path}: an event ends before it starts; the export is damaged: export it again")
-    with np.errstate(over="ignore"):
-        dur_ns = table["end"].to_numpy(dtype="int64") - table["start"].to_numpy(dtype="int64")
-    if (dur_ns < 0).any():  # end >= start, so a negative difference wrapped past 64 bits
-        raise TraceError(f"{path}: an event lasts longer than 64-bit nanoseconds can count (292 years); the export's "
-                         "times are damaged: export it again")
     ranks, processes = _ranks_of_processes(table, _rank_marks(con, tables, strings) if "NVTX_EVENTS" in tables else {})
     if processes:
         # GPU work of an export without globalPid cannot be placed: it stays (as rank 0's)
         table = table[table["proc"].isin([*ranks, -1])].reset_index(drop=True)
+    with np.errstate(over="ignore"):  # of the rows kept: the durations go beside the table's own columns
+        dur_ns = table["end"].to_numpy(dtype="int64") - table["start"].to_numpy(dtype="int64")
+    if (dur_ns < 0).any():  # end >= start, so a negative difference wrapped past 64 bits
+        raise TraceError(f"{path}: an event lasts longer than 64-bit nanoseconds can count (292 years); the export's "
+                         "times are damaged: export it again")
     table["lane"] = [lane_name(*key) for key in zip(table["kind"], table["device"], table["stream"], table["tid"])]
     origin_us = float(table["start"].min()) / 1000.0
     events = build_events({

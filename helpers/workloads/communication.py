@@ -430,7 +430,8 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             dist.barrier()
             with quiet_profiler_logs(), \
-                    profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1)) as prof:
+                    profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1),
+                            record_shapes=True) as prof:  # shapes: what each collective sends (bytes on the wire)
                 for i in range(1 + min(steps, 5)):
                     step(i)
                     prof.step()

@@ -1,43 +1,32 @@
-"""Unlabelled loops for the blind triage lab: each case is a real loop; the names say nothing.
+"""The blind-triage lab's unlabelled loops (lab 07): each case is a real loop; its id says nothing.
 
-What each case really is lives in ``TRUTH`` (and in data/manifest.json), for the checks and the
-instructor only. Several are decoys an eager reader gets wrong: a GPU-bound loop with harmless
-syncs, pinned copies that already overlap compute, two streams whose white space is not idle
-time, a loop held up by NumPy/Python work on the host, a CUDA-Graph replay of many small kernels,
-two problems at once.
+    python -m tools.triage_cases --variant t4 --steps 5 --warmup 10 --profile runs   (from the repository root)
 
-Lab 07 (``helpers.checks.lab05.TRIAGE``) grades readings of the recordings against this truth, except
-where the recorded trace overrules it and the check says why: in t10 the host waits in the sync only
-microseconds a step, so its cost is the host work alone.
+Kept outside the installed package: which case is which loop is the lab's answer. What each case
+really is, and what a correct reading names, is the instructors' key, docs/instructors/triage_key.json
+(its ``recipe`` field is :func:`make_step`'s choice here); the package checks readings against its
+sealed form (helpers/checks/_triage_key.py, tools/seal_answers.py). Several cases are decoys an eager
+reader gets wrong: a GPU-bound loop with harmless syncs, pinned copies that already overlap compute,
+two streams whose white space is not idle time, a loop held up by NumPy/Python work on the host, a
+CUDA-Graph replay of many small kernels, two problems at once.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..profiling import annotate, require_gpu
-from . import data_stall, h2d_copy, host_bound, launch_overhead, mystery, sync_stall
-from .common import StepFn, run_cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from helpers.profiling import annotate, require_gpu  # noqa: E402
+from helpers.workloads import data_stall, h2d_copy, host_bound, launch_overhead, mystery, sync_stall  # noqa: E402
+from helpers.workloads.common import StepFn, run_cli  # noqa: E402
 
 VARIANTS = ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9", "t10")
 
-# case -> (what it is, the patterns a correct diagnosis names, first the costliest)
-TRUTH: dict[str, tuple[str, tuple[str, ...]]] = {
-    "t1": ("GPU-bound MLP with a harmless loss.item() every 4 steps (the GPU is busy throughout)", ("gpu_bound",)),
-    "t2": ("host-bound: NumPy/Python bookkeeping every step (host_bound:broken)", ("host_bound",)),
-    "t3": ("CUDA-Graph replay of many small kernels: one launch a step, not launch-bound (launch_overhead:graphs)", ("gpu_bound",)),
-    "t4": ("starved DataLoader, num_workers=0 (data_stall:broken)", ("data_stall",)),
-    "t5": ("two streams taking turns: each stream's white space is the other's busy time; GPU-bound", ("gpu_bound",)),
-    "t6": ("pinned copies on a side stream that already overlap compute (h2d_copy:fixed)", ("gpu_bound",)),
-    "t7": ("two problems: starved loader and per-step syncing logs (mystery:broken)", ("data_stall", "sync_stall")),
-    "t8": ("launch overhead: thousands of tiny eager kernels (launch_overhead:broken)", ("launch_overhead",)),
-    "t9": ("pageable, blocking host-to-device copies (h2d_copy:broken)", ("h2d_copy",)),
-    "t10": ("two problems: host bookkeeping after a loss.item() sync; the host work is the cost (host_bound:synced)",
-            ("host_bound", "sync_stall")),
-}
 HARMLESS_SYNC_EVERY = 4
 
 
