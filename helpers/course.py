@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import NoGPUError, TraceError
+from .errors import CheckFailed, NoGPUError, TraceError
 from .model import Trace
 from .readers import load
 
@@ -70,8 +70,6 @@ _UNFINISHED: dict[str, int] = {}
 
 def one_line(exc: BaseException) -> str | None:
     """The single line a course error shows in a notebook, or None for an error that keeps its traceback."""
-    from .checks import CheckFailed
-
     if isinstance(exc, ExerciseNotDone):
         return str(exc)
     if isinstance(exc, CheckFailed):
@@ -106,8 +104,6 @@ def use_one_line_errors() -> bool:
     shell = get_ipython()
     if shell is None:
         return False
-    from .checks import CheckFailed
-
     shell.set_custom_exc((ExerciseNotDone, CheckFailed, TraceError, NoGPUError, NameError), _show_course_error)
     return True
 

@@ -211,22 +211,33 @@ class SteadyState:
 
 
 def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
-    """The trace the figures are taken over (with its steps) and the report of that choice."""
+    """The trace the figures are taken over (with its steps) and the report of that choice: the
+    analysis windows' span is what was kept, and each stretch of the capture outside it says why."""
     ev = trace.events
     cap = (float(ev["start_us"].min()), float(ev["end_us"].max())) if len(ev) else (0.0, 0.0)
     marked = not trace.steps.empty
     stepped = m.stepped(trace)
-    st = stepped.steps
-    if st.empty:
+    win = m.windows(stepped) if len(ev) else None
+    if win is None or win.empty:
         return stepped, SteadyState("capture", 0, cap, cap)
-    kept = (float(st["start_us"].min()), float(st["end_us"].max()))
+    kept = (float(win["start_us"].min()), float(win["end_us"].max()))
+    st = stepped.steps
     info = dict(stepped.metadata.get("steps_inferred") or {})
-    before = ("before the first step marker: start-up and profiler warm-up" if marked else
-              "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
-                                                          if info.get("ramp_up_dropped") else ""))
-    after = "after the last step marker" if marked else "after the last repeat: teardown or a partial step"
+    leads = [x for x in (m.unrecorded_gpu_lead(stepped, r) for r in stepped.ranks) if x is not None]
+    if leads and abs(max(x[1] for x in leads) - kept[0]) < 1e-6:
+        before = (f"until the GPU starts work queued {max(x[2] for x in leads) / 1e3:.1f} ms before: it was running (or its "
+                  "stream waiting on) work the capture did not record")
+    elif st.empty:
+        before = "before the capture's first event"
+    else:
+        before = ("before the first step marker: start-up and profiler warm-up" if marked else
+                  "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
+                                                              if info.get("ramp_up_dropped") else ""))
+    after = ("after the last step's own work: the host after it, or the GPU's queue of earlier steps" if marked else
+             "after the last repeat: teardown or a partial step") if not st.empty else "after the capture's last event"
     out = tuple(LeftOut(a, b, why) for a, b, why in ((cap[0], kept[0], before), (kept[1], cap[1], after)) if b > a)
-    return stepped, SteadyState("markers" if marked else "inferred", int(len(st)), cap, kept, out, info)
+    source = "markers" if marked else "inferred" if not st.empty else "capture"
+    return stepped, SteadyState(source, int(len(st)), cap, kept, out, info)
 
 
 # --- the result ---------------------------------------------------------------------------------

@@ -12,3 +12,10 @@ class TraceError(Exception):
 
 class NoGPUError(RuntimeError):
     """Something that needs a CUDA GPU was asked for on a machine without one."""
+
+
+class CheckFailed(AssertionError):
+    """A self-check did not pass; the message says what to look at and what to change.
+
+    An AssertionError, so nbval fails the cell. It lives here, not in :mod:`helpers.checks`, so the
+    course layer can show it in one line without importing the checks (which import the course)."""

@@ -73,6 +73,20 @@ CAPTURE_COLD_STEPS = 2
 CAPTURE_COLD_GPU_SHARE = 0.5
 
 # --- metric constants (moved here from metrics.py, still importable there) ------------------
+#: The first GPU work of a capture that starts this long (microseconds) after its launch call returned
+#: was queued behind work the capture did not record (launched before the profiler started). Idle GPUs
+#: start their first work 0.3-24 us after the call in the corpus and the course's H200 traces (the
+#: largest: a first kernel on an MI300X); the published vLLM full-graph decode capture (tests/corpus)
+#: queues its first copy 7.8 ms ahead while the previous, unrecorded step still runs. A lazily loaded
+#: module delays a first kernel by milliseconds too (HTA's simple-add capture: 3.9 ms), which leaves
+#: that stretch just as unexplained by the host, so 1 ms sits well above launch latency and below both.
+QUEUED_BEFORE_RECORD_US = 1000.0
+#: The GPU paces a loop (its steps, not the host's, are the analysis windows) when its steps are this many
+#: times longer than the host's and every step's GPU work ends after the host started the next one. The
+#: course's GPU-bound H200 recordings: GPU steps 1.4-5.2x the host's profiled steps (sync_stall fixed 13.8 vs
+#: 9.6 ms, h2d_copy fixed 2.9 vs 0.56 ms), and their unprofiled step times (data/manifest.json step_ms) are the
+#: GPU's; in a host-paced loop both run at the same period (ratio 1.0), so 1.1 leaves room for jitter.
+GPU_PACED_RATIO = 1.1
 #: Kernels shorter than this (microseconds) are "small": launch cost rivals their run time.
 SMALL_KERNEL_US = 10.0
 #: A GPU gap counts as starting "as a sync returns" when the sync ends up to this long before it ...

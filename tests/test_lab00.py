@@ -89,6 +89,10 @@ def test_a_trace_from_elsewhere_or_a_table_of_another_run_is_refused(right, tmp_
         checks.check_my_profiler("prof", table, folder)
     with pytest.raises(checks.CheckFailed, match="ruler"):
         checks.check_my_profiler(prof, "printed, not returned", folder)
+    with pytest.raises(checks.CheckFailed, match="no Name column"):  # rulers, but not the profiler's table
+        checks.check_my_profiler(prof, table.replace("Name", "Nom"), folder)
+    with pytest.raises(checks.CheckFailed, match="not a NoneType"):
+        checks.check_my_profiler(prof, table, None)
 
 
 QUEUE = {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}

@@ -69,3 +69,42 @@ def test_toolkit_imports_without_torch():
             "import helpers.readers")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the helpers modules it imports, where ``from pkg import sub`` names the submodule (not the package)."""
+    files = {_module(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else [])) if node.level else (node.module or "")
+                subs = {f"{target}.{a.name}" for a in node.names} & files.keys()
+                out |= subs or ({target} & files.keys())
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names} & files.keys()
+        graph[mod] = out - {mod}
+    return graph
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_course_and_checks_import_in_one_direction():
+    # checks build on the course module (recordings, the track); the course never imports a check back,
+    # not even inside a function (the one-line error display takes CheckFailed from helpers.errors)
+    graph = _module_graph()
+    assert "helpers.course" in _reaches(graph, "helpers.checks.lab05")
+    below = _reaches(graph, "helpers.course")
+    assert not any(_in(mod, ("helpers.checks", "helpers.selfcheck")) for mod in below), sorted(below)
+    assert "helpers.course" not in below  # no cycle through it

@@ -42,8 +42,12 @@ def test_stream_busy(trace):
 def test_idle_gaps_and_causes(trace):
     gaps = m.idle_gaps(trace)
     got = [(g.start_us, g.end_us, g.cause) for g in gaps.itertuples()]
-    assert got == [(0, 100, "data_wait"), (400, 600, "sync"), (700, 1000, "launch"), (1000, 1050, "other"), (1900, 2000, "other")]
-    assert m.idle_by_cause(trace) == {"sync": 200, "data_wait": 100, "collective": 0, "launch": 300, "other": 150}
+    # (400, 600) follows the sync, but the host waited only 50 us of it while the GPU computed: removing the
+    # sync would win 50 us, the host's own 200 us after it (outside every op) win back all of the gap
+    assert got == [(0, 100, "data_wait"), (400, 600, "other"), (700, 1000, "launch"), (1000, 1050, "other"), (1900, 2000, "other")]
+    assert gaps["after_sync"].tolist() == [False, True, False, False, False]
+    assert m.blocked_while_computing(trace) == 50
+    assert m.idle_by_cause(trace) == {"sync": 0, "data_wait": 100, "collective": 0, "launch": 300, "other": 350}
 
 
 def test_kernel_stats(trace):
@@ -86,10 +90,12 @@ def test_step_breakdown_adds_up(trace):
     assert parts.tolist() == pytest.approx(b["step_us"].tolist())
 
 
-def test_host_running_ahead_stretches_last_window(tmp_path):
+def test_last_window_covers_the_gpu_work_of_the_last_step(tmp_path):
     from synth import Ev
 
     us = 1000
+    # two host steps of 100 us, each launching a 380-400 us kernel: the GPU runs a whole step behind, so
+    # the windows are the GPU's steps (tests/test_diagnosis_steps.py has the steady and single-step cases)
     events = [Ev("annotation", "step 0", 0, 100 * us), Ev("annotation", "step 1", 100 * us, 200 * us),
               Ev("runtime", "cudaLaunchKernel", 10 * us, 12 * us, correlation=1),
               Ev("kernel", "k0", 20 * us, 400 * us, correlation=1),
@@ -98,6 +104,12 @@ def test_host_running_ahead_stretches_last_window(tmp_path):
     t = helpers.load(write_json(events, tmp_path / "ahead.json"))
     assert m.windows(t)["end_us"].max() == 800
     assert m.step_time_ms(t) == pytest.approx(0.4)
+    # the host paces the loop (step 0's kernel ends before step 1 starts): host windows, the last one
+    # stretched by its own GPU work only
+    events[3] = Ev("kernel", "k0", 20 * us, 90 * us, correlation=1)
+    events[5] = Ev("kernel", "k1", 115 * us, 350 * us, correlation=2)
+    t = helpers.load(write_json(events, tmp_path / "half.json"))
+    assert m.windows(t)[["start_us", "end_us"]].values.tolist() == [[0, 100], [100, 350]]
 
 
 def test_cpu_only_trace_says_so(tmp_path):

@@ -37,8 +37,8 @@ def test_each_wrong_part_fails_with_what_the_trace_shows():
     wrong_pattern = checks.Reading("sync_stall", good.window_ms, {"sync_points_per_step": 2.0}, good.cost)
     with pytest.raises(checks.CheckFailed, match="is not what holds this loop back.*GPU is busy"):
         checks.check_reading(wrong_pattern, t, "data")
-    # a window over the compute, not the wait
-    compute = checks.Reading("data_stall", (good.window_ms[1] + 0.01, good.window_ms[1] + 2.0), good.evidence, good.cost)
+    # a window over the compute, not the wait (it starts after the fetch's last stretch, 0.2 ms on)
+    compute = checks.Reading("data_stall", (good.window_ms[1] + 0.2, good.window_ms[1] + 2.2), good.evidence, good.cost)
     with pytest.raises(checks.CheckFailed, match="in your window .* only 0% of it shows data_stall"):
         checks.check_reading(compute, t, "data")
     whole = checks.Reading("data_stall", (0.0, 10_000.0), good.evidence, good.cost)

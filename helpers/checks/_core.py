@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics as m
+from ..errors import CheckFailed
 from ..model import Trace
 from . import _proof
 
@@ -41,12 +42,10 @@ RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything fa
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-class CheckFailed(AssertionError):
-    """A self-check did not pass; the message says what to look at and what to change."""
 
 
 def _track() -> str:
-    from ..course import track  # course imports checks: import late
+    from ..course import track  # torch is imported only when a track is asked for
 
     return track()
 
@@ -196,9 +195,7 @@ def _one_line(value: Any, width: int = 160) -> str:
 
 
 def _grad_mode() -> bool | None:
-    import sys
-
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # not imported here: a check that never touches torch need not load it
     return None if torch is None else bool(torch.is_grad_enabled())
 
 

@@ -345,6 +345,8 @@ def parse_profiler_table(table: str) -> tuple[list[str], list[dict[str, str]]]:
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rulers[0]])]
     cut = lambda line: [line[a:b].strip() for a, b in spans]  # noqa: E731
     headers = cut(lines[rulers[0] + 1])
+    if "Name" not in headers:
+        raise ValueError("it has no Name column")
     end = rulers[2] if len(rulers) > 2 else len(lines)
     rows = [dict(zip(headers, cut(line))) for line in lines[rulers[1] + 1:end] if line.strip()]
     return headers, rows
@@ -421,6 +423,9 @@ def check_my_profiler(prof: object, table: str, trace_dir: str | Path, *, wait: 
                       "Your profiler has no schedule: it records from the start of the `with` block to its end, every step "
                       "with the first one's one-off costs and the profiler's own start-up, and marks no ProfilerStep ranges. "
                       f"Pass schedule=schedule(wait={wait}, warmup={warmup}, active={active}) and call prof.step() after each step.")
+    if not isinstance(trace_dir, (str, os.PathLike)):
+        return _check("capture", name, False, f"The third value must be the folder your on_trace_ready writes into "
+                      f"(the trace_dir you were given), not a {type(trace_dir).__name__}.")
     trace_dir = Path(trace_dir)
     newest = _newest_trace(trace_dir)
     if newest is None:

@@ -110,7 +110,7 @@ SOURCES = ("profiler", "nsys")
 
 def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
     """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``): the PyTorch-profiler trace, or its Nsight Systems export."""
-    from ..course import DATA, recorded  # course imports checks: import late
+    from ..course import DATA, recorded  # the course reads the manifest: only when a check needs a recording
     from ..readers import load
 
     _known(trace_id, source)

@@ -48,7 +48,7 @@ from .activity import (
 from .comm import comm_stats, rank_imbalance
 from .copies import copy_stats, h2d_stats, host_copy_stats
 from .data import data_wait
-from .gpu import gpu_busy, gpu_utilization, idle_by_cause, idle_cost_by_cause, idle_gaps, stream_busy
+from .gpu import blocked_while_computing, gpu_busy, gpu_utilization, idle_by_cause, idle_cost_by_cause, idle_gaps, stream_busy
 from .intervals import covered_before, gaps_in, intersect, merge_intervals, overlap
 from .kernels import kernel_stats, launch_stats
 from .precision import api_calls_per_step, compile_time_us, gemm_kernels, gemm_math, gemm_math_shares, triton_kernels
@@ -56,15 +56,15 @@ from .report import comparison, step_breakdown, step_time_band, step_time_ms, st
 from .steady import capture_stats, find_period, steady_steps, stepped
 from .stretch import window_stats
 from .syncs import _inside_ranges, host_op_stats, outermost_ops, sync_stats
-from .windows import time_origin_us, windows
+from .windows import time_origin_us, unrecorded_gpu_lead, windows
 
 __all__ = [
     "CAUSES", "window_stats", "DATA_WAIT", "GAP_AFTER_SYNC_TOLERANCE_US", "LAUNCH_PREFIXES", "OPTIMIZER_RANGE", "SMALL_KERNEL_US",
-    "SYNCING_OPS", "SYNC_CALLS", "SYNC_RETURN_US", "_cached", "_inside_ranges", "_memo", "outermost_ops", "capture_stats", "comm_stats", "comparison", "copy_stats",
+    "SYNCING_OPS", "SYNC_CALLS", "blocked_while_computing", "SYNC_RETURN_US", "_cached", "_inside_ranges", "_memo", "outermost_ops", "capture_stats", "comm_stats", "comparison", "copy_stats",
     "covered_before", "time_origin_us", "data_wait", "gaps_in", "gpu_busy", "gpu_utilization", "gpu_work_union", "graph_spans", "h2d_stats",
     "host_copy_stats",
     "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
     "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "overlap", "rank_imbalance", "step_breakdown",
-    "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "windows",
+    "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "unrecorded_gpu_lead", "windows",
     "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]

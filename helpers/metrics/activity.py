@@ -11,7 +11,7 @@ import pandas as pd
 from .. import thresholds as _th
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from ._cache import _memo, name_mask
-from .intervals import merge_intervals, subtract
+from .intervals import intersect, merge_intervals, subtract
 
 # --- what the host is doing -----------------------------------------------------------------
 #: CUDA API calls that block the host until the GPU (or a stream) has finished.
@@ -45,6 +45,13 @@ BLOCKING_OS_CALLS = frozenset({
     "pthread_join", "sem_wait", "sem_timedwait", "sem_clockwait", "poll", "ppoll", "select", "pselect",
     "epoll_wait", "epoll_pwait", "read", "recv", "recvfrom", "recvmsg", "waitpid", "wait4",
     "sleep", "usleep", "nanosleep", "clock_nanosleep",
+})
+#: OS calls in which a training loop's main thread waits for its next batch when DataLoader workers
+#: prepare it: the queue's condition variable or semaphore (the pin-memory thread's queue), and the
+#: pipe from the worker processes (poll, then read). Sleeps and mutexes are not waiting for data.
+DATA_WAIT_OS_CALLS = frozenset({
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "sem_wait", "sem_timedwait",
+    "sem_clockwait", "poll", "ppoll", "epoll_wait", "epoll_pwait", "read", "recv", "recvfrom", "recvmsg",
 })
 #: Idle gaps are blamed on one of these causes.
 CAUSES = ("sync", "data_wait", "collective", "launch", "other")
@@ -144,8 +151,17 @@ def host_union(trace: Trace, rank: int, cause: str):
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)
     us, ue = _union(trace, ("host", rank, cause), mask)
-    if cause == "data_wait" and us.size:
-        return _data_less_device_copies(trace, rank, us, ue)
+    if cause == "data_wait":
+        if us.size:
+            us, ue = _data_less_device_copies(trace, rank, us, ue)
+        if not (trace.events["kind"] == "cpu_op").any() and (trace.events["kind"] == "osrt").any():
+            memo = _memo(trace)
+            key = ("host", rank, "data_wait_os")
+            if key not in memo:
+                ws, we = _loader_waits(trace, rank)
+                memo[key] = merge_intervals(np.r_[us, ws], np.r_[ue, we])
+            return memo[key]
+        return us, ue
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
         # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,
@@ -157,6 +173,28 @@ def host_union(trace: Trace, rank: int, cause: str):
             memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
         return memo[key]
     return us, ue
+
+
+def _loader_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nsight traces (no framework ops): the time every thread that launches GPU work sits in the OS calls
+    of :data:`DATA_WAIT_OS_CALLS` at once (outside its CUDA calls, in which a blocking sync waits in the
+    same calls): the process waiting on something outside it, its DataLoader's workers. One thread
+    waiting while another works (the autograd engine's thread idle while the main thread runs host
+    code) is no data wait."""
+    ev = trace.events
+    rt = ev[(ev["kind"] == "runtime") & (ev["rank"] == rank) & (ev["device"] < 0)]
+    if rt.empty:
+        return np.zeros(0), np.zeros(0)
+    launchers = rt.loc[name_mask(trace, "launch", _is_launch_call)[rt.index], "tid"].unique()
+    out = None
+    for tid in launchers:
+        ws, we = os_waits(trace, rank, [tid], DATA_WAIT_OS_CALLS)
+        inside = ev[(ev["rank"] == rank) & (ev["tid"] == tid) & ev["kind"].isin(("runtime", "collective"))]
+        ws, we = subtract(ws, we, *merge_intervals(inside["start_us"].to_numpy(), inside["end_us"].to_numpy()))
+        out = (ws, we) if out is None else intersect(*out, ws, we)
+        if out[0].size == 0:
+            break
+    return out if out is not None else (np.zeros(0), np.zeros(0))
 
 
 #: Framework ops that move a tensor; one that issues a device copy (a memcpy call inside it) is copy work.

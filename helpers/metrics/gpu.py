@@ -11,7 +11,6 @@ from ..model import GPU_WORK_KINDS, Trace
 from ._cache import _cached
 from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, graph_spans, host_union, is_sync_call
 from .intervals import gaps_in, merge_intervals, overlap
-from .syncs import sync_stats
 from .windows import _devices_of, windows
 
 
@@ -77,14 +76,16 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
     ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
     blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
-    the gap, in the order data_wait, collective, launch; else ``other``. ``with_cause=False``
-    leaves the ``cause`` column out: the measured figures without the verdict, as the labs show
-    them before the learner's reading.
+    the gap, in the order data_wait, collective, launch; else ``other``. ``host_cause`` is that
+    activity whether or not a sync just returned (``after_sync``): the gaps after syncs go to it where the
+    host's own work in them is the bigger win (:func:`idle_cost_by_cause`). ``with_cause=False``
+    leaves the verdict columns out (``cause``, ``host_cause``, ``after_sync``): the measured figures
+    without the verdict, as the labs show them before the learner's reading.
     """
     if not with_cause:
-        return idle_gaps(trace, min_gap_us).drop(columns="cause")
+        return idle_gaps(trace, min_gap_us).drop(columns=["cause", "host_cause", "after_sync"])
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
-            "sync_us", "data_wait_us", "collective_us", "launch_us"]
+            "sync_us", "data_wait_us", "collective_us", "launch_us", "host_cause", "after_sync"]
     out = []
     for rank in trace.ranks:
         win = windows(trace, rank)
@@ -109,10 +110,36 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
             jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
             after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
             frame["cause"] = _blame(after_sync, frame)
+            frame["host_cause"] = _blame(np.zeros(gs.size, bool), frame)  # what the host did in it, syncs aside
+            frame["after_sync"] = after_sync
             out.append(pd.DataFrame(frame))
     if not out:
         return pd.DataFrame(columns=cols)
-    return pd.concat(out, ignore_index=True)[cols]
+    gaps = pd.concat(out, ignore_index=True)[cols]
+    top = _host_work_wins(trace, gaps)
+    if top is not None:  # the gaps after syncs are the host's own work's: a fix there wins more
+        gaps.loc[gaps["after_sync"].to_numpy(bool) & (gaps["host_cause"] == top).to_numpy(), "cause"] = top
+    return gaps
+
+
+def _host_work_wins(trace: Trace, gaps: pd.DataFrame) -> str | None:
+    """``data_wait`` or ``other`` when fixing what the host does in the GPU's gaps (loading a batch, or
+    its own code outside every recorded op) wins back more idle time than removing the syncs could
+    (the host's wait in them while the GPU computed, :func:`blocked_while_computing`); else None."""
+    after = gaps[gaps["after_sync"].to_numpy(bool)]  # the gaps both fixes compete for
+    if after.empty:
+        return None
+    dur = after["dur_us"].to_numpy()
+    busy = after[["sync_us", "data_wait_us", "collective_us", "launch_us"]].to_numpy().sum(axis=1)
+    own = {"data_wait": float(after["data_wait_us"].sum()), "other": float(np.clip(dur - busy, 0.0, None).sum())}
+    top = max(own, key=own.get)
+    return top if own[top] > min(_sync_win(trace), float(gaps["dur_us"].sum())) else None
+
+
+def _sync_win(trace: Trace) -> float:
+    """At most what removing the syncs wins back: the host's wait in them while its GPU computed, once per device."""
+    blocked = blocked_while_computing(trace)
+    return blocked * max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
 
 
 def _blame(after_sync: np.ndarray, frame: dict[str, Any]) -> np.ndarray:
@@ -142,24 +169,25 @@ def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
     """GPU idle time (microseconds) by the cause a fix would remove: the one cost model that
     ``summary`` shows and ``diagnose`` ranks by.
 
-    Starts from each gap's blame (:func:`idle_by_cause`). A sync's cost is capped at the time the
-    host was blocked in it; the rest of the gaps after it go to what the host did next. A host blocked in syncs cannot run
-    ahead, so the GPU then idles while the host loads or launches the next step's work: removing
-    the syncs restores at most the overlap they prevent, ``min(host blocked, GPU idle)``. That much
-    idle time moves to ``sync``, taken in proportion from the other causes. The parts add up to
-    the total idle time, so costs built on them never exceed the step.
+    Starts from each gap's blame (:func:`idle_gaps`). Removing the syncs lets the host run ahead by
+    the time it waited in them while the GPU computed (:func:`blocked_while_computing`), so a sync's
+    cost is at most ``min(that, GPU idle)``; the rest of the gaps after syncs goes to what the host
+    did next. Where removing the syncs is the bigger win, the host's loading or launching after them
+    would overlap the GPU too: that much idle time moves to ``sync``, taken in proportion from the
+    other causes. Where fixing the host's own work in the gaps wins more (a batch fetched after a sync,
+    NumPy work longer than the wait), :func:`idle_gaps` has already put those gaps on it and nothing
+    moves. The parts add up to the total idle time, so costs built on them never exceed the step.
     """
     idle = idle_by_cause(trace)
     total = sum(idle.values())
     if total <= 0:
         return idle
-    blocked = sync_stats(trace)["blocked_us_per_step"] * max(int((windows(trace)["step"] >= 0).sum()), 1)
-    blocked *= max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
+    blocked = _sync_win(trace)
+    gaps = idle_gaps(trace)
     moved = min(blocked, total) - idle["sync"]
     if moved < 0:
         # More idle after syncs than the host ever waited in them: the rest of those gaps is what
         # the host did next (host work, loading, launching), which removing the sync does not buy.
-        gaps = idle_gaps(trace)
         after = gaps[gaps["cause"] == "sync"]
         frame = {c: after[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
         alt = pd.Series(after["dur_us"].to_numpy()).groupby(_blame(np.zeros(len(after), bool), frame)).sum()
@@ -169,9 +197,33 @@ def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
             out[str(cause)] += -moved * float(us) / float(alt.sum())
         return out
     others = total - idle["sync"]
-    if moved == 0 or others <= 0:
+    if moved == 0 or others <= 0 or _host_work_wins(trace, gaps) is not None:
         return idle
     keep = 1.0 - min(moved, others) / others
     out = {c: (v if c == "sync" else v * keep) for c, v in idle.items()}
     out["sync"] = idle["sync"] + min(moved, others)
     return out
+
+
+@_cached
+def blocked_while_computing(trace: Trace) -> float:
+    """Microseconds the host spent in synchronizing calls (inside the steps) while its GPU ran kernels:
+    the overlap a sync prevents. A blocking copy's wait for its own transfer is not in it: that time
+    is the copy's (the h2d_copy cost), and running ahead would not hide it."""
+    ev = trace.events
+    syncs = ev[is_sync_call(trace)]
+    win = windows(trace)
+    if (win["step"] >= 0).any():
+        syncs = syncs[syncs["step"] >= 0]
+    total = 0.0
+    for rank in trace.ranks:
+        mine = syncs[syncs["rank"] == rank]
+        if mine.empty:
+            continue
+        ss, se = merge_intervals(mine["start_us"].to_numpy(), mine["end_us"].to_numpy())
+        parts = [gpu_work_union(trace, rank, d, ("kernel", "collective")) for d in _devices_of(trace, rank)]
+        if not parts:
+            continue
+        ks, ke = merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        total += float(overlap(ks, ke, ss, se).sum())
+    return total

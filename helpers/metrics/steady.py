@@ -168,11 +168,20 @@ def _steps_from_kernels(ev: pd.DataFrame, kernels: pd.DataFrame, found: dict[str
         phase = 0
     first = i + phase + p * np.arange(n_steps)
     last = first[-1] + p - 1
+    corr = kernels["correlation"].to_numpy()
+    # A CUDA / HIP Graph replays many repeats from one launch call (a decode step's layers): the host
+    # saw one step, not several of zero length. Repeats whose first kernel shares a launch are one step.
+    own = np.r_[True, (corr[first[1:]] != corr[first[:-1]]) | (corr[first[1:]] < 0)]
+    if not own.all():
+        first = first[own]
+        if first.size < _th.STEADY_MIN_REPEATS:
+            return empty_steps()
+        n_steps = int(first.size)
     # Steps are host windows: start each at the launch call of its first kernel (the GPU runs behind).
     calls = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
     launch_at = dict(zip(calls["correlation"].to_numpy(), calls["start_us"].to_numpy()))
-    corr = kernels["correlation"].to_numpy()
     host = np.array([launch_at.get(c, t) for c, t in zip(corr[first], ks[first])])
+    host = np.maximum.accumulate(host)  # a launch recorded out of order never makes a step end before it starts
     end = float(launch_at.get(corr[last], ks[last]))
     calls_end = calls.set_index("correlation")["end_us"] if not calls.empty else None
     if calls_end is not None and corr[last] in calls_end.index:
@@ -228,6 +237,8 @@ def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
                     continue
             steps = (_steps_from_kernels(on, seq, found, rank) if source == "kernels"
                      else _steps_from_host(seq, found, rank))
+            if steps.empty:  # the repeats were one graph replay's: no steps from this source
+                continue
             names = seq["name"].to_numpy()[found["start"]:found["start"] + found["period"]]
             info = {"source": source, "period": [str(x)[:40] for x in names[:6]] + (["..."] if len(names) > 6 else []),
                     "period_length": int(found["period"]), "steps": int(len(steps)), "match": found["match"]}

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace
 from ._cache import _cached
 
@@ -14,9 +16,16 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     """Analysis windows (``rank, step, start_us, end_us, dur_us``): the training steps, else one
     whole-trace window per rank.
 
-    Steps are host-side ranges, and a host that runs ahead finishes its last step long before
-    the GPU does; the last window is stretched to the end of the GPU work launched inside the
-    steps, so totals cover everything the steps asked for.
+    Steps are host-side ranges, and a host that runs ahead finishes its last step before the GPU
+    does. The last window is stretched to cover the GPU's own time on the last step's work: from
+    when the GPU could start it (the host started the step, and the GPU had finished the step
+    before) to its end. The queue behind it (work of earlier steps still running when the host
+    started the last one) is not the last step's: stretching to the end of every step's GPU work
+    would make a host two steps ahead report a last step three steps long.
+
+    A first window whose GPU shows nothing until work queued long before it starts
+    (:func:`unrecorded_gpu_lead`) begins where the GPU's record does: before that the GPU ran
+    work the capture did not record, which is neither idle time nor this trace's to explain.
     """
     steps = trace.steps
     ranks = trace.ranks if rank is None else [rank]
@@ -29,16 +38,83 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
             continue
         if st.empty:
             s, e = float(on_rank["start_us"].min()), float(on_rank["end_us"].max())
-            rows.append(pd.DataFrame({"rank": [r], "step": [-1], "start_us": [s], "end_us": [e], "dur_us": [e - s]}))
-            continue
-        dev = on_rank[(on_rank["device"] >= 0) & (on_rank["step"] >= 0)]
-        if not dev.empty:
-            last = st.index[-1]
-            st.loc[last, "end_us"] = max(float(st.loc[last, "end_us"]), float(dev["end_us"].max()))
-            st["dur_us"] = st["end_us"] - st["start_us"]
+            st = pd.DataFrame({"rank": [r], "step": [-1], "start_us": [s], "end_us": [e], "dur_us": [e - s]})
+        else:
+            st = st.sort_values("start_us").reset_index(drop=True)
+            dev = on_rank[(on_rank["device"] >= 0) & (on_rank["step"] >= 0)]
+            paced = _gpu_paced(st, dev)
+            if paced is not None:
+                st = paced
+            elif not dev.empty:
+                last = st.index[-1]
+                ends = dev.groupby("step")["end_us"].max()
+                step_last = int(st.loc[last, "step"])
+                s_last, host_end = float(st.loc[last, "start_us"]), float(st.loc[last, "end_us"])
+                if step_last in ends.index:
+                    before = ends[ends.index < step_last]
+                    gpu_from = max(s_last, float(before.max())) if not before.empty else s_last
+                    own = float(ends[step_last]) - gpu_from
+                    st.loc[last, "end_us"] = s_last + max(host_end - s_last, own)
+        lead = unrecorded_gpu_lead(trace, int(r))
+        if lead is not None and lead[0] <= float(st["start_us"].iloc[0]) < lead[1] < float(st["end_us"].iloc[0]):
+            st.loc[st.index[0], "start_us"] = lead[1]
+        st["dur_us"] = st["end_us"] - st["start_us"]
         rows.append(st)
     return (pd.concat(rows, ignore_index=True) if rows
             else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
+
+
+def _gpu_paced(st: pd.DataFrame, dev: pd.DataFrame) -> pd.DataFrame | None:
+    """The GPU's steps when the GPU paces the loop: every step's GPU work ends after the host has started
+    the next step and the GPU's steps are longer than the host's (the host runs ahead; the course's GPU-bound loops measured 13.8-14.3 ms a step
+    unprofiled where the host's profiled steps were 9.6 ms). Host windows would show the GPU running other
+    steps' work and report the host's shorter steps. Step i's window ends where its GPU work ends and
+    starts where step i-1's did; the first is as long as the median of the others. None when the GPU
+    finishes some step before the host starts the next (the host paces it: a sync, host work, loading)."""
+    if len(st) < 2 or dev.empty:
+        return None
+    ends = dev.groupby("step")["end_us"].max()
+    steps = st["step"].to_numpy()
+    if not np.isin(steps, ends.index).all():
+        return None
+    ge = ends.loc[steps].to_numpy(dtype=float)
+    if not (ge[:-1] > st["start_us"].to_numpy()[1:]).all() or not (np.diff(ge) > 0).all():
+        return None
+    period = float(np.median(np.diff(ge)))
+    if period <= _th.GPU_PACED_RATIO * float(np.median(np.diff(st["start_us"].to_numpy()))):
+        return None  # the host keeps up: its steps are the loop's (a host-paced loop's GPU just runs behind it)
+    start = np.r_[max(float(st["start_us"].iloc[0]), ge[0] - period), ge[:-1]]
+    return st.assign(start_us=start, end_us=ge)
+
+
+def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] | None:
+    """``(capture start, lead end, queued_us)`` when the capture begins with the rank's GPU waiting on
+    work it does not record: GPU work that starts at least :data:`~helpers.thresholds.QUEUED_BEFORE_RECORD_US`
+    after both its launch call returned and the GPU's previous recorded work ended, with less than that
+    much GPU work recorded before it. An idle GPU starts queued work within microseconds, so until then
+    it ran (or its stream waited on) work launched before the profiler started. None otherwise."""
+    ev = trace.events
+    on = ev[ev["rank"] == rank]
+    dev = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)].sort_values("start_us", kind="stable")
+    if dev.empty:
+        return None
+    calls = on[(on["kind"] == "runtime") & (on["correlation"] >= 0)].drop_duplicates("correlation", keep="last")
+    call_end = dict(zip(calls["correlation"].to_numpy(), calls["end_us"].to_numpy()))
+    start, end, corr = dev["start_us"].to_numpy(), dev["end_us"].to_numpy(), dev["correlation"].to_numpy()
+    prev_end = np.r_[-np.inf, np.maximum.accumulate(end)[:-1]]
+    done_before = np.r_[0.0, np.cumsum(end - start)[:-1]]
+    limit = _th.QUEUED_BEFORE_RECORD_US
+    first_of_call = ~pd.Series(corr).duplicated().to_numpy()  # a graph's later kernels were not queued one by one
+    for i in np.flatnonzero(first_of_call & (corr >= 0)):
+        if done_before[i] >= limit:
+            return None
+        queued_at = call_end.get(corr[i])
+        if queued_at is None:
+            continue
+        queued = float(start[i] - max(queued_at, prev_end[i]))
+        if queued >= limit:
+            return float(on["start_us"].min()), float(start[i]), queued
+    return None
 
 
 @_cached

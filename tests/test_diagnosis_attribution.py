@@ -1,0 +1,151 @@
+"""GPU idle time put on what the host was doing during it, and costs that match what a fix wins back:
+a batch fetched before a blocking copy is data (the copy is a copy), host work after a sync that is
+longer than the wait is host-bound, and an Nsight loop waiting on its DataLoader workers in OS calls is
+a data stall. Synthetic traces in tests/synth.py's style, each with the answer it must get."""
+
+from __future__ import annotations
+
+import pytest
+from synth import Ev, write_json, write_sqlite
+
+import helpers
+from helpers import diagnosis as dg
+from helpers import metrics as m
+
+US = 1000  # ns per microsecond
+FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def fetch_then_blocking_copy(steps: int = 5, fetch_us: int = 8000, copy_us: int = 2000, item: bool = True) -> list[Ev]:
+    """num_workers=0: each step fetches its batch in the training process (8 ms, GPU idle), copies it with a
+    blocking pageable cudaMemcpy (2 ms), launches four 1 ms kernels and, with ``item``, reads the loss
+    (a cudaMemcpy that waits for the kernels)."""
+    out: list[Ev] = []
+    t, c = 0, 0
+    for i in range(steps):
+        s = t
+        out.append(Ev("annotation", FETCH, t, t + fetch_us * US))
+        t += fetch_us * US
+        c += 1
+        out.append(Ev("runtime", "cudaMemcpy", t, t + (copy_us + 20) * US, correlation=c))
+        out.append(Ev("memcpy", "", t + 10 * US, t + (copy_us + 10) * US, correlation=c, bytes=64_000_000, copy="H2D",
+                      host_mem="pageable"))
+        t += (copy_us + 20) * US
+        g = t + 10 * US
+        for _ in range(4):
+            c += 1
+            out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * US, correlation=c))
+            out.append(Ev("kernel", "gemm", g, g + 1000 * US, correlation=c))
+            g += 1000 * US
+            t += 10 * US
+        if item:
+            c += 1
+            out.append(Ev("runtime", "cudaMemcpy", t, g + 10 * US, correlation=c))
+            out.append(Ev("memcpy", "", g + 2 * US, g + 4 * US, correlation=c, bytes=4, copy="D2H", host_mem="pageable"))
+            t = g + 12 * US
+        out.append(Ev("annotation", f"ProfilerStep#{i}", s, t))
+    return out
+
+
+def host_work_after_sync(steps: int = 5, gpu_us: int = 4000, host_us: int = 8000) -> list[Ev]:
+    """Each step launches 4 ms of kernels, waits for them (cudaStreamSynchronize: a .item()), then runs
+    ``host_us`` of NumPy / Python work outside any recorded op while the GPU idles."""
+    out: list[Ev] = []
+    t, c = 0, 0
+    for i in range(steps):
+        s = t
+        g = t + 10 * US
+        for _ in range(4):
+            c += 1
+            out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * US, correlation=c))
+            out.append(Ev("kernel", "gemm", g, g + gpu_us // 4 * US, correlation=c))
+            g += gpu_us // 4 * US
+            t += 10 * US
+        c += 1
+        out.append(Ev("runtime", "cudaStreamSynchronize", t, g + 5 * US, correlation=c))
+        t = g + 5 * US + host_us * US
+        out.append(Ev("annotation", f"ProfilerStep#{i}", s, t))
+    return out
+
+
+def _load(events, tmp_path, name="t.json"):
+    return helpers.load(write_json(events, tmp_path / name))
+
+
+def _costs(result) -> dict[str, float]:
+    return {f.pattern: f.cost for f in result}
+
+
+@pytest.mark.parametrize("item", [True, False], ids=["loss_read", "no_loss_read"])
+def test_fetch_before_a_blocking_copy_is_data_and_the_copy_a_copy(tmp_path, item):
+    trace = _load(fetch_then_blocking_copy(item=item), tmp_path)
+    result = dg.diagnose(trace)
+    costs = _costs(result)
+    assert result[0].pattern == "data_stall"
+    step_us = m.step_time_ms(trace) * 1e3
+    # fixing the loader wins the fetch less the compute that runs beside it (none once the loss read has
+    # waited for the kernels, 4 ms without it); the copy's 2 ms are the copy's
+    idle_us = 8000 if item else (8000 + 4 * (8000 - 4000 + 50)) / 5  # the first fetch has no compute beside it
+    assert costs["data_stall"] == pytest.approx(idle_us / step_us, abs=0.02)
+    assert costs["h2d_copy"] == pytest.approx(2000 / step_us, abs=0.03)
+    assert costs.get("sync_stall", 0.0) < 0.02  # the wait in the blocking copy is its own transfer
+    lo, hi = result[0].window
+    assert any(e.name == FETCH and e.start_ns <= lo * US and hi * US <= e.end_ns + 20 * US for e in fetch_then_blocking_copy())
+    assert sum(costs.values()) <= 1.0 + 1e-9
+
+
+def test_host_work_longer_than_the_wait_after_a_sync_is_host_bound(tmp_path):
+    result = dg.diagnose(_load(host_work_after_sync(), tmp_path))
+    costs = _costs(result)
+    # removing the sync would hide 4 ms of the 8 ms; moving the host work off wins all 8 ms of the 12 ms step
+    assert result[0].pattern == "host_bound" and costs["host_bound"] == pytest.approx(8 / 12, abs=0.02)
+    assert costs.get("sync_stall", 0.0) < 0.02
+    assert result[0].window and result[0].window[1] - result[0].window[0] == pytest.approx(8000, rel=0.01)
+
+
+def test_host_work_the_sync_hides_entirely_is_the_sync_stall(tmp_path):
+    # 3 ms of host work after a 4 ms wait: removing the sync hides all of it (lab 03's loop)
+    result = dg.diagnose(_load(host_work_after_sync(host_us=3000), tmp_path))
+    assert result[0].pattern == "sync_stall" and result[0].cost == pytest.approx(3 / 7, abs=0.02)
+
+
+def nsys_loop_waiting_on_workers(steps: int = 6, wait_us: int = 6000, gpu_us: int = 3000) -> list[Ev]:
+    """An Nsight export without NVTX: the main thread polls and reads the DataLoader workers' pipe for
+    ``wait_us`` each step (OS runtime rows), then launches ``gpu_us`` of kernels and syncs once."""
+    out: list[Ev] = []
+    t, c = 0, 0
+    for _ in range(steps):
+        out.append(Ev("osrt", "poll", t, t + (wait_us - 100) * US))
+        out.append(Ev("osrt", "read", t + (wait_us - 100) * US, t + wait_us * US))
+        out.append(Ev("osrt", "read", t, t + (wait_us - 50) * US, tid=77, pid=5000))  # a worker process
+        t += wait_us * US
+        g = t + 10 * US
+        for name in ("conv", "bn", "relu", "fc"):
+            c += 1
+            out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * US, correlation=c))
+            out.append(Ev("kernel", name, g, g + gpu_us // 4 * US, correlation=c))
+            g += gpu_us // 4 * US
+            t += 10 * US
+        c += 1
+        out.append(Ev("runtime", "cudaStreamSynchronize", t, g + 5 * US, correlation=c))
+        out.append(Ev("osrt", "pthread_cond_wait", t + 10 * US, g, correlation=-1))  # the sync's own wait
+        t = g + 5 * US
+    return out
+
+
+def test_nsys_main_thread_waiting_on_dataloader_workers_is_a_data_stall(tmp_path):
+    trace = helpers.load(write_sqlite(nsys_loop_waiting_on_workers(), tmp_path / "t.sqlite"))
+    result = dg.diagnose(trace)
+    assert result[0].pattern == "data_stall", [(f.pattern, f.cost) for f in result]
+    # 6 ms of each 9 ms step; the capture's last step ends after its kernels (no next batch to wait for)
+    assert result[0].cost == pytest.approx(4 * 6000 / m.windows(m.stepped(trace))["dur_us"].sum(), abs=0.01)
+    assert "host_bound" not in _costs(result)
+    # the waits inside the sync are the sync's: not counted as loading
+    assert m.data_wait(trace)["data_wait_us_per_step"] * 5 == pytest.approx(4 * 6000, rel=0.01)
+
+
+def test_nsys_sleep_between_steps_is_not_data(tmp_path):
+    events = [Ev("osrt", "clock_nanosleep", e.start_ns, e.end_ns) if e.kind == "osrt" and e.tid != 77 and e.name != "pthread_cond_wait"
+              else e for e in nsys_loop_waiting_on_workers()]
+    result = dg.diagnose(helpers.load(write_sqlite(events, tmp_path / "sleep.sqlite")))
+    assert result[0].pattern != "data_stall"
