@@ -235,16 +235,17 @@ class Lanes:
         return stats
 
 
-def figures_lines(f: dict[str, Any]) -> list[str]:
-    """A selected stretch's figures as short lines (what the widget's panel prints)."""
+def figures_lines(f: dict[str, Any], causes: bool = True) -> list[str]:
+    """A selected stretch's figures as short lines (what the widget's panel prints); ``causes=False`` leaves
+    out what the host was doing while the GPU idled (a lab's view before the learner's own reading)."""
     a, b = f["window_ms"]
     lines = [f"{a:.3f}-{b:.3f} ms ({(b - a):.3f} ms)"]
     if f["has_gpu"]:
         lines.append(f"GPU busy {f['gpu_busy_share']:.0%} ({f['gpu_busy_us'] / 1e3:.3f} ms)")
-        idle = {k: v for k, v in f["idle_by_cause_us"].items() if v > 0}
+        idle = {k: v for k, v in f.get("idle_by_cause_us", {}).items() if v > 0}
         words = {"data_wait": "in the DataLoader", "sync": "just back from a sync", "launch": "launching kernels",
                  "collective": "in a collective", "other": "in other code"}
-        if idle:
+        if idle and causes:
             lines.append("GPU idle while the host was: " + ", ".join(f"{words.get(k, k)} {v / 1e3:.3f} ms" for k, v in idle.items()))
         lines.append(f"kernels {f['kernels']} ({f['kernel_us'] / 1e3:.3f} ms)")
     copies = ", ".join(f"{d} {c['count']} ({c['time_us'] / 1e3:.3f} ms)" for d, c in f["copies"].items())
@@ -292,9 +293,11 @@ def _widget_class():
         figures = t.Dict().tag(sync=True)
         figure_lines = t.List(t.Unicode()).tag(sync=True)
 
-        def __init__(self, lanes: Lanes, view_ms: tuple[float, float], title: str, fallback: bool = True):
+        def __init__(self, lanes: Lanes, view_ms: tuple[float, float], title: str, fallback: bool = True,
+                     causes: bool = True):
             self._lanes = lanes
             self._fallback = fallback
+            self._causes = causes
             legend = sorted({lanes.colour_names[c] for ln in lanes.lanes if not ln.is_ranges
                              for c in np.unique(ln.colour[ln.colour >= 0]).tolist()})
             full = [float(lanes.to_ms(lanes.full_us[0])), float(lanes.to_ms(lanes.full_us[1]))]
@@ -318,8 +321,11 @@ def _widget_class():
         def _on_selection(self, change) -> None:
             sel = change["new"]
             if len(sel) == 2 and sel[1] > sel[0]:
-                self.figures = self._lanes.figures(sel[0], sel[1])
-                self.figure_lines = figures_lines(self.figures)
+                figures = self._lanes.figures(sel[0], sel[1])
+                if not self._causes:  # not even in view.figures: what is hidden from the panel stays hidden
+                    figures = {k: v for k, v in figures.items() if k != "idle_by_cause_us"}
+                self.figures = figures
+                self.figure_lines = figures_lines(figures, self._causes)
             else:
                 self.figures, self.figure_lines = {}, []
 
@@ -358,12 +364,14 @@ _EXPLORER = None
 
 
 def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
-            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True):
+            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True, causes: bool = True):
     """An interactive timeline of ``trace``: wheel to zoom, drag to pan, shift-drag to select, hover for an
     event's details; double-click shows the whole trace again.
 
     ``window_ms`` (on the same axis as :func:`helpers.plots.timeline`) or ``step`` picks the first view.
     ``fallback`` adds the static figure to the display data, for where no widget front end runs.
+    ``causes=False`` leaves out of a selection's figures what the host was doing while the GPU idled: the
+    labs' views before a reading, where naming the cause would answer the exercise.
     The returned widget's ``window_ms`` is the selected stretch (else the visible range).
     """
     global _EXPLORER
@@ -379,7 +387,7 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
             window_ms = (float(lanes.to_ms(row["start_us"].min())), float(lanes.to_ms(row["end_us"].max())))
         else:
             window_ms = (float(lanes.to_ms(lanes.full_us[0])), float(lanes.to_ms(lanes.full_us[1])))
-    return _EXPLORER(lanes, window_ms, title if title is not None else trace_name(trace), fallback)
+    return _EXPLORER(lanes, window_ms, title if title is not None else trace_name(trace), fallback, causes)
 
 
 __all__ = ["Lanes", "explore", "figures_lines"]

@@ -389,7 +389,7 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
 
 
 def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
-            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True):
+            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True, causes: bool = True):
     """The interactive timeline (zoom, pan, hover, select): see :func:`helpers.explore.explore`.
 
     Same lanes, colours and time origin as :func:`timeline`; shows :func:`timeline`'s figure where no
@@ -397,4 +397,4 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     """
     from .explore import explore as _explore  # anywidget is imported only when asked for
 
-    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback)
+    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes)

@@ -145,3 +145,21 @@ def test_front_end_ships_with_the_package():
 
     js = (STATIC / "explore.js").read_text()
     assert "export default" in js and "http" not in js  # an ES module, nothing fetched from a CDN
+
+
+def test_a_view_before_the_reading_names_no_cause():
+    """The labs' views before a reading: a selection's figures say what the GPU did, never what the host was
+    doing while it idled (that is the exercise's answer); the toolkit's default view says it."""
+    broken = helpers.load(Path(__file__).resolve().parents[1] / "data" / "data_stall__broken__h200.json.gz")
+    win = m.windows(broken)
+    row = win[win["step"] == 1].iloc[0]
+    origin = time_origin_us(broken)
+    a, b = (row["start_us"] - origin) / 1e3, (row["end_us"] - origin) / 1e3
+    shown = plots.explore(broken, step=1, fallback=False)
+    shown.select(a, b)
+    assert any(line.startswith("GPU idle while the host was") for line in shown.figure_lines)
+    hidden = plots.explore(broken, step=1, fallback=False, causes=False)
+    hidden.select(a, b)
+    assert "idle_by_cause_us" not in hidden.figures
+    assert not any("DataLoader" in line or "GPU idle while" in line for line in hidden.figure_lines)
+    assert hidden.figure_lines[1] == shown.figure_lines[1]  # GPU busy, the same
