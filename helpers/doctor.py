@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TraceError
+from .procs import run_bounded
 
 #: Python versions the course is tested on (the README's "Python 3.10–3.12").
 PYTHON_RANGE = ((3, 10), (3, 12))
@@ -53,7 +54,7 @@ def _tool_version(tool: str) -> str | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        out = run_bounded([exe, "--version"], 30)
     except (OSError, subprocess.TimeoutExpired):
         return "on PATH (its --version did not answer)"
     lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
@@ -205,7 +206,7 @@ def probe(timeout_s: float = 300) -> list[Finding]:
                 out.append(Finding(f"{tool} probe", "note", "not on PATH: not run"))
                 continue
             try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+                r = run_bounded(cmd, timeout_s, cwd=tmp)  # nsys is a wrapper: its children are stopped with it
             except subprocess.TimeoutExpired:
                 out.append(Finding(f"{tool} probe", "warn", f"did not finish in {timeout_s:.0f} s"))
                 continue

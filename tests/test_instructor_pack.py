@@ -313,6 +313,32 @@ def test_doctor_probe_runs_the_tools_and_names_the_permission_error(tmp_path, mo
     assert found["ncu probe"].status == "warn" and "ERR_NVGPUCTRPERM" in found["ncu probe"].detail
 
 
+def test_doctor_probe_stops_a_tool_and_the_children_it_started(tmp_path, monkeypatch):
+    import os
+    import time
+
+    import torch
+
+    bin_dir, child = tmp_path / "bin", tmp_path / "child.pid"
+    bin_dir.mkdir()
+    (bin_dir / "nsys").write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {child}\nwait\n")  # a wrapper and its child
+    (bin_dir / "nsys").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    found = {f.name: f for f in doctor.probe(timeout_s=1)}
+    assert found["nsys probe"].status == "warn" and "did not finish in 1 s" in found["nsys probe"].detail
+    pid = int(child.read_text())
+    for _ in range(50):  # the kill is sent before probe returns; the process table may lag a moment
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the tool's child outlived the probe's time limit")
+
+
 def test_doctor_without_torch_is_findings_not_a_traceback(tmp_path, monkeypatch, capsys):
     import sys
 
