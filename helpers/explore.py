@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as m
-from .model import Trace
-from .plots import (
+from .lanes import (
     COPY_COLORS,
     FIGURE_WIDTH_PX,
     KIND_COLORS,
@@ -37,8 +36,10 @@ from .plots import (
     _lanes_in,
     _phase_color,
     time_origin_us,
+    timeline,
     trace_name,
 )
+from .model import Trace
 
 STATIC = Path(__file__).parent / "static"
 #: Range nesting drawn (deeper ranges are inside a phase: noise at timeline scale, as in plots.timeline).
@@ -260,9 +261,7 @@ def _png(trace: Trace, lanes: Lanes, window_ms: tuple[float, float], title: str)
     """The static figure of the same view, base64 PNG: what shows where no widget front end runs."""
     import matplotlib.pyplot as plt
 
-    from . import plots
-
-    fig = plots.timeline(trace, window_ms=window_ms, ranks=sorted({ln.rank for ln in lanes.lanes}) or None, title=title)
+    fig = timeline(trace, window_ms=window_ms, ranks=sorted({ln.rank for ln in lanes.lanes}) or None, title=title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -5,264 +5,41 @@ Nothing is shown or saved here; call ``fig.savefig(...)`` or let Jupyter display
 
 from __future__ import annotations
 
-import re
-import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from . import metrics as m
-from .diagnosis import Finding
+from .explore import explore as _explore  # anywidget itself is imported only when a view is asked for
+
+# The timeline and its lanes live in helpers.lanes (the interactive view builds on them too); re-exported here.
+from .lanes import (  # noqa: F401
+    COPY_COLORS,
+    FIGURE_WIDTH_PX,
+    HIDDEN_KINDS,
+    KIND_COLORS,
+    MIN_BAND_PX,
+    PHASE_COLORS,
+    RANGE_LABEL,
+    _colour_keys,
+    _draw_ranges,
+    _in_notebook,
+    _lane_label,
+    _lane_order,
+    _lanes_in,
+    _phase_color,
+    _plt,
+    _tidy,
+    pick_window,
+    time_origin_us,
+    timeline,
+    trace_name,
+)
 from .model import Trace
 from .patterns import BY_CAUSE
-from .patterns import colour as pattern_colour
+from .patterns import colour as pattern_colour  # noqa: F401  (re-exported)
 from .render import change_text
-
-KIND_COLORS = {
-    "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",
-    "cpu_op": "#17becf", "sync": "#d62728",
-}
-COPY_COLORS = {"H2D": "#ff7f0e", "D2H": "#d62728", "D2D": "#8c564b"}
-PHASE_COLORS = {"forward": "#4c72b0", "backward": "#c44e52", "optimizer": "#55a868", "data": "#dd8452",
-                "logging": "#8172b3", "step": "#bbbbbb"}
-# Not drawn: Python frames and GPU shadows of ranges (noise at this scale), sync records (drawn as the
-# CUDA calls that made them), and OS runtime calls (a lane per thread, mostly idle waits: a loader's
-# poll spans the whole capture; the metrics read them instead).
-HIDDEN_KINDS = ("python", "gpu_annotation", "sync", "osrt")
-#: Figure width in pixels (100 dpi). JupyterLab's output area measured 975 px in a 1440-px-wide
-#: Chromium window (tools/screenshots.py): a figure this wide is shown unscaled there.
-FIGURE_WIDTH_PX = 950
-#: A finding's band is drawn at least this wide (pixels): a 0.2 ms window on a 300 ms timeline is under
-#: one pixel, which reads as no band at all. The band is centred on the window and gets an outline.
-MIN_BAND_PX = 6
-
-
-def _plt():
-    import matplotlib
-
-    if matplotlib.get_backend().lower() == "agg" or not _in_notebook():
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-
-        return get_ipython() is not None
-    except ImportError:
-        return False
-
-
-def _lane_order(lane: str) -> tuple:
-    # Top to bottom as in Nsight Systems: ranges, CPU threads, CUDA API, GPU streams, copies.
-    order = [("ranges", 0), ("CPU", 1), ("CUDA API", 2), ("GPU", 3)]
-    for prefix, rank in order:
-        if lane.startswith(prefix):
-            nums = [int(n) for n in re.findall(r"\d+", lane)]
-            return (rank, "memcpy" in lane, nums)
-    return (9, False, [])
-
-
-def _lane_label(lane: str, rank: int, multi_rank: bool) -> str:
-    label = lane.replace("ranges", "NVTX / ranges, thread")
-    label = re.sub(r"^CPU (\d+)", r"CPU thread \1", label)
-    label = re.sub(r"^CUDA API (\d+)", r"CUDA API, thread \1", label)
-    label = label.replace("memcpy", "MemCopy")
-    return f"rank {rank} · {label}" if multi_rank else label
-
-
-def _phase_color(name: str) -> str:
-    low = name.lower()
-    for key, color in PHASE_COLORS.items():
-        if low.startswith(key) or key in low.split():
-            return color
-    if low.startswith("profilerstep"):
-        return PHASE_COLORS["step"]
-    return "#937860"
-
-
-def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
-                rank: int | None = None) -> tuple[float, float]:
-    """The time window to draw: explicit, one step's, or the whole trace (microseconds)."""
-    if window is not None:
-        return float(window[0]), float(window[1])
-    win = m.windows(trace)
-    if rank is not None:
-        win = win[win["rank"] == rank]
-    if step is not None:
-        row = win[win["step"] == step]
-        if row.empty:
-            raise ValueError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
-        return float(row["start_us"].min()), float(row["end_us"].max())
-    ev = trace.events
-    return float(ev["start_us"].min()), float(ev["end_us"].max())
-
-
-time_origin_us = m.time_origin_us  # the axis origin lives with the windows it comes from
-
-
-def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
-    """The (rank, lane) pairs with events drawn in ``[t0, t1)``, in drawing order, and each pair's rows.
-
-    Vectorised over the events table (a 2M-event trace has 1.2M rows): one factorisation of the
-    lanes, no Python loop over events.
-    """
-    ev = trace.events
-    keep = (ev["end_us"].to_numpy() > t0) & (ev["start_us"].to_numpy() < t1) & ~ev["kind"].isin(HIDDEN_KINDS).to_numpy()
-    if ranks is not None:
-        keep &= ev["rank"].isin(list(ranks)).to_numpy()
-    rows = np.flatnonzero(keep)
-    lane_code, lane_names = pd.factorize(ev["lane"].to_numpy(dtype=object)[rows])
-    rank_code, rank_values = pd.factorize(ev["rank"].to_numpy()[rows])
-    pair_code, pairs = pd.factorize(rank_code.astype(np.int64) * max(len(lane_names), 1) + lane_code)
-    order = np.argsort(pair_code, kind="stable")  # each pair's rows stay in table order
-    split = np.split(rows[order], np.cumsum(np.bincount(pair_code, minlength=len(pairs)))[:-1])
-    on_lanes = {(int(rank_values[k // len(lane_names)]), str(lane_names[k % len(lane_names)])): of_pair
-                for k, of_pair in zip(pairs.tolist(), split)}
-    return sorted(on_lanes, key=lambda rl: (rl[0], _lane_order(rl[1]))), on_lanes
-
-
-def _colour_keys(ev: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
-    """What colours each event, as a number into the returned names: a copy's direction, else its kind
-    (-1: nothing to colour by, not drawn)."""
-    code, names = pd.factorize(ev["kind"])  # a categorical: numbered from its codes, no string hashing
-    names = [str(k) for k in names]
-    if "memcpy" in names:
-        code = code.copy()  # never write into an array pandas may share with the table
-        copies = np.flatnonzero(code == names.index("memcpy"))
-        copy_code, copy_names = pd.factorize(ev["copy_kind"].to_numpy(dtype=object)[copies])
-        code[copies] = np.where(copy_code >= 0, copy_code + len(names), -1)
-        names += [str(k) for k in copy_names]
-    return code, names
-
-
-def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
-             findings: Sequence[Finding] = (), ranks: Sequence[int] | None = None, title: str | None = None,
-             width_px: int = FIGURE_WIDTH_PX, ax=None, max_lanes: int = 24, x_origin: float | None = None,
-             window_ms: tuple[float, float] | None = None):
-    """Draw lanes like Nsight Systems: ranges, CPU threads, CUDA API, GPU streams and copies.
-
-    Intervals closer than one pixel are merged, so 100k events draw as fast as a few thousand.
-    Findings are shaded where they show. The x axis is milliseconds from :func:`time_origin_us`
-    (``x_origin`` overrides it); ``window_ms`` zooms to a stretch of that axis, ``window`` takes
-    absolute microseconds as the events table holds them.
-    """
-    plt = _plt()
-    axis_origin = time_origin_us(trace) if x_origin is None else x_origin
-    if window_ms is not None:
-        window = (axis_origin + float(window_ms[0]) * 1e3, axis_origin + float(window_ms[1]) * 1e3)
-    t0, t1 = pick_window(trace, window, step)
-    origin = axis_origin
-    lanes, on_lanes = _lanes_in(trace, t0, t1, ranks)
-    multi = len({r for r, _ in lanes}) > 1
-    if len(lanes) > max_lanes:  # keep GPU and range lanes, drop the busiest-less CPU threads
-        keep = sorted(lanes, key=lambda rl: (not rl[1].startswith(("GPU", "ranges", "CUDA")), -len(on_lanes[rl])))[:max_lanes]
-        lanes = sorted(keep, key=lambda rl: (rl[0], _lane_order(rl[1])))
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(width_px / 100, 0.42 * max(len(lanes), 3) + 1.2), dpi=100)
-    else:
-        fig = ax.figure
-    px_us = (t1 - t0) / width_px
-    ev = trace.events
-    start, end = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
-    colour_code, colour_names = _colour_keys(ev)
-    shown = set()
-    for y, (rank, lane) in enumerate(lanes):
-        rows = on_lanes[(rank, lane)]
-        if lane.startswith("ranges"):
-            _draw_ranges(ax, ev.iloc[rows], y, origin, px_us)
-            continue
-        codes = colour_code[rows]
-        for key, c in sorted((colour_names[c], c) for c in np.unique(codes[codes >= 0]).tolist()):
-            of_key = rows[codes == c]
-            shown.add(key)
-            color = COPY_COLORS.get(key, KIND_COLORS.get(key, "#999999"))
-            # Intervals closer than a pixel merge into one bar: a lane is at most ~width_px bars.
-            s, e = m.merge_intervals(start[of_key], end[of_key] + px_us)
-            ax.broken_barh(list(zip((s - origin) / 1e3, np.maximum(e - px_us - s, px_us) / 1e3)), (y - 0.4, 0.8),
-                           facecolors=color, edgecolors="none")
-    outside = []
-    for f in findings:
-        if not f.window:
-            continue
-        fs, fe = max(f.window[0], t0), min(f.window[1], t1)
-        if fe <= fs:  # listed under the title instead of drawn off-axis (which would widen the figure)
-            outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
-            continue
-        color = pattern_colour(f.pattern, "red")
-        if fe - fs < MIN_BAND_PX * px_us:  # too thin to see: widen it around its middle, and outline it
-            mid = (fs + fe) / 2
-            fs, fe = mid - MIN_BAND_PX * px_us / 2, mid + MIN_BAND_PX * px_us / 2
-            ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, facecolor="none", edgecolor=color, linewidth=1.0,
-                       alpha=0.8, zorder=0)
-        ax.axvspan((fs - origin) / 1e3, (fe - origin) / 1e3, color=color, alpha=0.15, zorder=0)
-        ax.text((fs - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
-    ax.set_yticks(range(len(lanes)), [_lane_label(ln, r, multi) for r, ln in lanes], fontsize=10)
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=COPY_COLORS.get(k, KIND_COLORS.get(k, "#999999")), label=str(k))
-               for k in sorted(shown)]
-    if handles:  # below the axes, inside the figure's width
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.12 * 8 / max(len(lanes) + 4, 8)),
-                  ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
-                  title_fontsize=9, alignment="left")
-    ax.set_ylim(len(lanes) - 0.5, -1.0)
-    lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
-    ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
-    ax.set_xlabel("time (ms)")
-    ax.grid(axis="x", alpha=0.3)
-    title = title if title is not None else trace_name(trace)
-    if outside:
-        title += "\n" + textwrap.shorten("findings outside this window: " + "; ".join(outside), 140)
-    ax.set_title(title, fontsize=11, loc="left")
-    _tidy(fig)
-    return fig
-
-
-def trace_name(trace: Trace) -> str:
-    """A name that tells traces apart: the file's, or its folder's when the file has the generic name."""
-    path = Path(str(trace.source))
-    name = path.name
-    for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
-        name = name.removesuffix(suffix)
-    return path.parent.name if name in ("trace", "") and path.parent.name else name
-
-
-#: The gid of a range's name drawn on its bar (see _tidy).
-RANGE_LABEL = "range-label"
-
-
-def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
-    """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit."""
-    from matplotlib.collections import PolyCollection
-
-    ranges = ranges.sort_values(["start_us", "dur_us"], ascending=[True, False])
-    depth_end: list[float] = []
-    bars, colors = [], []
-    for s, e, name in zip(ranges["start_us"].tolist(), ranges["end_us"].tolist(), ranges["name"].tolist()):
-        while depth_end and depth_end[-1] <= s:
-            depth_end.pop()
-        depth = len(depth_end)
-        depth_end.append(e)
-        if depth > 2 or (e - s) < px_us:
-            continue
-        h = 0.8 - 0.25 * depth
-        x0, y0 = (s - origin) / 1e3, y - h / 2
-        x1, y1 = x0 + (e - s) / 1e3, y0 + h  # the corners broken_barh would compute
-        bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
-        colors.append(_phase_color(name))
-        if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            label = ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
-                            clip_on=True, gid=RANGE_LABEL)
-            label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
-    if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
-        ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,
-                                         alpha=0.9))
 
 
 def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "after"), steps: int = 2):
@@ -296,24 +73,6 @@ def compare_table(ax, table: pd.DataFrame, labels: tuple[str, str] = ("before", 
     tbl.set_fontsize(9)
     tbl.auto_set_column_width(list(range(4)))  # each column as wide as its longest text: no clipped metric names
     return tbl
-
-
-def _tidy(fig) -> None:
-    """tight_layout, without its warning when long lane labels leave it no room (the figure is still fine);
-    then drop each range label wider than its range, which would spill over the next phase's bar (the
-    estimate that placed it counts the figure's width, not the narrower axes')."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        fig.tight_layout()
-    renderer = None
-    for ax in fig.axes:
-        for label in [t for t in ax.texts if t.get_gid() == RANGE_LABEL]:
-            renderer = renderer or fig.canvas.get_renderer()
-            (a, _), (b, _) = ax.transData.transform([(label.range_ms[0], 0), (label.range_ms[1], 0)])
-            if label.get_window_extent(renderer).width + 4 > b - a:
-                label.remove()
 
 
 def _fmt(v: float) -> str:
@@ -395,6 +154,4 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     Same lanes, colours and time origin as :func:`timeline`; shows :func:`timeline`'s figure where no
     widget front end runs.
     """
-    from .explore import explore as _explore  # anywidget is imported only when asked for
-
     return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes)

@@ -19,7 +19,7 @@ from conftest import ROOT
 
 import helpers
 from helpers import checks, course, metrics, plots
-from helpers.checks import lab01
+from helpers.checks import _core, lab01
 from helpers.course import recorded
 from helpers.model import Trace
 from helpers.selfcheck import item_status
@@ -196,8 +196,6 @@ def test_pipeline_fix_refuses_the_courses_traces():
 def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     """Share verdicts: a fix whose wait fell less than 2x on a busy machine passes on worker processes;
     on a quiet machine the same trace fails. "Busy" is measured (the load average), so the test sets it."""
-    from helpers.checks import lab05
-
     broken, fixed = mine(recorded("data_stall", "broken", "cpu")), mine(recorded("data_stall", "fixed", "cpu"))
     ok, line = lab01._data_verdict(broken, fixed, [])
     assert ok and line == "data wait 48% -> 10% of step time"
@@ -207,10 +205,10 @@ def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     ev.loc[dw, "dur_us"] *= 3.2
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
-    monkeypatch.setattr(lab05, "_cores_busy", lambda: "")
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert not ok and "too busy" not in line
-    monkeypatch.setattr(lab05, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert ok and "too busy to judge the wait" in line and "load average 3.0" in line
 

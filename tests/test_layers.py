@@ -108,3 +108,37 @@ def test_course_and_checks_import_in_one_direction():
     below = _reaches(graph, "helpers.course")
     assert not any(_in(mod, ("helpers.checks", "helpers.selfcheck")) for mod in below), sorted(below)
     assert "helpers.course" not in below  # no cycle through it
+
+
+
+def _a_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` as a path that ends where it starts, or [] when there is none."""
+    done: set[str] = set()
+    for root in sorted(graph):
+        if root in done:
+            continue
+        path, todo = [root], [iter(sorted(graph[root]))]
+        while path:
+            nxt = next(todo[-1], None)
+            if nxt is None:  # every import of path[-1] explored: no cycle runs through it
+                done.add(path.pop())
+                todo.pop()
+            elif nxt in path:
+                return path[path.index(nxt):] + [nxt]
+            elif nxt not in done:
+                path.append(nxt)
+                todo.append(iter(sorted(graph.get(nxt, ()))))
+    return []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_import_graph_has_no_cycle():
+    # every import statement in helpers/, those inside functions too: a cycle hidden in a function is still one
+    graph = _module_graph()
+    assert "helpers.lanes" in graph["helpers.explore"] and "helpers.metrics.steady" in graph["helpers.metrics._cache"]
+    cycle = _a_cycle(graph)
+    assert not cycle, " -> ".join(cycle)

@@ -41,7 +41,7 @@ def test_change_text_words_outside_the_band():
 def test_a_slower_fix_never_passes(monkeypatch):
     """num_workers=1: worker processes, a lower data wait, but the step slower beyond noise (57.8 -> 68.8 ms once),
     on a machine with a core to spare (on one without, the step time is not judged: thresholds.FEW_CORES)."""
-    monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "")
+    monkeypatch.setattr("helpers.checks._core._cores_busy", lambda: "")
     b = mine(recorded("data_stall", "broken", "cpu"))
     slower = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)  # the fixed loop's structure, 28 ms a step
     assert m.timing_verdict(b, slower) == "slower"
@@ -53,9 +53,9 @@ def test_too_busy_only_when_measured(monkeypatch):
     from helpers.checks import lab01
 
     b, f = mine(recorded("data_stall", "broken", "cpu")), mine(recorded("data_stall", "fixed", "cpu"))
-    monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "")
+    monkeypatch.setattr("helpers.checks._core._cores_busy", lambda: "")
     assert lab01._busy(b, f) == ""  # quiet steps (3-4% spread) and no load: not "too busy"
-    monkeypatch.setattr("helpers.checks.lab05._cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr("helpers.checks._core._cores_busy", lambda: "load average 3.0 on 2 cores")
     assert lab01._busy(b, f) == "load average 3.0 on 2 cores"
     assert isinstance(m.comparison(b, f), pd.DataFrame) and "noise" in m.comparison(b, f).columns
 

@@ -16,7 +16,7 @@ from conftest import ROOT, TRIAGE_KEY
 
 from helpers import checks, diagnose
 from helpers import metrics as m
-from helpers.checks import lab05
+from helpers.checks import _core, lab05
 from helpers.diagnosis import signals
 from helpers.plots import time_origin_us
 from helpers.selfcheck import item_status
@@ -227,7 +227,7 @@ def test_own_loop_template_writes_its_report_without_clobbering(tmp_path):
 def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
     from helpers.course import recorded
 
-    monkeypatch.setattr(lab05, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
     from helpers.model import Trace
 
     def as_mine(t):  # the recorded pair standing in for the learner's own captures

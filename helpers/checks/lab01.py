@@ -13,7 +13,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
-from . import behaviour
+from . import _core, behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -82,22 +82,18 @@ def _copy_words(t: Trace) -> str:
 
 def _busy(before: Trace, after: Trace) -> str:
     """What measured says this machine is too busy to judge timing (the steps' own spread, the load average), or ''."""
-    from ..checks.lab05 import _cores_busy  # lab05 imports this module: import late
-
     band = m.step_time_band(before, after)
     spread = max(band["before_spread"], band["after_spread"])
     if spread > th.NOISE_BUSY_SPREAD:
         return f"the steps spread {spread:.0%} around their median (over {th.NOISE_BUSY_SPREAD:.0%} is a busy machine)"
-    return _cores_busy()
+    return _core._cores_busy()
 
 
 def _slower(before: Trace, after: Trace) -> str:
     """A line when the fix made the median step slower beyond the noise band, else ''."""
-    from ..checks.lab05 import _cores_busy  # lab05 imports this module: import late
-
     if m.timing_verdict(before, after) != "slower":
         return ""
-    if _cores_busy():
+    if _core._cores_busy():
         return ""  # no core to spare (load, or workers and training sharing 2 cores): the step time measures that
     band = m.step_time_band(before, after)
     return (f"your step is slower: median {band['before_ms']:.1f} -> {band['after_ms']:.1f} ms, beyond the noise band "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
-from . import _proof, behaviour
+from . import _core, _proof, behaviour
 from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from ._sealed import digest, unseal
 from .lab01 import _data_verdict, _data_wait_share, _timing_note, _uses_loader_workers  # noqa: F401
@@ -51,20 +50,6 @@ TRIAGE_NEEDED = 8
 
 
 # --- lab 05 ----------------------------------------------------------------------------------
-def _cores_busy() -> str:
-    """Why this machine cannot show a loader's gain now (its load average fills every core, or it has too few
-    cores for the workers and the training process), or ''."""
-    try:
-        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    except (OSError, AttributeError):
-        return ""
-    if cores and load >= cores:
-        return f"load average {load:.1f} on {cores} cores"
-    if cores and cores <= th.FEW_CORES:
-        return f"only {cores} cores, shared by the loader's workers and the training process"
-    return ""
-
-
 def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=None) -> str:
     """The mystery loop: first what the learner's ``make_step(device)`` does (run here on the CPU: new
     batches of the dataset's rows every step, the model's weights updated); then no data or sync stall
@@ -88,7 +73,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
     key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
     data_ok, evidence = _data_verdict(before, after, found)  # the same data verdict as lab 01's
     wb, wa = _data_wait_share(before), _data_wait_share(after)
-    busy = _cores_busy()
+    busy = _core._cores_busy()
     if not data_ok and _uses_loader_workers(after) and (wa <= wb + th.READING_SHARE_ABS or busy):
         # No spare core (a hog, other users): worker processes cannot lower the wait share, only the
         # loader's structure can be judged. Said so, never hidden.

@@ -29,7 +29,8 @@ module             what it holds
 
 from __future__ import annotations
 
-from ._cache import _cached, _memo, name_mask
+from ._cache import _cached
+from ._store import _memo, name_mask
 from .activity import (
                        CAUSES,
                        DATA_WAIT,

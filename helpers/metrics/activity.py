@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import thresholds as _th
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
-from ._cache import _memo, name_mask
+from ._store import _memo, name_mask
 from .intervals import intersect, merge_intervals, subtract
 
 # --- what the host is doing -----------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..model import Trace
-from ._cache import _cached, name_mask
+from ._cache import _cached
+from ._store import name_mask
 from .activity import SMALL_KERNEL_US
 from .windows import windows
 

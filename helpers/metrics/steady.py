@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace, assign_steps, empty_steps
-from ._cache import _memo
+from ._store import _memo
 from .intervals import merge_intervals, overlap
 
 

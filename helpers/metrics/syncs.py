@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..model import Trace
-from ._cache import _cached, name_mask
+from ._cache import _cached
+from ._store import name_mask
 from .activity import _SYNCING_OP_SET, OPTIMIZER_RANGE, is_sync_call
 from .intervals import merge_intervals, overlap
 from .windows import windows

@@ -1,0 +1,74 @@
+"""The per-trace store of metric results, emptied when the trace's events table is replaced or edited.
+
+The lowest piece of the metrics: the steady-state step and the metric cache both keep their results here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..model import Trace
+
+
+def _memo(trace: Trace) -> dict[Any, Any]:
+    """The trace's metric cache, emptied when ``trace.events`` was reassigned or edited since it was filled.
+
+    The cache holds the very events frame it was computed from and compares by identity, so a
+    reassigned table can never be served old results (an id() could be reused, the object cannot).
+    It also holds a shallow copy of that frame: under pandas' copy-on-write (pandas 3, the pinned
+    version) any edit in place (``.loc[...] = ``, a new or renamed column, ``drop(inplace=True)``)
+    first gives the edited frame new arrays, so the two no longer share their blocks and the cache is
+    emptied. The check costs a few identity comparisons, not a pass over the events.
+    """
+    memo = trace._memo
+    events = trace.events
+    if memo.get("__events__") is not events or memo.get("__arrays__") != _arrays(events):
+        memo.clear()
+        memo["__events__"] = events
+        memo["__arrays__"] = _arrays(events)
+        # a view that shares the blocks: while it lives, copy-on-write must copy before any write
+        memo["__view__"] = events.copy(deep=False) if isinstance(events, pd.DataFrame) else None
+    return memo
+
+
+class _Same:
+    """Compares equal only to itself wrapping the very same objects (identity, never values)."""
+
+    __slots__ = ("objects",)
+
+    def __init__(self, objects: tuple) -> None:
+        self.objects = objects
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _Same) and len(other.objects) == len(self.objects)
+                and all(a is b for a, b in zip(self.objects, other.objects)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _arrays(events: Any) -> _Same | None:
+    """The frame's index, columns and block arrays, by identity: an edit in place replaces one of them."""
+    if not isinstance(events, pd.DataFrame):
+        return None
+    mgr = events._mgr
+    return _Same((*mgr.axes, *(b.values for b in mgr.blocks)))
+
+
+def name_mask(trace: Trace, key: str, predicate) -> np.ndarray:
+    """``predicate(name)`` for every event, evaluated once per distinct name (traces repeat names a lot).
+
+    Cached under ``key`` *and* the predicate itself, so two callers that reuse a key with
+    different predicates get their own answers (``key`` only names the entry for readers).
+    """
+    memo = _memo(trace)
+    if "name_codes" not in memo:
+        memo["name_codes"] = pd.factorize(trace.events["name"])
+    slot = ("name", key, predicate)
+    if slot not in memo:
+        codes, uniques = memo["name_codes"]
+        hits = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
+        memo[slot] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return memo[slot]
