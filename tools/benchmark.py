@@ -23,6 +23,7 @@ below the core count, and CPU time is the figure to compare then. HTA figures ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -518,14 +519,39 @@ def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
             print(f"{line}   ({_load()})")
 
 
+@contextlib.contextmanager
+def _jupyter_lab(python: str, cwd: Path, env: dict, token: str, log: Path, timeout_s: float, *extra: str):
+    """A JupyterLab server on a free local port, started in ``cwd``; yields its port once it answers and stops
+    it afterwards, whatever happens."""
+    port = _free_port()
+    lab = subprocess.Popen([python, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+                            f"--IdentityProvider.token={token}", *extra, *(["--allow-root"] if os.geteuid() == 0 else [])],
+                           cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or lab.poll() is not None:
+                    raise SystemExit("jupyter lab did not start: " + log.read_text()[-500:]) from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        lab.terminate()
+        try:
+            lab.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            lab.kill()
+
+
 def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
     """plots.explore on the --big trace in JupyterLab, driven by headless Chromium (needs Chromium and
     ``pip install -r requirements-browser.txt``): first draw (from the widget cell's start to its bars on
     screen: lanes indexed, bins sent, canvas drawn) and wheel zooms (from the wheel to the new range's bars
     drawn), as a reader sees them; the trace's read is not included."""
     import shutil
-    import socket
-    import urllib.request
 
     import nbformat
     from playwright.sync_api import sync_playwright
@@ -545,63 +571,44 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, tmp / "big.ipynb")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         token = "benchmark"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(tmp / "config"),
                "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
-        lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-                                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp}",
-                                "--LabApp.expose_app_in_browser=True", *(["--allow-root"] if os.geteuid() == 0 else [])],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         drawn = """() => { const e = document.querySelector('.gtl-explore');
             return e && e.dataset.binsView && e.dataset.binsView === e.dataset.view; }"""
-        try:
-            for _ in range(240):
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
-                    break
-                except OSError:
-                    time.sleep(0.5)
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                for _ in range(repeat):
-                    loaded.unlink(missing_ok=True)
-                    page = browser.new_page(viewport={"width": 1440, "height": 900})
-                    page.goto(f"http://127.0.0.1:{port}/lab/tree/big.ipynb?token={token}")
-                    page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=120_000)
-                    page.wait_for_function("() => /\\| Idle/.test(document.querySelector('#jp-main-statusbar').innerText)",
-                                           timeout=120_000)
-                    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-                    page.wait_for_timeout(500)
-                    for _ in range(3000):  # until the read is done and the widget cell starts
-                        if loaded.exists():
-                            break
-                        time.sleep(0.02)
+        with _jupyter_lab(sys.executable, tmp, env, token, tmp / "lab.log", 120, f"--ServerApp.root_dir={tmp}",
+                          "--LabApp.expose_app_in_browser=True") as port, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            for _ in range(repeat):
+                loaded.unlink(missing_ok=True)
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                page.goto(f"http://127.0.0.1:{port}/lab/tree/big.ipynb?token={token}")
+                page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=120_000)
+                page.wait_for_function("() => /\\| Idle/.test(document.querySelector('#jp-main-statusbar').innerText)",
+                                       timeout=120_000)
+                page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+                page.wait_for_timeout(500)
+                for _ in range(3000):  # until the read is done and the widget cell starts
+                    if loaded.exists():
+                        break
+                    time.sleep(0.02)
+                t0 = time.perf_counter()
+                page.wait_for_function(drawn, timeout=600_000, polling=10)
+                line = f"  first draw in the browser {time.perf_counter() - t0:5.2f} s ({loaded.read_text()} rows)"
+                box = page.locator(".gtl-canvas").bounding_box()
+                page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
+                for step in (-600, -600, 600):  # two zooms in at the pointer, one out
+                    shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
                     t0 = time.perf_counter()
-                    page.wait_for_function(drawn, timeout=600_000, polling=10)
-                    line = f"  first draw in the browser {time.perf_counter() - t0:5.2f} s ({loaded.read_text()} rows)"
-                    box = page.locator(".gtl-canvas").bounding_box()
-                    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 60)
-                    for step in (-600, -600, 600):  # two zooms in at the pointer, one out
-                        shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
-                        t0 = time.perf_counter()
-                        page.mouse.wheel(0, step)
-                        page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
-                                               timeout=30_000, polling=10)
-                        page.wait_for_function(drawn, timeout=60_000, polling=10)
-                        line += f"   zoom {'in' if step < 0 else 'out'} {time.perf_counter() - t0:5.3f} s"
-                    print(f"{line}   ({_load()})")
-                    page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
-                    page.close()
-                browser.close()
-        finally:
-            lab.terminate()
-            try:
-                lab.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                lab.kill()
+                    page.mouse.wheel(0, step)
+                    page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
+                                           timeout=30_000, polling=10)
+                    page.wait_for_function(drawn, timeout=60_000, polling=10)
+                    line += f"   zoom {'in' if step < 0 else 'out'} {time.perf_counter() - t0:5.3f} s"
+                print(f"{line}   ({_load()})")
+                page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
+                page.close()
+            browser.close()
 
 
 # --- the first ten minutes: from a fresh clone to lab 00's first timeline in a browser ------------
@@ -644,21 +651,9 @@ def first_timeline(source: str, install: bool, pip_args: list[str], chromium: st
     env.update(JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                JUPYTERLAB_SETTINGS_DIR=str(home / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
                MPLCONFIGDIR=str(home / "matplotlib"), IPYTHONDIR=str(home / "ipython"))
-    port, token = _free_port(), "first-timeline"
+    token = "first-timeline"
     start = time.monotonic()  # the clock of "after the install" starts here
-    lab = subprocess.Popen([python, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-                            f"--IdentityProvider.token={token}", *(["--allow-root"] if os.geteuid() == 0 else [])],
-                           cwd=clone, env=env, stdout=subprocess.DEVNULL, stderr=(tmp / "lab.log").open("w"))
-    try:
-        deadline = start + timeout_s
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or lab.poll() is not None:
-                    raise SystemExit("jupyter lab did not start: " + (tmp / "lab.log").read_text()[-500:]) from None
-                time.sleep(0.2)
+    with _jupyter_lab(python, clone, env, token, tmp / "lab.log", timeout_s) as port:
         marks["server_s"] = time.monotonic() - start
         out.mkdir(parents=True, exist_ok=True)
         ms = int(timeout_s * 1000)
@@ -672,12 +667,6 @@ def first_timeline(source: str, install: bool, pip_args: list[str], chromium: st
                 print(json.dumps({"failed_after": marks}), file=sys.stderr)  # the install's times are not lost
                 raise
             browser.close()
-    finally:
-        lab.terminate()
-        try:
-            lab.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            lab.kill()
     commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "cores": os.cpu_count(), "load": _load(), **marks}
     shutil.rmtree(tmp, ignore_errors=True)
