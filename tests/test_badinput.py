@@ -1,4 +1,4 @@
-"""The bad-input corpus: every case from issue 12, each with the message it must give.
+"""The bad-input corpus: every kind of bad input a user can give, each with the message it must give.
 
 The promise, for every input through the CLI: one line on stderr, exit status 2, no traceback, and
 no byte of the input or any file beside it changed; through the API: a TraceError.

@@ -61,3 +61,8 @@ def test_every_manifest_entry_loads_and_matches():
         t = helpers.load(DATA / e["file"])
         assert len(t.events) == e["events"], e["file"]
         assert {"workload", "variant", "device", "torch", "date", "command", "step_ms"} <= set(e)
+
+
+def test_cpu_only_data_stall_fix_does_not_say_gpu():
+    f = helpers.diagnose(recorded("data_stall", "broken", "cpu"))[0]
+    assert f.pattern == "data_stall" and "GPU" not in f.fix

@@ -1,7 +1,7 @@
 """Fixes that delete the work instead of fixing it are refused, with a message naming what is missing.
 
-Each fake fix here once passed a check (issue: "fixes that delete the work pass"); the real fix
-beside it still passes. The checks run the learner's functions on small CPU inputs.
+Each fake fix here removes the work a check must see instead of making it faster; the real fix beside
+it still passes. The checks run the learner's functions on small CPU inputs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A hostile corpus built in code: each case is an input or a call that once broke a promise.
+"""A hostile corpus built in code: each case is an input or a call that tests one promise.
 
 The promises: bad input is one line and exit 2 at the CLI (only TraceError / CheckFailed from the API);
 inputs are never written; memory and time stay bounded; files that are not regular files are refused.

@@ -142,6 +142,28 @@ def test_reference_pipeline_fix_passes_on_a_gpu_trace():
     assert out.startswith("passed") and "Pinned" in out and "0 blocking copies" in out
 
 
+def test_the_check_quotes_the_comparison_tables_step_times():
+    """One step time for a before/after pair: the figures the check's line quotes are the table's row."""
+    broken, fixed = mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed"))
+    out = checks.check_data_stall_fixed(broken, fixed, 3.0, OK_LOADER)
+    quoted = re.search(r"median step time ([\d.]+) -> ([\d.]+) ms", out)
+    row = metrics.comparison(broken, fixed).set_index("metric").loc["step time (ms, median)"]
+    assert quoted, out
+    assert (quoted[1], quoted[2]) == (f"{row['before']:.1f}", f"{row['after']:.1f}")
+    # the mean over the steps (metrics.step_time_ms) differs on this pair, so this would catch the check quoting it
+    assert f"{metrics.step_time_ms(broken):.1f}" != quoted[1]
+
+
+@pytest.mark.parametrize("workload", ["h2d_copy", "data_stall"])
+def test_the_tables_gain_is_the_gpu_measured_one(workload):
+    """The table's step-time ratio is within 20% of the unprofiled gain data/manifest.json records: on the
+    copy fix the host runs ahead of the GPU, and host step ranges alone showed 22x for a 3.9x gain."""
+    row = metrics.comparison(recorded(workload, "broken"), recorded(workload, "fixed")).iloc[0]
+    assert row["metric"] == "step time (ms, median)"
+    gain = course.entry(workload, "broken")["step_ms"] / course.entry(workload, "fixed")["step_ms"]
+    assert row["before"] / row["after"] == pytest.approx(gain, rel=0.20)
+
+
 def test_pinned_and_non_blocking_without_workers_fails_live_on_cpu(live_cpu):
     """A plausible wrong fix: pin_memory and non_blocking, but the samples still made in the training process."""
     broken, _, ns = live_cpu

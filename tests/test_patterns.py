@@ -1,5 +1,5 @@
-"""The pattern catalogue drives the diagnosis, the reading check and the plots; diagnose() returns one
-typed result that is still the list of findings."""
+"""The pattern catalogue drives the diagnosis, the reading check and the plots: rules as data, signals named
+like the thresholds; diagnose() returns one typed result that is still the list of findings."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from helpers import diagnosis as dg
 from helpers import metrics as m
 from helpers import patterns as pt
 from helpers import plots
+from helpers import thresholds as th
 from helpers.checks import reading
+from helpers.patterns import CATALOGUE
 
 
 def _load(events, tmp_path):
@@ -94,3 +96,21 @@ def test_steady_state_says_what_it_left_out():
     text = helpers.render.diagnose_text("t", result, True)
     assert "left out" in text and f"{st.kept_share:.0%} of the capture" in text
     assert dataclasses.is_dataclass(st)
+
+
+def test_signals_are_named_like_thresholds(tmp_path):
+    sg = dg.signals(helpers.load(write_json(host_bound_loop(), tmp_path / "t.json")))
+    for pattern in CATALOGUE:
+        assert pattern.name in dg.PATTERNS and pattern.fix
+        for rule in pattern.rules:
+            assert rule.cost in sg or not rule.when(sg) or rule.cost == "none"
+    for name in ("data_stall_share", "sync_blocked_share", "launch_idle_share", "launch_median_kernel_us",
+                 "host_bound_idle_share", "gpu_bound_busy"):
+        assert hasattr(th, name.upper()) or hasattr(th, name.upper().replace("_SHARE", "")) or name.upper() + "_SHARE"
+        assert name in sg
+    assert th.SMALL_KERNEL_US == m.SMALL_KERNEL_US == 10.0
+
+
+def test_finding_has_no_share_alias(tmp_path):
+    f = helpers.diagnose(helpers.load(write_json(host_bound_loop(), tmp_path / "t.json")))[0]
+    assert not hasattr(f, "share") and 0 < f.cost <= 1

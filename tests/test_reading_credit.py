@@ -164,5 +164,5 @@ def test_the_window_must_lie_inside_one_step_and_the_cost_within_the_stated_band
         if passes:
             assert checks.check_reading(r, t, "data").startswith("passed")
         else:
-            with pytest.raises(checks.CheckFailed, match=r"cost of .* is off by more than 5% .*idle_cost_by_cause"):
+            with pytest.raises(checks.CheckFailed, match=r"cost of .* is off by more than 5 percentage points .*idle_cost_by_cause"):
                 checks.check_reading(r, t, "data")

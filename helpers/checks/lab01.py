@@ -30,11 +30,14 @@ SINGLE, MULTI = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 
 
 # --- what a trace shows about its input pipeline ---------------------------------------------
-def _timing_note(b: float | None, a: float | None, min_speedup: float) -> str:
-    """The step times as context: one run each cannot tell a slower fix from a busier machine."""
-    if not b or not a:
+def _timing_note(before: Trace, after: Trace, min_speedup: float) -> str:
+    """The step times as context: one run each cannot tell a slower fix from a busier machine. The figures
+    are :func:`helpers.metrics.step_time_band`'s medians, the ones the comparison table shows."""
+    band = m.step_time_band(before, after)
+    b, a = band["before_ms"], band["after_ms"]
+    if not (b > 0 and a > 0):  # NaN (no steps, no events) or a zero-length step: no ratio to quote
         return ""
-    note = f"step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
+    note = f"median step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
     if b < a * min_speedup:
         note += (f", below the {min_speedup}x a quiet machine shows; other work on this machine slows worker "
                  "processes, so the timing is not judged beyond its noise band, the structure is")
@@ -183,7 +186,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     slower = _slower(before, after)
     if slower:
         problems.insert(0, slower)
-    note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
+    note = _timing_note(before, after, min_speedup)
     _check("data", "check_data_stall_fixed", not problems,
            "Your trace shows: " + "; ".join(problems) + f". ({evidence}; {note or 'no step times'}.)")
     structure = f"loader {loader_kind(after) or 'none'}"

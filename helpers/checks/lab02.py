@@ -280,8 +280,8 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
         ok, msg = _gpu_verdict(before, after)
     else:
         ok, msg = _cpu_verdict(before, after, min_gain)
-    b, a = m.step_time_ms(before), m.step_time_ms(after)
-    timing = f" Step time {b:.2f} -> {a:.2f} ms under the profiler (reported, not judged)."
+    band = m.step_time_band(before, after)  # the medians the comparison table shows
+    timing = f" Median step time {band['before_ms']:.2f} -> {band['after_ms']:.2f} ms under the profiler (reported, not judged)."
     msg = msg.rstrip(".")
     _check("launch", "check_launch_fixed", ok, msg[0].upper() + msg[1:] + "." + timing)
     return "passed: check_launch_fixed. " + msg + "." + timing

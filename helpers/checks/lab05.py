@@ -81,7 +81,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         evidence += (f" (not lower: {busy or 'this machine has no core to spare for the workers'}, so the verdict "
                      "rests on the batches coming from worker processes)")
     ok = data_ok and "sync_stall" not in found and sa[key] <= 0.2
-    note = _timing_note(m.step_time_ms(before), m.step_time_ms(after), min_speedup)
+    note = _timing_note(before, after, min_speedup)
     _check("workflow", "check_capstone", ok,
            f"{evidence.capitalize()}, {key.replace('_', ' ')} {sa[key]:.1f}, findings {found}. "
            "Fix the biggest gap first, re-profile, then the next one.")

@@ -326,8 +326,8 @@ def cost_problem(reading: Reading, trace: Trace, sg: dict[str, Any], fallback: f
     want = want_cost(reading.pattern, trace, sg, fallback)
     if want is None or abs(reading.cost - want) <= cost_tolerance(want):
         return None
-    return (f"a cost of {reading.cost:.0%} of step time is off by more than {th.READING_COST_ABS:.0%} (or "
-            f"{th.READING_COST_REL:.0%} of the cost): {reading.pattern}'s cost is the share of step time a fix saves at "
+    return (f"a {reading.pattern} cost of {reading.cost:.0%} of step time is off by more than {th.READING_COST_ABS * 100:.0f} "
+            f"percentage points (or {th.READING_COST_REL:.0%} of the cost): {reading.pattern}'s cost is the share of step time a fix saves at "
             f"most, {cost_howto(reading.pattern, trace.has_gpu)}")
 
 

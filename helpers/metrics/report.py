@@ -139,7 +139,10 @@ def _spread(x: np.ndarray) -> float:
 def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
     """Median step times of two traces and the noise band of their difference (``thresholds.NOISE_BAND_SE``
     standard errors, from each run's own spread): ``before_ms, after_ms, band_ms`` (NaN with fewer than
-    ``NOISE_MIN_STEPS`` steps a side), ``before_spread, after_spread`` (relative), ``n_before, n_after``."""
+    ``NOISE_MIN_STEPS`` steps a side), ``before_spread, after_spread`` (relative), ``n_before, n_after``.
+
+    The one step time of a before/after: :func:`comparison`'s row and every check's line quote these medians,
+    so a table and a verdict on the same pair never disagree."""
     b, a = step_times(before), step_times(after)
     out = {"before_ms": float(np.median(b)) if len(b) else (step_time_ms(before) or float("nan")),
            "after_ms": float(np.median(a)) if len(a) else (step_time_ms(after) or float("nan")),

@@ -1,0 +1,73 @@
+"""Both trace formats agree: the profiler trace and the nsys export of one loop give the same top finding,
+synthetic and recorded (every pair in data/manifest.json, the blind-triage loops)."""
+
+import json
+
+from conftest import DATA
+from synth import host_bound_loop, idle_capture, two_step_loop, write_json, write_sqlite
+
+import helpers
+
+
+def _both(events, tmp_path, name="t"):
+    return (helpers.load(write_json(events, tmp_path / f"{name}.json")),
+            helpers.load(write_sqlite(events, tmp_path / f"{name}.sqlite")))
+
+
+def test_both_formats_give_the_same_top_finding(tmp_path):
+    for i, events in enumerate((host_bound_loop(), host_bound_loop(gpu_us=2000, host_us=20), idle_capture(), two_step_loop())):
+        a, b = _both(events, tmp_path, f"t{i}")
+        pa, pb = [f.pattern for f in helpers.diagnose(a)], [f.pattern for f in helpers.diagnose(b)]
+        assert pa[:1] == pb[:1], (pa, pb)
+
+
+def _manifest_pairs():
+    doc = json.loads((DATA / "manifest.json").read_text())
+    runs: dict[str, dict[str, str]] = {}
+    for e in doc["traces"] + doc.get("recordings", []):  # the H200 pairs are listed under "recordings"
+        if "run" in e:
+            runs.setdefault(e["run"], {})[e.get("format", "kineto")] = e["file"]
+    return runs
+
+
+#: Pairs whose two formats do not agree. Agreeing now: data_stall:fixed and sync_stall:fixed since the nsys
+#: exports' steady state is found (they have no step ranges, so start-up was judged with the loop);
+#: data_stall:fixed and launch_overhead:compile since launch-dense NVTX ranges count as dispatching in
+#: traces without framework ops (the compiled step's host time between launches read as host_bound);
+#: launch_overhead:graphs and triage t3 since gpu_bound's bar counts a CUDA-Graph replay's span in both formats
+#: (the busy figure counts its kernels only: the graph-level nsys export keeps no kernels, only the replay).
+#: mystery:fixed since it was recorded again (2026-12-03): its first twin's loader workers did not keep up
+#: (data_stall 36%) while the exports of the session before ran beside the recording; exports now run after
+#: the last recording. The test fails if any pair disagrees.
+KNOWN_DISAGREEMENTS: set[str] = set()
+
+
+def test_recorded_pairs_agree():
+    """Every profiler/nsys pair of one command in data/ gives the same top finding, except the known ones."""
+    pairs = {run: sides for run, sides in _manifest_pairs().items() if len(sides) >= 2}
+    assert len(pairs) >= 20, f"only {len(pairs)} recorded pairs in data/manifest.json"
+    disagree = set()
+    for run, sides in pairs.items():
+        tops = {fmt: [f.pattern for f in helpers.diagnose(helpers.load(DATA / f))][:1] for fmt, f in sides.items()}
+        if len({tuple(t) for t in tops.values()}) != 1:
+            disagree.add(run)
+    assert disagree == KNOWN_DISAGREEMENTS, (sorted(disagree - KNOWN_DISAGREEMENTS), sorted(KNOWN_DISAGREEMENTS - disagree))
+
+
+def top(trace):
+    return [f.pattern for f in helpers.diagnose(trace)][:1]
+
+
+def test_triage_recordings_top_finding_is_the_truth_in_both_formats():
+    """The blind-triage loops (docs/instructors/triage_key.json): the costliest true pattern comes first, from the
+    profiler trace and from the nsys export (steps found) alike; t3's CUDA-Graph replay is GPU-bound in both."""
+    from conftest import TRIAGE_KEY
+
+    doc = json.loads((DATA / "manifest.json").read_text())
+    entries = [e for e in doc.get("recordings", []) if e["workload"] == "triage"]
+    entries = entries or [e for e in doc["traces"] if e["workload"] == "triage"]
+    assert len(entries) >= 10
+    for e in entries:
+        got = top(helpers.load(DATA / e["file"]))
+        truth = TRIAGE_KEY[e["variant"]]["recorded_patterns"]
+        assert got == truth[:1], (e["file"], got, truth)
