@@ -245,7 +245,8 @@ def figures_lines(f: dict[str, Any], causes: bool = True) -> list[str]:
         lines.append(f"GPU busy {f['gpu_busy_share']:.0%} ({f['gpu_busy_us'] / 1e3:.3f} ms)")
         idle = {k: v for k, v in f.get("idle_by_cause_us", {}).items() if v > 0}
         words = {"data_wait": "in the DataLoader", "sync": "just back from a sync", "launch": "launching kernels",
-                 "collective": "in a collective", "other": "in other code"}
+                 "collective": "in a collective", "graph": "replaying a CUDA Graph (gaps between its kernels)",
+                 "other": "in other code"}
         if idle and causes:
             lines.append("GPU idle while the host was: " + ", ".join(f"{words.get(k, k)} {v / 1e3:.3f} ms" for k, v in idle.items()))
         lines.append(f"kernels {f['kernels']} ({f['kernel_us'] / 1e3:.3f} ms)")

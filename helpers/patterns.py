@@ -418,7 +418,8 @@ CATALOGUE: tuple[Pattern, ...] = (
                     ("gpu_bound_busy", "graph_span_share", "gpu_kernel_share", "top_kernels"), "none"),),
         fix="The GPU itself is the bottleneck: profile the top kernels with Nsight Compute "
             "(ncu --set full -k <kernel>) and make them faster (mixed precision, better shapes, fused kernels).",
-        colour="#55a868"),
+        colour="#55a868", cause="graph", host_is="the GPU between a CUDA Graph's own kernels",
+        during="between a CUDA Graph's own kernels"),
     Pattern(
         "capture_window", "a capture that is not a training loop",
         rules=(Rule(_nothing_recorded, ("capture_events",), "none", _say_nothing_recorded, ("capture_events", "steps", "capture_ms"),

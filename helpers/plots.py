@@ -121,12 +121,12 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
     if table.empty:
         ax.text(0.5, 0.5, "no steps found", ha="center", transform=ax.transAxes)
         return fig
-    parts = ["gpu_busy_us", "data_wait_us", "sync_us", "launch_us", "collective_us", "other_us"]
+    parts = ["gpu_busy_us", "data_wait_us", "sync_us", "launch_us", "collective_us", "graph_us", "other_us"]
     if table["gpu_busy_us"].isna().all():
         parts = ["data_wait_us", "launch_us", "collective_us", "other_us"]
     labels = {"gpu_busy_us": "GPU busy", "data_wait_us": "waiting for data", "sync_us": "after a sync",
               "launch_us": "dispatching / launching" if "gpu_busy_us" in parts else "framework ops",
-              "collective_us": "exposed communication", "other_us": "other"}
+              "collective_us": "exposed communication", "graph_us": "inside a graph replay", "other_us": "other"}
     x = np.arange(len(table))
     bottom = np.zeros(len(table))
     if not by_cause:  # busy and idle only: what each idle stretch was is the reader's to find

@@ -47,7 +47,7 @@ def test_idle_gaps_and_causes(trace):
     assert got == [(0, 100, "data_wait"), (400, 600, "other"), (700, 1000, "launch"), (1000, 1050, "other"), (1900, 2000, "other")]
     assert gaps["after_sync"].tolist() == [False, True, False, False, False]
     assert m.blocked_while_computing(trace) == 50
-    assert m.idle_by_cause(trace) == {"sync": 0, "data_wait": 100, "collective": 0, "launch": 300, "other": 350}
+    assert m.idle_by_cause(trace) == {"sync": 0, "data_wait": 100, "collective": 0, "launch": 300, "graph": 0, "other": 350}
 
 
 def test_kernel_stats(trace):
@@ -176,3 +176,34 @@ def test_a_data_phase_without_device_copies_counts_whole(tmp_path):
           Ev("runtime", "cudaLaunchKernel", 6 * ms, 6 * ms + 5000, correlation=1)]
     t = helpers.load(write_json(ev, tmp_path / "cast.json"))
     assert m.data_wait(t)["data_wait_share"] == pytest.approx(0.6, abs=1e-6)
+
+
+def _graph_replays(steps: int = 3) -> list[Ev]:
+    """Each 1000 us step: 300 us of framework ops, then a cudaGraphLaunch the host sits in for 400 us while its four
+    100 us kernels run with 50 us between them (the GPU's own node-to-node gaps), then 100 us of nothing."""
+    us, out, c = 1000, [], 0
+    for s in range(steps):
+        t0 = s * 1000 * us
+        c += 1
+        out.append(Ev("annotation", f"step {s}", t0, t0 + 1000 * us))
+        out.append(Ev("cpu_op", "aten::copy_", t0, t0 + 300 * us))
+        out.append(Ev("runtime", "cudaGraphLaunch", t0 + 300 * us, t0 + 700 * us, correlation=c))
+        for k in range(4):
+            ks = t0 + (310 + 150 * k) * us
+            out.append(Ev("kernel", f"node{k}", ks, ks + 100 * us, correlation=c))
+    return out
+
+
+def test_gaps_inside_a_graph_replay_are_the_graphs_not_the_launches(tmp_path):
+    # The host sits in cudaGraphLaunch (a launch call) through the replay, yet the 50 us between the replay's own
+    # kernels are the GPU's: the host queued them all in one call. The gap before the replay, while the host ran
+    # framework ops, is still the launches'.
+    trace = helpers.load(write_json(_graph_replays(), tmp_path / "g.json"), step_pattern=r"^step \d+$")
+    gaps = m.idle_gaps(trace)
+    first = gaps[gaps["step"] == 0]
+    assert [(g.start_us, g.end_us, g.cause) for g in first.itertuples()] == [
+        (0, 310, "launch"), (410, 460, "graph"), (560, 610, "graph"), (710, 760, "graph"), (860, 1000, "other")]
+    assert not gaps.loc[gaps["cause"] == "graph", "after_sync"].any()
+    by = m.idle_by_cause(trace)
+    assert by["graph"] == pytest.approx(3 * 150) and by["launch"] == pytest.approx(3 * 310)
+    assert m.step_breakdown(trace)["graph_us"].tolist() == pytest.approx([150, 150, 150])

@@ -53,8 +53,10 @@ DATA_WAIT_OS_CALLS = frozenset({
     "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "sem_wait", "sem_timedwait",
     "sem_clockwait", "poll", "ppoll", "epoll_wait", "epoll_pwait", "read", "recv", "recvfrom", "recvmsg",
 })
-#: Idle gaps are blamed on one of these causes.
-CAUSES = ("sync", "data_wait", "collective", "launch", "other")
+#: Idle gaps are blamed on one of these causes. ``graph``: a gap between two kernels of one CUDA Graph
+#: replay, the GPU's own per-node cost, which nothing the host does (it launched the whole graph in one
+#: call) can fill.
+CAUSES = ("sync", "data_wait", "collective", "launch", "graph", "other")
 
 # Constants live in thresholds.py (one home); these names stay importable from here.
 SMALL_KERNEL_US = _th.SMALL_KERNEL_US

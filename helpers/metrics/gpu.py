@@ -76,7 +76,9 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
     ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
     blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
-    the gap, in the order data_wait, collective, launch; else ``other``. ``host_cause`` is that
+    the gap, in the order data_wait, collective, launch; else ``other``. A gap between two kernels of
+    one CUDA Graph replay is ``graph`` whatever the host did meanwhile: the host queued the whole graph
+    in one call, and the GPU's own step from node to node opened the gap. ``host_cause`` is that
     activity whether or not a sync just returned (``after_sync``): the gaps after syncs go to it where the
     host's own work in them is the bigger win (:func:`idle_cost_by_cause`). ``with_cause=False``
     leaves the verdict columns out (``cause``, ``host_cause``, ``after_sync``): the measured figures
@@ -87,6 +89,8 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
             "sync_us", "data_wait_us", "collective_us", "launch_us", "host_cause", "after_sync"]
     out = []
+    spans = graph_spans(trace)
+    replays = {key: (g["start_us"].to_numpy(), g["end_us"].to_numpy()) for key, g in spans.groupby(["rank", "device"])}
     for rank in trace.ranks:
         win = windows(trace, rank)
         host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
@@ -109,8 +113,11 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
             j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
             jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
             after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
+            in_graph = _inside_spans(gs, ge, replays.get((rank, device)))
+            after_sync &= ~in_graph  # a replay's nodes run in the order it recorded: no host wait opens a gap among them
             frame["cause"] = _blame(after_sync, frame)
             frame["host_cause"] = _blame(np.zeros(gs.size, bool), frame)  # what the host did in it, syncs aside
+            frame["cause"][in_graph] = frame["host_cause"][in_graph] = "graph"
             frame["after_sync"] = after_sync
             out.append(pd.DataFrame(frame))
     if not out:
@@ -120,6 +127,17 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     if top is not None:  # the gaps after syncs are the host's own work's: a fix there wins more
         gaps.loc[gaps["after_sync"].to_numpy(bool) & (gaps["host_cause"] == top).to_numpy(), "cause"] = top
     return gaps
+
+
+def _inside_spans(gs: np.ndarray, ge: np.ndarray, spans: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """For each gap: does it lie inside one replay's span (between two kernels of the same graph launch)?"""
+    if spans is None or gs.size == 0:
+        return np.zeros(gs.size, bool)
+    order = np.argsort(spans[0], kind="stable")
+    ss, se = spans[0][order], np.maximum.accumulate(spans[1][order])  # the latest end among replays started so far
+    i = np.searchsorted(ss, gs, side="right") - 1
+    ok = i >= 0
+    return ok & (ge <= se[np.clip(i, 0, None)])
 
 
 def _host_work_wins(trace: Trace, gaps: pd.DataFrame) -> str | None:

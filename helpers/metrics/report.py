@@ -27,7 +27,7 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
     """One row per (rank, step): step time split into where it went.
 
     With GPU events: ``gpu_busy_us`` plus idle time by cause (``sync_us, data_wait_us,
-    collective_us, launch_us, other_us``), for the rank's first GPU. Without: host time in data
+    collective_us, launch_us, graph_us, other_us``), for the rank's first GPU. Without: host time in data
     waits, exposed collectives and dispatching framework ops, and the rest as ``other_us``.
     """
     rows = []
@@ -59,7 +59,7 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
                 rest = max(dur - dw[i] - cm[i] - disp[i], 0.0)
                 rows.append({"rank": rank, "step": int(step), "step_us": dur, "gpu_busy_us": float("nan"),
                              "sync_us": 0.0, "data_wait_us": float(dw[i]), "collective_us": float(cm[i]),
-                             "launch_us": float(max(disp[i], 0.0)), "other_us": rest})
+                             "launch_us": float(max(disp[i], 0.0)), "graph_us": 0.0, "other_us": rest})
     cols = ["rank", "step", "step_us", "gpu_busy_us", *(f"{c}_us" for c in CAUSES)]
     return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols, dtype=float)
 
