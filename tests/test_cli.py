@@ -77,7 +77,7 @@ def _diagnose(path, capsys) -> str:
 
 def test_diagnose_text_rounds_figures_and_cuts_no_line(capsys):
     out = _diagnose(BROKEN, capsys)
-    assert "gpu_idle_ms_per_step: sync 0, data_wait 20, collective 0, launch 2.15, other 1.12" in out  # a dict of figures, 3 significant digits
+    assert "gpu_idle_ms_per_step: sync 0, data_wait 20, collective 0, launch 2.15, graph 0, other 1.12" in out  # a dict of figures, 3 significant digits
     assert not re.search(r"\d\.\d{5,}", out), out  # no unrounded float anywhere
     fp32 = _diagnose(DATA / "gpu_bound__fp32__h200.json.gz", capsys)
     for line in (out + fp32).splitlines():
