@@ -111,6 +111,23 @@ NCU_LATENCY_BOUND_PCT = 60.0
 #: fall at least this many times below the broken loop's. Broken CPU loop ~0.6-0.7, fixed 0.12-0.15
 #: (commit 726791d's calibration on 2 cores), so 2x leaves margin for a hog on one core.
 PASS_DATA_WAIT_DROP = 2.0
+#: Lab 01: how many loader worker processes a fix needs, from the learner's own broken trace. With the
+#: single-process loader the data-wait share w splits a step into making a batch, P = w * step, and the
+#: rest, C = (1 - w) * step. n worker processes make n batches every P while the step takes one every C,
+#: so they keep up when n * C >= DATA_KEEP_UP_RATIO * P: n >= w / (1 - w). Measured 2026-12-04 on 2 cores
+#: (CPU track, 10-step runs): P ~20.9 ms, C ~14.3 ms, w 0.56-0.66 quiet or with a hog on one core
+#: (P/C 1.29-1.95); num_workers=1 stayed slow (29.3 ms quiet, 72.4 ms hogged against the broken 59.1 ms,
+#: w 0.47 / 0.33), num_workers=2 kept up (w 0.14 quiet, 0.11 hogged). The recorded H200 broken trace has
+#: w 0.84 (P/C 5.3), the recorded CPU one 0.48 (P/C 0.91).
+DATA_KEEP_UP_RATIO = 1.0
+#: ... less this much of P/C before rounding up: one short trace places w only within a few points (six
+#: broken 4- and 10-step captures on 2 cores, 2026-12-04: w 0.587-0.666, P/C 1.42-2.00), and near
+#: w = 2/3 a point moves P/C by 0.1, so a count that keeps up on average is not refused for one noisy
+#: trace. It stays below the 1.29 smallest measured P/C, so one worker still fails there.
+DATA_WORKERS_SLACK = 0.15
+#: ... and never more than this: as w -> 1 the ratio has no bound, and past the lab solution's
+#: min(8, cores) more processes are not the fix (the per-sample work is; the check's message says so).
+DATA_WORKERS_CAP = 8
 
 
 # --- the learner's reading of a timeline (helpers.checks.reading) ------------------------------

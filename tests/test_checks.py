@@ -26,10 +26,14 @@ def _real_mystery_step():
 
 
 def OK_LOADER(dataset, batch_size):
-    """A loader that gives the dataset's samples (the fix checks run it before judging the trace)."""
+    """A loader that gives the dataset's samples with as many worker processes as any before trace may ask for
+    (the fix checks run it before judging the trace, and size its workers from the before trace)."""
     import torch
 
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    from helpers import thresholds as th
+
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=th.DATA_WORKERS_CAP,
+                                       persistent_workers=True)
 
 
 #: The tool-choice answers, here in the tests only (the checks hold digests).

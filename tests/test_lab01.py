@@ -19,6 +19,7 @@ from conftest import ROOT
 
 import helpers
 from helpers import checks, course, metrics, plots
+from helpers import thresholds as th
 from helpers.checks import _core, lab01
 from helpers.course import recorded
 from helpers.model import Trace
@@ -58,8 +59,10 @@ def mine(t: Trace, events: pd.DataFrame | None = None) -> Trace:
 
 
 def OK_LOADER(dataset, batch_size):
-    """A loader that gives the dataset's samples (the fix checks run it before judging the trace)."""
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    """A loader that gives the dataset's samples with as many worker processes as any before trace may ask for
+    (the fix checks run it before judging the trace, and size its workers from the before trace)."""
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=th.DATA_WORKERS_CAP,
+                                       persistent_workers=True)
 
 
 CPU = torch.device("cpu")
@@ -233,6 +236,106 @@ def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert ok and "too busy to judge the wait" in line and "load average 3.0" in line
+
+
+def _loader(workers: int):
+    """The learner's make_loader with ``workers`` worker processes (the check sizes the pool from the before trace)."""
+    def make(dataset, batch_size):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                           persistent_workers=workers > 0)
+    return make
+
+
+def _with_wait(t: Trace, share: float) -> Trace:
+    """The recorded trace with its DataLoader ranges stretched so the data wait is ``share`` of the step (the
+    share grows linearly with them while they fit in the step), the steps as they were."""
+    ev = t.events.copy()
+    dw = ev["name"].str.contains("DataLoader", regex=False)
+    ev.loc[dw, "dur_us"] *= share / lab01._data_wait_share(t)
+    ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
+    out = mine(t, ev)
+    assert lab01._data_wait_share(out) == pytest.approx(share, abs=0.005)
+    return out
+
+
+def test_workers_needed_is_read_off_the_before_trace():
+    """P/C = w/(1-w) from the single-process loader's trace, rounded up past a short trace's noise."""
+    assert lab01.workers_needed(recorded("data_stall", "broken", "cpu")) == 1  # w 0.48: P/C 0.91
+    assert lab01.workers_needed(recorded("data_stall", "broken")) == 6  # H200, w 0.84: P/C 5.3
+    cpu = recorded("data_stall", "broken", "cpu")
+    assert lab01.workers_needed(_with_wait(cpu, 0.60)) == 2  # P/C 1.5
+    assert lab01.workers_needed(_with_wait(cpu, 0.565)) == 2  # P/C 1.30, the smallest measured on 2 cores
+    assert lab01.workers_needed(_with_wait(cpu, 0.666)) == 2  # P/C 2.0, the largest measured: within the slack
+    assert lab01.workers_needed(_with_wait(cpu, 0.75)) == 3  # P/C 3.0
+    assert lab01.workers_needed(_with_wait(cpu, 0.97)) == th.DATA_WORKERS_CAP  # P/C 32: capped
+    # worker processes already (the fixed traces), or no DataLoader range: nothing to size from
+    assert lab01.workers_needed(recorded("data_stall", "fixed", "cpu")) is None
+    assert lab01.workers_needed(recorded("data_stall", "fixed")) is None
+    assert lab01.workers_needed(recorded("launch_overhead", "broken")) is None
+
+
+def test_one_worker_passes_where_the_before_trace_needs_one():
+    b, f = mine(recorded("data_stall", "broken", "cpu")), mine(recorded("data_stall", "fixed", "cpu"))
+    assert checks.check_data_stall_fixed(b, f, 1.3, _loader(1)).startswith("passed")
+
+
+def test_too_few_workers_fail_in_the_before_traces_terms():
+    """The H200 broken loop makes a batch in 5.3x the rest of its step: 2 workers fall behind, 6 keep up."""
+    b, f = mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed"))
+    for n, every in ((1, "20.0"), (2, "10.0")):
+        with pytest.raises(checks.CheckFailed) as info:
+            checks.check_data_stall_fixed(b, f, 3.0, _loader(n))
+        msg = str(info.value)
+        assert re.search(r"too few worker processes for this loop: your before trace shows making a batch takes 5\.3x "
+                         r"the rest of the step \(data wait 84%: ~20\.0 ms a batch, ~3\.8 ms the rest\), so with "
+                         rf"{n} worker process(es)? a batch comes every ~{every} ms while the step wants one every "
+                         r"~3\.8 ms; at least 6 workers keep up", msg), msg
+    with pytest.raises(checks.CheckFailed, match=r"with num_workers=0 the training process still makes every batch "
+                                                 r"itself, ~20\.0 ms between steps; at least 6 workers keep up"):
+        checks.check_data_stall_fixed(b, f, 3.0, _loader(0))
+    assert checks.check_data_stall_fixed(b, f, 3.0, _loader(6)).startswith("passed")
+
+
+def test_the_sizing_is_said_only_when_the_fix_fails():
+    """The count is the answer: a fix with enough workers is never told it."""
+    b, f = mine(recorded("data_stall", "broken")), mine(recorded("data_stall", "fixed"))
+    out = checks.check_data_stall_fixed(b, f, 3.0, _loader(6))
+    assert "workers keep up" not in out and "too few" not in out
+
+
+def test_two_workers_keep_up_with_a_loop_that_needs_two():
+    before = _with_wait(recorded("data_stall", "broken", "cpu"), 0.60)  # P/C 1.5, as on 2 cores
+    f = mine(recorded("data_stall", "fixed", "cpu"))
+    assert checks.check_data_stall_fixed(before, f, 1.3, _loader(2)).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match=r"making a batch takes 1\.5x .* with 1 worker process a "
+                                                 r"batch comes every ~13\.7 ms while the step wants one every ~9\.2 ms; "
+                                                 r"at least 2 workers keep up"):
+        checks.check_data_stall_fixed(before, f, 1.3, _loader(1))
+
+
+def test_a_busy_machine_does_not_pass_too_few_workers(monkeypatch):
+    """num_workers=1 on a busy machine: worker processes, a lower wait, and the machine measured busy; the
+    structure fallback passes enough workers and never too few."""
+    before = _with_wait(recorded("data_stall", "broken", "cpu"), 0.60)
+    fixed = recorded("data_stall", "fixed", "cpu")
+    ev = fixed.events.copy()  # its loader waits stretched by a busy machine: less than 2x below the before's
+    dw = ev["name"].str.contains("DataLoader", regex=False)
+    ev.loc[dw, "dur_us"] *= 4.0
+    ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
+    busy = mine(fixed, ev)
+    assert lab01._data_wait_share(before) / 2 < lab01._data_wait_share(busy) < lab01._data_wait_share(before)
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    out = checks.check_data_stall_fixed(before, busy, 1.3, _loader(2))
+    assert out.startswith("passed") and "too busy to judge the wait" in out
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_data_stall_fixed(before, busy, 1.3, _loader(1))
+    msg = str(info.value)
+    assert "too few worker processes" in msg and "at least 2 workers keep up" in msg
+    assert "falls back to the structure" not in msg  # the fallback did not vouch for it
+    # a custom iterable is not a DataLoader: its pool is not sized, the fallback judges it as before
+    def custom(dataset, batch_size):
+        return list(_loader(0)(dataset, batch_size))
+    assert checks.check_data_stall_fixed(before, busy, 1.3, custom).startswith("passed")
 
 
 # --- Exercise 5: hiding the copies -------------------------------------------------------------

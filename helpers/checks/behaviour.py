@@ -77,12 +77,13 @@ def _sample_key(x: torch.Tensor) -> bytes:
 
 
 def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_factory: Callable[[], Any],
-                   batch_size: int, epochs: int = 1) -> str | None:
+                   batch_size: int, epochs: int = 1, made: list | None = None) -> str | None:
     """Run ``make_loader(dataset, batch_size)`` over a small copy of the lab's dataset for one epoch.
 
     It must yield the dataset's own samples (the images and labels ``dataset[i]`` returns), each index
     once an epoch (in order or shuffled; a last short batch or ``drop_last`` is fine), in batches of
-    ``batch_size``; ``to_device`` must hand back the same values.
+    ``batch_size``; ``to_device`` must hand back the same values. The loader made is appended to ``made``
+    when one is given (the caller reads its settings; the function is not run twice).
     """
     dataset = dataset_factory()
     n = len(dataset)
@@ -94,6 +95,8 @@ def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_fa
         loader = _call(make_loader, dataset, batch_size, what="your loader function")
         if isinstance(loader, _Failed):
             return loader.message
+        if made is not None:
+            made.append(loader)
         batches = []
         for _ in range(epochs):
             got = _batches(loader, n)  # an epoch has at most n batches, whatever their size

@@ -9,6 +9,8 @@ judged on GPU traces only.
 
 from __future__ import annotations
 
+import math
+
 from .. import metrics as m
 from .. import thresholds as th
 from ..diagnosis import diagnose
@@ -64,6 +66,52 @@ def loader_kind(t: Trace) -> str | None:
     return None
 
 
+def workers_needed(before: Trace) -> int | None:
+    """How many DataLoader worker processes keep up with this loop, read off its trace with the
+    single-process loader: making a batch takes P = w * step, the rest of the step C = (1 - w) * step
+    (w the data-wait share), and n workers make n batches per P while the step takes one per C, so n
+    must reach P / C = w / (1 - w) (``thresholds.DATA_KEEP_UP_RATIO``; less ``DATA_WORKERS_SLACK`` for a
+    short trace's noise, at least 1, at most ``DATA_WORKERS_CAP``). None when the trace's loader is not
+    the single-process one or it shows no data wait."""
+    if loader_kind(before) != SINGLE:
+        return None
+    w = _data_wait_share(before)
+    if not w > 0:  # NaN or no wait: nothing to size from
+        return None
+    if w >= 1:
+        return th.DATA_WORKERS_CAP
+    ratio = th.DATA_KEEP_UP_RATIO * w / (1 - w)
+    return int(min(th.DATA_WORKERS_CAP, max(1, math.ceil(ratio - th.DATA_WORKERS_SLACK))))
+
+
+def _num_workers(loader: object) -> int | None:
+    """The worker processes a torch DataLoader was given; None for anything else (a custom iterable is
+    not sized by :func:`workers_needed`)."""
+    from torch.utils.data import DataLoader
+
+    return int(loader.num_workers) if isinstance(loader, DataLoader) else None
+
+
+def _too_few_workers(before: Trace, n: int | None) -> str:
+    """A line when the learner's DataLoader has fewer worker processes (``n``) than their before trace
+    needs, in that trace's terms, or ''."""
+    need = workers_needed(before)
+    if n is None or need is None or n >= need:
+        return ""
+    w = _data_wait_share(before)
+    step = m.step_time_ms(before)
+    p, c = w * step, max(1 - w, 0.0) * step
+    ratio = f"{p / c:.1f}x" if c > 0 else "all of"
+    line = (f"too few worker processes for this loop: your before trace shows making a batch takes {ratio} "
+            f"the rest of the step (data wait {w:.0%}: ~{p:.1f} ms a batch, ~{c:.1f} ms the rest), so ")
+    if n == 0:
+        line += f"with num_workers=0 the training process still makes every batch itself, ~{p:.1f} ms between steps"
+    else:
+        line += (f"with {n} worker process{'es' if n > 1 else ''} a batch comes every ~{p / n:.1f} ms while the step "
+                 f"wants one every ~{c:.1f} ms")
+    return line + f"; at least {need} workers keep up"
+
+
 def blocking_copies_per_step(t: Trace) -> float:
     """Host syncs per step made inside a device copy (``.to(device)`` without ``non_blocking=True``
     calls ``cudaStreamSynchronize`` after its ``cudaMemcpyAsync``)."""
@@ -103,26 +151,28 @@ def _slower(before: Trace, after: Trace) -> str:
             f"(+/- {band['band_ms']:.1f} ms from the steps' own spread); a fix never makes the step slower")
 
 
-def _data_verdict(before: Trace, after: Trace, found: list[str]) -> tuple[bool, str]:
+def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers: bool = True) -> tuple[bool, str]:
     """Whether the data side is fixed, and a line saying on what evidence.
 
     The data-wait share is the main evidence. On a busy machine the workers compete with other work
-    for the cores and the share may not fall; then the loader's structure (worker processes prefetching)
-    decides, and the line says the machine was too busy to judge the wait.
+    for the cores and the share may not fall; then the loader's structure (worker processes prefetching,
+    as many as the before trace needs: ``enough_workers``) decides, and the line says the machine was too
+    busy to judge the wait.
     """
     wb, wa = _data_wait_share(before), _data_wait_share(after)
     line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
     if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
         return True, line
     busy = _busy(before, after)
-    if _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after):
+    if enough_workers and _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after):
         return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows, and measured too busy to "
                       f"judge the wait: {busy}; so the verdict falls back to the structure, the loader using worker processes)")
     return False, line
 
 
-def _pipeline_problems(before: Trace, after: Trace, data_ok: bool) -> list[str]:
-    """What the learner's trace shows that is not fixed yet, each in the trace's own terms."""
+def _pipeline_problems(before: Trace, after: Trace, data_ok: bool, too_few: str = "") -> list[str]:
+    """What the learner's trace shows that is not fixed yet, each in the trace's own terms (``too_few``:
+    the line sizing the learner's worker pool from the before trace, when it is too small)."""
     problems = []
     kind = loader_kind(after)
     wb, wa = _data_wait_share(before), _data_wait_share(after)
@@ -133,11 +183,15 @@ def _pipeline_problems(before: Trace, after: Trace, data_ok: bool) -> list[str]:
         if kind == SINGLE:
             problems.append(f"no worker processes: the DataLoader ranges are {SINGLE}.__next__, so every sample is "
                             "still prepared in the training process, between steps")
+        elif kind == MULTI and too_few:
+            pass  # the sizing line below says how many keep up
         elif kind == MULTI:
             problems.append(f"worker processes prefetch ({MULTI}) but cannot keep up: each batch takes longer to "
                             "make than a step; more workers, a deeper prefetch_factor, or less work per sample")
         else:
             problems.append("no DataLoader range in this trace: capture the step that takes its batches from your loader")
+    if too_few:  # even when the wait fell: too few workers fall behind as soon as the machine is busier
+        problems.append(too_few)
     if after.has_gpu:  # pinned memory and the copy call exist only on a GPU
         h = m.h2d_stats(after)
         if h and h["pageable_byte_share"] > 0:
@@ -164,7 +218,9 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
 
     First the behaviour: ``make_loader(dataset, batch_size)`` is run over a small copy of the lab's
     dataset and must yield its own samples, each once an epoch (shuffled or in order), and
-    ``to_device`` must hand back the same values; a loader over a cached sample is refused. Then passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
+    ``to_device`` must hand back the same values; a loader over a cached sample is refused. A DataLoader
+    with fewer worker processes than ``before`` shows the loop needs (:func:`workers_needed`) fails, busy
+    machine or not. Then passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
     a busy machine: falls, with worker processes prefetching) and, on a GPU trace, the batches are
     copied from pinned memory without the host waiting for each copy. Step times are reported, not
     judged (``min_speedup`` is what a quiet machine shows).
@@ -176,13 +232,17 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     if refused is None:
         from ..workloads import data_stall
 
-        refused = behaviour.loader_problem(make_loader, to_device, _probe_dataset, data_stall.BATCH_SIZE)
+        made: list = []
+        refused = behaviour.loader_problem(make_loader, to_device, _probe_dataset, data_stall.BATCH_SIZE, made=made)
+        workers = _num_workers(made.pop() if made else None)  # the probe loader goes now: its workers end here,
+        # not in whatever later cell a collection finds it (a failed check's traceback would keep it alive)
     if refused:
         _record("data", "check_data_stall_fixed", False)
         raise CheckFailed(refused)
+    too_few = _too_few_workers(before, workers)
     found = [f.pattern for f in diagnose(after)]
-    data_ok, evidence = _data_verdict(before, after, found)
-    problems = _pipeline_problems(before, after, data_ok)
+    data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few)
+    problems = _pipeline_problems(before, after, data_ok, too_few)
     slower = _slower(before, after)
     if slower:
         problems.insert(0, slower)
