@@ -181,10 +181,9 @@ def test_a_data_phase_without_device_copies_counts_whole(tmp_path):
 def _graph_replays(steps: int = 3) -> list[Ev]:
     """Each 1000 us step: 300 us of framework ops, then a cudaGraphLaunch the host sits in for 400 us while its four
     100 us kernels run with 50 us between them (the GPU's own node-to-node gaps), then 100 us of nothing."""
-    us, out, c = 1000, [], 0
+    us, out = 1000, []
     for s in range(steps):
-        t0 = s * 1000 * us
-        c += 1
+        t0, c = s * 1000 * us, s + 1
         out.append(Ev("annotation", f"step {s}", t0, t0 + 1000 * us))
         out.append(Ev("cpu_op", "aten::copy_", t0, t0 + 300 * us))
         out.append(Ev("runtime", "cudaGraphLaunch", t0 + 300 * us, t0 + 700 * us, correlation=c))
