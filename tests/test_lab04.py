@@ -22,7 +22,7 @@ from helpers.plots import time_origin_us
 from helpers.selfcheck import item_status
 from helpers.workloads import communication
 
-RUN = dict(world_size=2, steps=2, warmup=1, pin_cores=False)  # as the lab runs them
+RUN = dict(world_size=2, steps=2, warmup=1, pin_cores=False, threads=1)  # as the lab runs them
 
 # --- the learner's code, as a notebook cell would define it: in __main__, with no file -----------------
 NOTEBOOK_CELL = '''

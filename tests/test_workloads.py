@@ -40,6 +40,9 @@ def test_zero_steps_are_refused_not_divided_by(capsys):
         helpers.capture(lambda i: None, steps=0)
     with pytest.raises(ValueError, match="steps >= 1"):
         communication.run("manual", steps=0)
+    for threads in (0, -1, True, 1.5):  # each refused before a rank starts
+        with pytest.raises(ValueError, match="threads must be a whole number"):
+            communication.run("manual", threads=threads)
     from helpers.workloads.common import run_cli
 
     for argv in (["--steps", "0"], ["--steps", "-3"], ["--warmup", "-1"], ["--steps", "x"]):

@@ -378,7 +378,7 @@ def _error_record(exc: BaseException) -> dict[str, Any]:
 
 def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmup: int, out_dir: str | None,
                result_dir: str, learner: dict[str, Any] | None = None, pin_cores: bool | int = True,
-               mark: bool = False, nvtx_steps: bool = False) -> None:
+               mark: bool = False, nvtx_steps: bool = False, threads: int | None = None) -> None:
     os.environ.update(SAFE_ENV)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
@@ -392,7 +392,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
             per_rank = min(per_rank, int(pin_cores))
         if pin_cores and len(cores) >= world:  # each rank on cores of its own, as the recordings ran
             os.sched_setaffinity(0, set(cores[rank * per_rank:(rank + 1) * per_rank]))
-        torch.set_num_threads(per_rank)
+        torch.set_num_threads(threads or per_rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     try:
         if os.environ.get("HELPERS_CRASH_RANK") == str(rank):  # fault injection for the tests
@@ -471,7 +471,7 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
 
 def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
         *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool | int = True,
-        mark_collectives: bool = False, nsys_steps: bool = False, **options: Any) -> dict:
+        mark_collectives: bool = False, nsys_steps: bool = False, threads: int | None = None, **options: Any) -> dict:
     """Run the job in ``world_size`` fresh processes; returns per-rank step times (and the trace folder).
 
     ``variant`` picks one of :data:`VARIANTS` (default ``manual``). Or run your own code in the ranks:
@@ -479,7 +479,8 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     world)`` returns the (start, stop) rows of the global batch each rank trains on (DDP with its
     defaults unless ``wrap`` is given too). On CPUs, ``pin_cores`` gives each rank cores of its own (as
     the recordings ran); a number gives each rank at most that many; ``False`` lets the ranks share
-    all cores, so that a core busy with other work slows both ranks alike rather than one. Every rank is stopped if one fails or on Ctrl-C: no process
+    all cores, so that a core busy with other work slows both ranks alike rather than one. ``threads``
+    sets each CPU rank's torch threads (default: its share of the cores). Every rank is stopped if one fails or on Ctrl-C: no process
     is left behind; a rank's own error is raised here.
 
     For Nsight Systems (which sees neither gloo's collectives nor the PyTorch profiler's steps):
@@ -489,6 +490,8 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     """
     if (mark_collectives or nsys_steps) and _nvtx is None:
         raise RuntimeError("marking the job for Nsight Systems needs the nvtx package: pip install nvtx")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a whole number of at least 1 (or None for the cores shared out), not {threads!r}")
     if steps < 1 or warmup < 0 or world_size < 1:
         raise ValueError(f"the job needs steps >= 1, warmup >= 0 and world_size >= 1, not steps={steps}, "
                          f"warmup={warmup}, world_size={world_size}")
@@ -517,7 +520,7 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     os.environ.update(SAFE_ENV)  # inherited by the spawned ranks too
     ctx = mp.start_processes(_rank_main, args=(variant or "", world_size, free_port(), steps, warmup, out_dir,
                                                str(result_dir), learner, pin_cores,
-                                               mark_collectives or nsys_steps, nsys_steps),
+                                               mark_collectives or nsys_steps, nsys_steps, threads),
                              nprocs=world_size, join=False, start_method="spawn")
     try:
         while not ctx.join():
