@@ -150,6 +150,14 @@ def window_arg(start_ms: float, end_ms: float) -> str:
     return f"{a:.{digits}f}:{b:.{digits}f}"
 
 
+def window_text(start_ms: float, end_ms: float) -> str:
+    """``START-END ms`` with two decimals, more when the window is shorter than they show (a launch gap of
+    8 us is ``0.0040-0.0120 ms``, not ``0.00-0.01 ms``): about two significant digits of its length."""
+    width = max(end_ms - start_ms, 1e-6)
+    digits = min(max(2, math.ceil(-math.log10(width) - 1e-9) + 1), 6)
+    return f"{start_ms:.{digits}f}-{end_ms:.{digits}f} ms"
+
+
 def where_command(source: str | None, start_ms: float, end_ms: float, name: str = "where") -> str | None:
     """The ``plot`` command that draws a finding's window into ``NAME.png`` (never replacing a file: run
     again, it says the file exists), or None when ``source`` is not a file or folder the command could
@@ -195,7 +203,7 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
         if f.window:
             a, b = (f.window[0] - origin_us) / 1e3, (f.window[1] - origin_us) / 1e3
             cmd = where_command(source, a, b, f.pattern)
-            lines.append(f"   where: {a:.2f}-{b:.2f} ms" + (", drawn by:" if cmd else ""))
+            lines.append(f"   where: {window_text(a, b)}" + (", drawn by:" if cmd else ""))
             if cmd:  # on a line of its own, never wrapped: it must paste into a shell as printed
                 lines.append(f"     {cmd}")
         lines += _wrapped(f"fix: {f.fix}", "   ")
@@ -271,8 +279,8 @@ def compare_text(table: pd.DataFrame) -> str:
 
 
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "figure_text", "json_schema_doc",
-           "number", "steady_state_text", "steady_text", "summary_text", "timing_text", "to_json", "where_command",
-           "window_arg"]
+           "number", "steady_state_text", "steady_text", "summary_text", "timing_text", "to_json", "where_command", "window_arg",
+           "window_text"]
 
 
 def job_text(report: dict[str, Any], top: int = 8) -> str:

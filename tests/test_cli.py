@@ -109,6 +109,15 @@ def test_where_window_of_a_short_step_is_accepted_and_covers_it():
         assert lo <= a < b <= hi and main(["plot", BROKEN, "--window", f"{lo}:{hi}", "-o", "/dev/null/x.png"]) == 2
 
 
+def test_where_text_shows_a_short_window_not_zero():
+    # A launch gap of 8 us at the start of the axis: two decimals would print it as 0.00-0.01 ms.
+    assert render.window_text(0.004, 0.012) == "0.0040-0.0120 ms"
+    assert render.window_text(91.22, 114.68) == "91.22-114.68 ms"  # a step-long window: two decimals, as before
+    for a, b in ((0.0, 1e-7), (3.2, 3.2000004), (-0.5, 0.25)):
+        lo, hi = (float(x) for x in render.window_text(a, b).removesuffix(" ms").rsplit("-", 1))
+        assert lo <= hi and abs(lo - a) < 1e-5 and abs(hi - b) < 1e-5
+
+
 def test_where_command_of_a_window_before_the_first_step_parses():
     from helpers.cli import build_parser
 
