@@ -146,8 +146,12 @@ _STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost
                            r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
                            r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
 _UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
-#: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device).
-_GPU_ONLY_OP = re.compile(r"cudnn|miopen|_cuda\b|::cuda_", re.IGNORECASE)
+#: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device, and
+#: ``record_stream``, which exists for tensors on a device with streams).
+_GPU_ONLY_OP = re.compile(r"cudnn|miopen|_cuda\b|::cuda_|record_stream", re.IGNORECASE)
+#: Host ranges of NCCL (RCCL) collectives, ``nccl:all_reduce`` and the like: NCCL runs only on GPUs (a CPU job's
+#: collectives are ``gloo:...``), so a rank that issues them without a GPU row had its GPU left unrecorded.
+_NCCL_RANGE = re.compile(r"^nccl:", re.IGNORECASE)
 
 
 def _capture_calls(trace: Trace) -> dict[str, float]:
@@ -174,7 +178,9 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
         launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
         ops = ev[ev["kind"] == "cpu_op"]
         gpu_ops = ops["name"].str.contains(_GPU_ONLY_OP).sum() if len(ops) else 0
-        out["gpu_calls_without_gpu"] = int(launches + gpu_ops)
+        host = ev[ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)]
+        nccl = host["name"].str.contains(_NCCL_RANGE).sum() if len(host) else 0
+        out["gpu_calls_without_gpu"] = int(launches + gpu_ops + nccl)
     return out
 
 

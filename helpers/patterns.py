@@ -285,7 +285,7 @@ def _say_nothing_recorded(s: Signals) -> str:
 
 
 def _say_not_recorded(s: Signals) -> str:
-    return (f"The host makes {s['gpu_calls_without_gpu']} CUDA/HIP launches, copies or GPU-only ops, but the trace holds no "
+    return (f"The host makes {s['gpu_calls_without_gpu']} CUDA/HIP launches, copies, NCCL collectives or GPU-only ops, but the trace holds no "
             "GPU activity: the GPU was used and not recorded, so no figure about it can be read here.")
 
 

@@ -173,3 +173,25 @@ def test_gpu_activity_missing_says_add_profileractivity_cuda(tmp_path):
     f = dg.diagnose(trace)[0]
     assert f.pattern == "capture_window" and f.evidence["reason"] == "gpu_not_recorded"
     assert "ProfilerActivity.CUDA" in f.fix and "not recorded" in f.summary
+
+
+def _host_job_with_collectives(prefix: str) -> list[Ev]:
+    """A rank's host side only: steps of plain ops and one collective range each, ``<prefix>:all_reduce``."""
+    out: list[Ev] = []
+    for i in range(8):
+        t = i * 1000 * US
+        out.append(Ev("annotation", f"ProfilerStep#{i}", t, t + 1000 * US))
+        out.append(Ev("cpu_op", "aten::addmm", t, t + 600 * US))
+        out.append(Ev("annotation", f"{prefix}:all_reduce", t + 600 * US, t + 900 * US))
+    return out
+
+
+def test_nccl_collectives_without_gpu_rows_are_a_gpu_left_unrecorded(tmp_path):
+    # NCCL runs only on GPUs: a rank that issues nccl: collectives and has no GPU row lost its GPU activity.
+    # The same job on gloo is a CPU job and is diagnosed as one.
+    nccl = dg.diagnose(_load(_host_job_with_collectives("nccl"), tmp_path))
+    assert nccl and nccl[0].pattern == "capture_window" and nccl[0].evidence["reason"] == "gpu_not_recorded"
+    assert "NCCL collectives" in nccl[0].summary
+    (tmp_path / "gloo").mkdir()
+    gloo = dg.diagnose(_load(_host_job_with_collectives("gloo"), tmp_path / "gloo"))
+    assert "capture_window" not in [f.pattern for f in gloo]
