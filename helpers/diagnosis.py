@@ -181,6 +181,10 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
         host = ev[ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)]
         nccl = host["name"].str.contains(_NCCL_RANGE).sum() if len(host) else 0
         out["gpu_calls_without_gpu"] = int(launches + gpu_ops + nccl)
+        other = trace.metadata.get("other_accelerator_events") or {}
+        if other:  # the reader counted another accelerator's rows (MTIA, XPU, ...) and read none of them
+            out["other_accelerator_events"] = int(sum(other.values()))
+            out["other_accelerator_categories"] = dict(other)
     return out
 
 

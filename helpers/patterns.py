@@ -55,6 +55,8 @@ class Signals(TypedDict, total=False):
     startup_share: float
     teardown_share: float
     gpu_calls_without_gpu: int
+    other_accelerator_events: int
+    other_accelerator_categories: dict[str, int]
     cpu_data_wait_share: float
     host_data_wait_ms_per_step: float
     gpu_utilization: float
@@ -246,6 +248,12 @@ def _nothing_recorded(s: Signals) -> bool:
     return get(s, "capture_events") == 0
 
 
+def _other_accelerator(s: Signals) -> bool:
+    """No CUDA/HIP GPU row, but rows in Kineto's categories for another accelerator (MTIA, XPU, HPU, ...):
+    the device did work this tool does not read, so its idle time cannot be judged."""
+    return not s.get("has_gpu") and get(s, "other_accelerator_events") >= 1
+
+
 def _gpu_not_recorded(s: Signals) -> bool:
     """CUDA / HIP launches or GPU-only ops on the host, but no GPU row: the profiler did not record the GPU."""
     return not s.get("has_gpu") and get(s, "gpu_calls_without_gpu") >= 1
@@ -289,6 +297,13 @@ def _say_not_recorded(s: Signals) -> str:
             "GPU activity: the GPU was used and not recorded, so no figure about it can be read here.")
 
 
+def _say_other_accelerator(s: Signals) -> str:
+    cats = ", ".join(f"{c} {n}" for c, n in sorted(s.get("other_accelerator_categories", {}).items(), key=lambda x: -x[1]))
+    return (f"The trace holds {s['other_accelerator_events']} events of an accelerator this tool does not read ({cats}) "
+            "and no CUDA or ROCm GPU activity: the device's own work is not in the figures, so neither its idle time nor "
+            "what the host costs it can be read here.")
+
+
 def _say_startup(s: Signals) -> str:
     what = "teardown (module unloading at exit)" if get(s, "teardown_share") >= 0.5 * get(s, "startup_share") else \
         "start-up (CUDA context creation inside the first CUDA call, allocations, module loading)"
@@ -302,6 +317,9 @@ def _say_cold(s: Signals) -> str:
             "(module loading, the allocator, library handles) that a warm loop does not pay.")
 
 
+_FIX_OTHER_ACCELERATOR = ("Read this trace where the accelerator's rows are drawn: Perfetto (ui.perfetto.dev) or "
+                          "chrome://tracing show every category, and the accelerator's vendor tools analyse them. This "
+                          "tool analyses CUDA and ROCm GPUs; its host-side figures alone would leave the device out.")
 _FIX_RECORD_GPU = ("Record the GPU: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) (on ROCm "
                    "the same flag records HIP kernels), or nsys profile --trace=cuda; if it is already set, look for a "
                    "CUPTI error in the profiler's log (another profiler attached, or no permission for GPU counters).")
@@ -424,6 +442,9 @@ CATALOGUE: tuple[Pattern, ...] = (
         "capture_window", "a capture that is not a training loop",
         rules=(Rule(_nothing_recorded, ("capture_events",), "none", _say_nothing_recorded, ("capture_events", "steps", "capture_ms"),
                     "none", on="any", fix=_FIX_NOTHING_RECORDED, reason="nothing_recorded"),
+               Rule(_other_accelerator, ("has_gpu", "other_accelerator_events"), "none", _say_other_accelerator,
+                    ("other_accelerator_events", "other_accelerator_categories", "capture_ms"), "none", on="cpu",
+                    fix=_FIX_OTHER_ACCELERATOR, reason="other_accelerator"),
                Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
                     ("gpu_calls_without_gpu", "capture_ms"), "none", on="cpu", fix=_FIX_RECORD_GPU, reason="gpu_not_recorded"),
                Rule(_startup, ("startup_share", "capture_idle_gpu_share"), "none", _say_startup,

@@ -74,3 +74,31 @@ def test_idle_capture_points_at_the_loop_inside_it(tmp_path):
     assert [f.pattern for f in findings] == ["capture_window"]
     f = findings[0]
     assert "scope the capture to it" in f.summary and f.window[0] >= 38_000_000
+
+
+def _other_accelerator_doc(extra_cat: str) -> dict:
+    """Host ops in steps, and the same number of rows in another accelerator's Kineto category."""
+    ev = []
+    for i in range(6):
+        t = i * 1000.0
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t, "dur": 1000.0})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": t, "dur": 300.0})
+        ev.append({"ph": "X", "cat": extra_cat, "name": "runFunction", "pid": 1, "tid": 1, "ts": t + 300, "dur": 50.0})
+        ev.append({"ph": "X", "cat": extra_cat, "name": "pe_exe", "pid": 2, "tid": 9, "ts": t + 350, "dur": 600.0})
+    return {"schemaVersion": 1, "traceEvents": ev}
+
+
+@pytest.mark.parametrize("cat", ["mtia_runtime", "xpu_runtime", "privateuse1_runtime"])
+def test_another_accelerators_rows_are_counted_and_named_not_read_as_a_cpu_loop(tmp_path, cat):
+    # The host waits 70% of each step while the accelerator works: read as CPU-only, that is host_bound.
+    import json
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_other_accelerator_doc(cat)))
+    trace = helpers.load(path)
+    assert not trace.has_gpu and trace.metadata["other_accelerator_events"] == {cat: 12}
+    assert set(trace.events["kind"].astype(str)) == {"annotation", "cpu_op"}  # the rows are not read as host work
+    findings = helpers.diagnose(trace)
+    assert [f.pattern for f in findings] == ["capture_window"]
+    assert findings[0].evidence["reason"] == "other_accelerator" and cat in findings[0].summary
+    assert "Perfetto" in findings[0].fix

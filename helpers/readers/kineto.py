@@ -71,6 +71,12 @@ _CATEGORY_KIND = {
     "hip_runtime": "runtime",
     "hip_driver": "runtime",
 }
+#: Kineto's categories for accelerators other than CUDA and ROCm GPUs (Meta's MTIA, Glow, Intel Gaudi's HPU,
+#: Intel XPU, out-of-tree PrivateUse1 backends). Their rows are counted, not read: this reader's kinds describe
+#: CUDA/HIP devices, and a trace whose device work is all in these categories has no GPU activity it can analyse.
+OTHER_ACCELERATOR_CATEGORIES = frozenset({
+    "mtia_runtime", "mtia_ccp_events", "mtia_insight", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver",
+    "privateuse1_runtime", "privateuse1_driver"})
 #: ``torch.autograd.profiler``'s own export (the legacy profiler, a bare JSON array) has no categories:
 #: its rows are told apart by ``pid``, and a GPU row's ``tid`` is the device.
 _LEGACY_PIDS = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
@@ -84,6 +90,8 @@ _VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 _CODE = {k: i for i, k in enumerate(KINDS)}  # kind -> its number in the columns being filled
 _CATEGORY_CODE = {cat: _CODE[kind] for cat, kind in _CATEGORY_KIND.items()}
+_OTHER_CODE = -1  # an OTHER_ACCELERATOR_CATEGORIES row: picked out with the rest, then counted and dropped
+_CATEGORY_CODE.update(dict.fromkeys(OTHER_ACCELERATOR_CATEGORIES, _OTHER_CODE))
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
 _NO_ARGS: dict = {}
@@ -313,6 +321,7 @@ class _Columns:
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
         # What the events were, tallied only while none has been understood: a refusal says what was found.
         self.unknown: Counter[str] = Counter()
+        self.other_accelerator: Counter[str] = Counter()  # OTHER_ACCELERATOR_CATEGORIES rows, by category
 
     def add(self, raw_events: list) -> None:
         path = self.path
@@ -321,12 +330,18 @@ class _Columns:
         if self.max_events is not None and self.seen > self.max_events:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
-        kind_of = _CATEGORY_KIND
+        kind_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
         try:  # the common case: every event an object (JSON parsers make only dicts have .get), every category hashable
             evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in kind_of]
         except (AttributeError, TypeError):
             evs = [e for e in raw_events
                    if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
+        code_of = _CATEGORY_CODE
+        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs)) if evs else None
+        if kind is not None and (other := kind == _OTHER_CODE).any():  # rare: another accelerator's rows
+            self.other_accelerator.update(e["cat"] for e, o in zip(evs, other.tolist()) if o)
+            evs = [e for e, o in zip(evs, other.tolist()) if not o]
+            kind = kind[~other]
         if not evs:
             if not self.parts["kind"]:
                 self.unknown.update(_category_of(e) for e in raw_events)
@@ -342,8 +357,6 @@ class _Columns:
             _damaged(path, raw_events, evs[i], "has a negative or infinite time", base)
         ids = self.name_ids
         name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
-        code_of = _CATEGORY_CODE
-        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
         if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
             ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
             kind[ranges] = _CODE["annotation"]
@@ -423,6 +436,8 @@ class _Columns:
         metadata = _metadata(doc, origin)
         if self.wire_types:  # what the collectives sent, by tensor type (record_shapes=True traces only)
             metadata["collective_types"] = dict(self.wire_types)
+        if self.other_accelerator:  # rows of an accelerator this reader does not read, by category
+            metadata["other_accelerator_events"] = dict(self.other_accelerator)
         rank = metadata["distributed"].get("rank")
         if not table:
             columns["rank"] = np.full(n, rank or 0, dtype=np.int64)
