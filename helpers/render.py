@@ -143,9 +143,12 @@ def _wrapped(text: str, indent: str, more: str = "  ") -> list[str]:
 def window_arg(start_ms: float, end_ms: float) -> str:
     """``START:END`` for ``plot --window`` that covers the window and that the CLI accepts (END > START once
     printed): as many decimals as the window's length needs, the start rounded down and the end up."""
-    width = max(end_ms - start_ms, 1e-6)
-    digits = min(max(1, math.ceil(-math.log10(width) - 1e-9)), 6)  # about one significant digit of the length
+    width = end_ms - start_ms
+    # about one significant digit of the length (one decimal for a window with no finite length)
+    digits = min(max(1, math.ceil(-math.log10(max(width, 1e-6)) - 1e-9)), 6) if math.isfinite(width) else 1
     scale = 10 ** digits
+    if not (math.isfinite(start_ms) and math.isfinite(end_ms)):
+        return f"{start_ms}:{end_ms}"  # no window to round; plot --window refuses it with one line
     a, b = math.floor(start_ms * scale) / scale, math.ceil(end_ms * scale) / scale
     return f"{a:.{digits}f}:{b:.{digits}f}"
 
@@ -153,8 +156,8 @@ def window_arg(start_ms: float, end_ms: float) -> str:
 def window_text(start_ms: float, end_ms: float) -> str:
     """``START-END ms`` with two decimals, more when the window is shorter than they show (a launch gap of
     8 us is ``0.0040-0.0120 ms``, not ``0.00-0.01 ms``): about two significant digits of its length."""
-    width = max(end_ms - start_ms, 1e-6)
-    digits = min(max(2, math.ceil(-math.log10(width) - 1e-9) + 1), 6)
+    width = end_ms - start_ms
+    digits = min(max(2, math.ceil(-math.log10(max(width, 1e-6)) - 1e-9) + 1), 6) if math.isfinite(width) else 2
     return f"{start_ms:.{digits}f}-{end_ms:.{digits}f} ms"
 
 

@@ -116,6 +116,8 @@ def test_where_text_shows_a_short_window_not_zero():
     for a, b in ((0.0, 1e-7), (3.2, 3.2000004), (-0.5, 0.25)):
         lo, hi = (float(x) for x in render.window_text(a, b).removesuffix(" ms").rsplit("-", 1))
         assert lo <= hi and abs(lo - a) < 1e-5 and abs(hi - b) < 1e-5
+    assert render.window_text(float("nan"), 1.0) == "nan-1.00 ms"  # printed as it is, never a crash
+    assert render.window_text(0.0, float("inf")) == "0.00-inf ms" and render.window_arg(0.0, float("inf")) == "0.0:inf"
 
 
 def test_where_command_of_a_window_before_the_first_step_parses():

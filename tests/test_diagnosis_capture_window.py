@@ -102,3 +102,27 @@ def test_another_accelerators_rows_are_counted_and_named_not_read_as_a_cpu_loop(
     assert [f.pattern for f in findings] == ["capture_window"]
     assert findings[0].evidence["reason"] == "other_accelerator" and cat in findings[0].summary
     assert "Perfetto" in findings[0].fix
+
+
+def test_another_accelerators_rows_count_across_a_folder_of_ranks(tmp_path):
+    import json
+
+    for rank in (0, 1):
+        doc = _other_accelerator_doc("mtia_runtime")
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    trace = helpers.load(tmp_path)
+    assert trace.metadata["other_accelerator_events"] == {"mtia_runtime": 24}
+    f = helpers.diagnose(trace)[0]
+    assert f.pattern == "capture_window" and f.evidence["reason"] == "other_accelerator"
+
+
+def test_a_trace_of_only_another_accelerators_rows_is_refused_saying_so(tmp_path):
+    import json
+
+    doc = _other_accelerator_doc("mtia_ccp_events")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["cat"] == "mtia_ccp_events"] * 30_000  # chunks of them only
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(helpers.TraceError, match=r"another accelerator's \(mtia_ccp_events \(360,000\)\)"):
+        helpers.load(path)

@@ -191,7 +191,15 @@ def test_nccl_collectives_without_gpu_rows_are_a_gpu_left_unrecorded(tmp_path):
     # The same job on gloo is a CPU job and is diagnosed as one.
     nccl = dg.diagnose(_load(_host_job_with_collectives("nccl"), tmp_path))
     assert nccl and nccl[0].pattern == "capture_window" and nccl[0].evidence["reason"] == "gpu_not_recorded"
-    assert "NCCL collectives" in nccl[0].summary
+    assert nccl[0].evidence["gpu_calls_without_gpu"] == 8  # one nccl:all_reduce a step, nothing else GPU-only
     (tmp_path / "gloo").mkdir()
     gloo = dg.diagnose(_load(_host_job_with_collectives("gloo"), tmp_path / "gloo"))
     assert "capture_window" not in [f.pattern for f in gloo]
+
+
+def test_record_stream_without_gpu_rows_is_a_gpu_left_unrecorded(tmp_path):
+    # Tensor.record_stream exists only for tensors on a device with streams.
+    ev = _host_job_with_collectives("gloo") + [Ev("cpu_op", "aten::record_stream", i * 1000 * US, i * 1000 * US + 5 * US)
+                                               for i in range(3)]
+    f = dg.diagnose(_load(ev, tmp_path))[0]
+    assert f.pattern == "capture_window" and f.evidence["gpu_calls_without_gpu"] == 3

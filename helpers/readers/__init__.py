@@ -405,6 +405,9 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         metadata["ranks"][rank] = {k: v for k, v in meta.items() if k != "origin_us"}
         for key in ("device_names", "torch_version"):
             metadata.setdefault(key, meta.get(key))
+        for cat, n in (meta.get("other_accelerator_events") or {}).items():  # the whole job's, as one file's
+            other = metadata.setdefault("other_accelerator_events", {})
+            other[cat] = other.get(cat, 0) + n
     keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
     events = build_events({c: _concat([t[c] for t in tables]) for c in keys})
     _refuse_damaged_times(events, d)

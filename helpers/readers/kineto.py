@@ -400,6 +400,8 @@ class _Columns:
              for col, parts in self.parts.items()}
         self.parts = {}
         if not len(c["kind"]) and self.seen:
+            if self.other_accelerator:
+                _refuse_other_accelerator(self.path, self.seen, self.other_accelerator)
             _refuse_unknown(self.path, self.seen, self.unknown)
         kind, code = c["kind"], c["name"]
         uniq = np.empty(len(self.name_ids), dtype=object)
@@ -455,6 +457,14 @@ def _category_of(e: object) -> str:
     if e.get("ph") != "X":
         return f"{cat or 'uncategorised'} (phase {str(e.get('ph'))[:8]})"
     return str(cat)[:40] if cat is not None else "(no category)"
+
+
+def _refuse_other_accelerator(path: Path, seen: int, found: Counter[str]) -> None:
+    """Only another accelerator's rows: no host op, range or CUDA/ROCm row to read."""
+    top = ", ".join(f"{c} ({n:,})" for c, n in found.most_common(5))
+    raise TraceError(
+        f"{path}: {seen:,} events; the timed ones are all another accelerator's ({top}), which this tool does not read, "
+        "and there is no host op, range or CUDA/ROCm row; read it in Perfetto (ui.perfetto.dev) or the accelerator's tools")
 
 
 def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
