@@ -275,3 +275,27 @@ def test_t1_cost_must_be_within_the_stated_band():
     with pytest.raises(checks.CheckFailed, match="cost of 70% of step time is off"):
         checks.check_triage("t1", checks.Reading(good.pattern, good.window_ms, good.evidence, 0.70))
     assert checks.check_triage("t1", checks.Reading(good.pattern, good.window_ms, good.evidence, 0.95)).startswith("passed")
+
+
+def test_capstone_wait_that_does_not_fall_fails_on_a_machine_with_cores_to_spare(monkeypatch):
+    # The structural fallback is for a machine measured to have no core to spare; with cores free, a loader
+    # whose wait does not fall does not keep up, workers or not.
+    from helpers.checks import lab01
+    from helpers.course import recorded
+    from helpers.model import Trace
+
+    def as_mine(t):
+        from conftest import own_capture as _stamp
+
+        return _stamp(Trace(t.events, "runs/mine/trace.json.gz", t.format, dict(t.metadata)))
+
+    broken, fixed = (as_mine(recorded("mystery", v, "cpu")) for v in ("broken", "fixed"))
+    from test_fake_fixes import real_mystery_step
+
+    for mod in (lab01, lab05):  # the same wait before and after: not halved
+        monkeypatch.setattr(mod, "_data_wait_share", lambda t: 0.5)
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
+    with pytest.raises(checks.CheckFailed, match="Data wait 50% -> 50%"):
+        checks.check_capstone(broken, fixed, 1.3, real_mystery_step)
+    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    assert "rests on the batches coming from worker processes" in checks.check_capstone(broken, fixed, 1.3, real_mystery_step)
