@@ -192,3 +192,18 @@ def test_gloo_job_marked_for_nsys_runs_with_its_hooks(tmp_path):
     res = communication.run("fp16_hook", world_size=2, steps=1, warmup=0, pin_cores=1,
                             mark_collectives=True, nsys_steps=True)
     assert res["backend"] == "gloo" and len(res["per_rank_ms"]) == 2
+
+
+def test_a_failed_job_raises_the_rank_that_failed_first(tmp_path):
+    # Rank 1 crashes; rank 0 then fails in its barrier ("Connection closed by peer"): the cause is rank 1's,
+    # whichever rank number comes first.
+    import json
+
+    from helpers.workloads.communication import _error_record, _reraise
+
+    crash, peer = _error_record(RuntimeError("rank 1 crashed on purpose")), _error_record(RuntimeError("Connection closed by peer"))
+    crash["at"], peer["at"] = 100.0, 100.5
+    (tmp_path / "rank1.error.json").write_text(json.dumps(crash))
+    (tmp_path / "rank0.error.json").write_text(json.dumps(peer))
+    with pytest.raises(RuntimeError, match="crashed on purpose"):
+        _reraise(tmp_path, 2, RuntimeError("the parent's own"))

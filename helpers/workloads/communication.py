@@ -36,6 +36,7 @@ import importlib
 import inspect
 import json
 import linecache
+import math
 import os
 import pickle
 import socket
@@ -363,7 +364,7 @@ def materialize(spec: dict[str, Any]) -> Callable:
 
 # --- the job -------------------------------------------------------------------------------------
 def _error_record(exc: BaseException) -> dict[str, Any]:
-    rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc),
+    rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "at": time.time(),
                            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
     if type(exc).__name__ == "ExerciseNotDone":
         rec.update(number=getattr(exc, "number", 0), todo=getattr(exc, "todo", "your code"), where=getattr(exc, "where", ""))
@@ -447,12 +448,15 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
 
 
 def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
-    """Raise the first rank's own error in the notebook (an unfinished exercise stays one line)."""
+    """Raise the error that came first in the notebook (an unfinished exercise stays one line): when one
+    rank fails, the others fail after it ("Connection closed by peer" in gloo), and the first is the cause."""
+    found = []
     for r in range(world):
         path = result_dir / f"rank{r}.error.json"
-        if not path.exists():
-            continue
-        rec = json.loads(path.read_text())
+        if path.exists():
+            rec = json.loads(path.read_text())
+            found.append((rec.get("type") != "ExerciseNotDone", float(rec.get("at", math.inf)), r, rec))
+    for _, _, r, rec in sorted(found, key=lambda x: x[:3]):
         if rec.get("type") == "ExerciseNotDone":
             from ..course import ExerciseNotDone
 
