@@ -176,10 +176,9 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
                              "capture_kernels": int((ev["kind"].isin(("kernel", "collective")) & (ev["device"] >= 0)).sum())}
     if not trace.has_gpu:
         launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
-        ops = ev[ev["kind"] == "cpu_op"]
-        gpu_ops = ops["name"].str.contains(_GPU_ONLY_OP).sum() if len(ops) else 0
-        host = ev[ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)]
-        nccl = host["name"].str.contains(_NCCL_RANGE).sum() if len(host) else 0
+        gpu_ops = ((ev["kind"] == "cpu_op").to_numpy() & m.name_mask(trace, "gpu_only_op", _GPU_ONLY_OP.search)).sum()
+        host = (ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)).to_numpy()
+        nccl = (host & m.name_mask(trace, "nccl_range", _NCCL_RANGE.match)).sum()
         out["gpu_calls_without_gpu"] = int(launches + gpu_ops + nccl)
         other = trace.metadata.get("other_accelerator_events") or {}
         if other:  # the reader counted another accelerator's rows (MTIA, XPU, ...) and read none of them

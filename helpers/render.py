@@ -140,12 +140,18 @@ def _wrapped(text: str, indent: str, more: str = "  ") -> list[str]:
                          break_long_words=False, break_on_hyphens=False) or [indent]
 
 
+def _decimals(width_ms: float, least: int, more: int = 0) -> int:
+    """Decimals that show about ``1 + more`` significant digits of a window's length: at least ``least``
+    (also for a length that is not finite), at most 6."""
+    if not math.isfinite(width_ms):
+        return least
+    return min(max(least, math.ceil(-math.log10(max(width_ms, 1e-6)) - 1e-9) + more), 6)
+
+
 def window_arg(start_ms: float, end_ms: float) -> str:
     """``START:END`` for ``plot --window`` that covers the window and that the CLI accepts (END > START once
     printed): as many decimals as the window's length needs, the start rounded down and the end up."""
-    width = end_ms - start_ms
-    # about one significant digit of the length (one decimal for a window with no finite length)
-    digits = min(max(1, math.ceil(-math.log10(max(width, 1e-6)) - 1e-9)), 6) if math.isfinite(width) else 1
+    digits = _decimals(end_ms - start_ms, 1)
     scale = 10 ** digits
     if not (math.isfinite(start_ms) and math.isfinite(end_ms)):
         return f"{start_ms}:{end_ms}"  # no window to round; plot --window refuses it with one line
@@ -156,8 +162,7 @@ def window_arg(start_ms: float, end_ms: float) -> str:
 def window_text(start_ms: float, end_ms: float) -> str:
     """``START-END ms`` with two decimals, more when the window is shorter than they show (a launch gap of
     8 us is ``0.0040-0.0120 ms``, not ``0.00-0.01 ms``): about two significant digits of its length."""
-    width = end_ms - start_ms
-    digits = min(max(2, math.ceil(-math.log10(max(width, 1e-6)) - 1e-9) + 1), 6) if math.isfinite(width) else 2
+    digits = _decimals(end_ms - start_ms, 2, more=1)
     return f"{start_ms:.{digits}f}-{end_ms:.{digits}f} ms"
 
 

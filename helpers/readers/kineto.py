@@ -330,15 +330,14 @@ class _Columns:
         if self.max_events is not None and self.seen > self.max_events:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
-        kind_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
+        code_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
         try:  # the common case: every event an object (JSON parsers make only dicts have .get), every category hashable
-            evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in kind_of]
+            evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in code_of]
         except (AttributeError, TypeError):
             evs = [e for e in raw_events
-                   if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in kind_of]
-        code_of = _CATEGORY_CODE
-        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs)) if evs else None
-        if kind is not None and (other := kind == _OTHER_CODE).any():  # rare: another accelerator's rows
+                   if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in code_of]
+        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        if (other := kind == _OTHER_CODE).any():  # rare: another accelerator's rows
             self.other_accelerator.update(e["cat"] for e, o in zip(evs, other.tolist()) if o)
             evs = [e for e, o in zip(evs, other.tolist()) if not o]
             kind = kind[~other]
