@@ -121,3 +121,57 @@ def test_events_that_are_not_objects_take_the_checked_path_and_read_the_same():
     _same(a, b)
     assert list(a[0]["name"]) == ["aten::mul", "cudaLaunchKernel", "k"]
     assert a[0]["correlation"].tolist() == [-1, 5, 5]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted([*(ROOT / "data").glob("*.json.gz"), *(ROOT / "tests" / "corpus").glob("*.json.gz")])
+
+
+@pytest.mark.parametrize("src", SHIPPED, ids=lambda p: p.name)
+def test_msgspec_decoding_reads_as_the_general_parser(src, monkeypatch):
+    """The fast path (msgspec decodes each piece straight into the few fields read) and the general one
+    (a JSON parser's dicts copied into them) give the same table on every shipped recording."""
+    try:
+        fast = helpers.load(src)
+    except TraceError as exc:
+        fast = exc
+    monkeypatch.setattr(kineto, "_decode_events", None)
+    try:
+        general = helpers.load(src)
+    except TraceError as exc:
+        assert isinstance(fast, TraceError) and str(fast) == str(exc)
+        return
+    assert not isinstance(fast, TraceError), fast
+    pd.testing.assert_frame_equal(fast.events, general.events)
+    for key in ("device_names", "distributed", "torch_version", "collective_types", "other_accelerator_events"):
+        assert fast.metadata.get(key) == general.metadata.get(key), key
+
+
+def test_pieces_msgspec_refuses_go_to_the_general_parser():
+    """A member that is not an object, an ``args`` that is a list, nesting past msgspec's depth: each
+    makes msgspec refuse its piece, which is then read as json.loads reads it. A time that is an integer
+    beyond 64 bits msgspec takes whole, and it reads as the same time."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 2.0,
+              "args": {"device": 0, "stream": 7, "correlation": 5}}
+    # 1,000 levels: past msgspec's depth, within orjson's (built as text: json.dumps would recurse too deep)
+    deep = json.dumps(kernel).replace('"correlation": 5', '"correlation": 5, "nested": ' + "[" * 1000 + "]" * 1000)
+    big_time = json.dumps({**kernel, "ts": 2**70})  # msgspec keeps it an int, orjson makes it a float: the same time
+    for odd in ("7", json.dumps({**kernel, "args": [1]}), deep, big_time):
+        data = ('{"traceEvents": [' + json.dumps(kernel) + ", " + odd + "]}").encode()
+        assert kineto._decode_events is not None
+        if odd is not big_time:
+            with pytest.raises(kineto._FAST_ERRORS):
+                kineto._decode_events(b"[" + odd.encode() + b"]")
+        _same(_read(data, stream=True, block=1 << 20), _read(data, stream=False))
+
+
+def test_reads_the_same_without_msgspec(tmp_path):
+    """msgspec is optional: without it the reader makes the same table from orjson's dicts."""
+    import subprocess
+    import sys
+    src = ROOT / "data" / "launch_overhead__broken__h200.json.gz"
+    code = ("import sys; sys.modules['msgspec'] = None\n"
+            "import helpers\nfrom helpers.readers import kineto\nassert kineto._decode_events is None\n"
+            f"helpers.load({str(src)!r}).events.to_pickle({str(tmp_path / 'e.pkl')!r})\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+    pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "e.pkl"), helpers.load(src).events)

@@ -8,6 +8,7 @@ memory kinds, e.g. ``Memcpy HtoD (Pageable -> Device)``.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import re
@@ -42,6 +43,80 @@ except ImportError:  # pragma: no cover - exercised only without orjson
         return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
     _DecodeError = (ValueError,)
+
+# One event as this reader sees it: only the fields it reads. With msgspec, a piece of the events list is
+# decoded straight into these (fields not named here are skipped, never built), which is 2-3x faster than
+# a dict per event; without it, or for a piece msgspec refuses, the dicts a JSON parser made are copied in.
+# A field that is absent is UNSET (not None), so ``args.device`` absent falls back to ``pid`` as Kineto means.
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - exercised only without msgspec
+    msgspec = None
+
+if msgspec is not None:
+    _UNSET: Any = msgspec.UNSET
+
+    class _Args(msgspec.Struct, gc=False):
+        device: Any = _UNSET
+        stream: Any = _UNSET
+        correlation: Any = -1
+        bytes: Any = None
+        input_type: Any = msgspec.field(default=_UNSET, name="Input type")
+        input_dims: Any = msgspec.field(default=None, name="Input Dims")
+
+    class _Event(msgspec.Struct, gc=False):
+        ph: Any = None
+        cat: Any = None
+        name: Any = None
+        ts: Any = None
+        dur: Any = None
+        pid: Any = None
+        tid: Any = None
+        args: _Args | None = None
+
+    _decode_events: Any = msgspec.json.Decoder(list[_Event]).decode
+    # ValidationError (a piece that is JSON but not a list of event objects) is one of these too.
+    _FAST_ERRORS: tuple[type[Exception], ...] = (msgspec.MsgspecError, RecursionError)
+else:  # pragma: no cover - exercised only without msgspec
+    _UNSET = object()
+
+    class _Args:  # type: ignore[no-redef]
+        __slots__ = ("device", "stream", "correlation", "bytes", "input_type", "input_dims")
+
+        def __init__(self, device: Any = _UNSET, stream: Any = _UNSET, correlation: Any = -1, bytes: Any = None,
+                     input_type: Any = _UNSET, input_dims: Any = None) -> None:
+            self.device, self.stream, self.correlation = device, stream, correlation
+            self.bytes, self.input_type, self.input_dims = bytes, input_type, input_dims
+
+    class _Event:  # type: ignore[no-redef]
+        __slots__ = ("ph", "cat", "name", "ts", "dur", "pid", "tid", "args")
+
+        def __init__(self, ph: Any = None, cat: Any = None, name: Any = None, ts: Any = None, dur: Any = None,
+                     pid: Any = None, tid: Any = None, args: Any = None) -> None:
+            self.ph, self.cat, self.name, self.ts, self.dur = ph, cat, name, ts, dur
+            self.pid, self.tid, self.args = pid, tid, args
+
+    _decode_events = None
+    _FAST_ERRORS = ()
+
+_NO_ARGS = _Args()
+#: Stands in for a member of the events list that is not an object (a number, a string, a list).
+_NOT_AN_OBJECT = _Event()
+
+
+def _event_of(e: object) -> _Event:
+    """A parsed JSON value (one member of the events list) as an event."""
+    if type(e) is not dict:
+        return _NOT_AN_OBJECT
+    a = e.get("args")
+    args = None
+    if type(a) is dict:
+        args = _Args(device=a.get("device", _UNSET), stream=a.get("stream", _UNSET),
+                     correlation=a.get("correlation", -1), bytes=a.get("bytes"),
+                     input_type=a.get("Input type", _UNSET), input_dims=a.get("Input Dims"))
+    return _Event(ph=e.get("ph"), cat=e.get("cat"), name=e.get("name"), ts=e.get("ts"), dur=e.get("dur"),
+                  pid=e.get("pid"), tid=e.get("tid"), args=args)
+
 
 _CATEGORY_KIND = {
     "kernel": "kernel",
@@ -94,7 +169,6 @@ _OTHER_CODE = -1  # an OTHER_ACCELERATOR_CATEGORIES row: picked out with the res
 _CATEGORY_CODE.update(dict.fromkeys(OTHER_ACCELERATOR_CATEGORIES, _OTHER_CODE))
 _ON_DEVICE = np.array([k in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") for k in KINDS])
 _MOVES_BYTES = np.array([k in ("memcpy", "memset") for k in KINDS])
-_NO_ARGS: dict = {}
 #: Bytes per element of the tensor types the profiler names in ``Input type`` (record_shapes=True), for
 #: what a gloo collective sends: ``gloo:all_reduce`` carries its tensor's type and dims.
 _ITEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "short int": 2,
@@ -237,7 +311,7 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
         tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
         if type(tail) is dict:
             try:
-                events = _loads(b"[" + rest[:j] + b"]")
+                events = _parse_events(b"[" + rest[:j] + b"]")
             except _DecodeError as exc:
                 why = str(exc).splitlines()[0][:80]
                 continue
@@ -272,7 +346,7 @@ def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
         )
     events = doc.pop("traceEvents")
     for i in range(0, len(events), 50_000):
-        cols.add(events[i:i + 50_000])
+        cols.add([_event_of(e) for e in events[i:i + 50_000]])
     return doc
 
 
@@ -297,10 +371,25 @@ def _loads_list(buf: bytearray, start: int, end: int) -> list | None:
     buf[start - 1], buf[end] = 0x5B, 0x5D  # [ and ]
     view = memoryview(buf)[start - 1:end + 1]
     try:
-        return _try_loads(view)
+        return _parse_events(view)
+    except _DecodeError:
+        return None
     finally:
         view.release()  # the buffer can grow and shrink again only once no view of it is left
         buf[start - 1], buf[end] = before, after
+
+
+def _parse_events(data: bytes | bytearray | memoryview) -> list[_Event]:
+    """A JSON list of events, parsed; raises _DecodeError where it is not valid JSON. msgspec decodes it
+    when it can; what it refuses (a member that is not an object, an ``args`` that is not one, a number
+    out of range, nesting too deep) goes to the general parser, so every piece reads as ``json.loads``
+    reads it, and only the fields this reader uses are ever built."""
+    if _decode_events is not None:
+        try:
+            return _decode_events(data)
+        except _FAST_ERRORS:
+            pass
+    return [_event_of(e) for e in _loads(data)]
 
 
 def _try_loads(data: bytes | bytearray | memoryview) -> Any:
@@ -318,6 +407,7 @@ class _Columns:
         self.seen = 0  # trace events of any kind so far (what max_events counts)
         self.wire_types: Counter[str] = Counter()  # "gloo:all_reduce|c10::Half" -> how many such collectives
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
+        self.gloo_codes: set[int] = set()  # the numbers of the names that are gloo collectives' ("gloo:...")
         self.parts: dict[str, list[np.ndarray]] = {c: [] for c in _PART_COLUMNS}
         # What the events were, tallied only while none has been understood: a refusal says what was found.
         self.unknown: Counter[str] = Counter()
@@ -331,23 +421,22 @@ class _Columns:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
         code_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
-        try:  # the common case: every event an object (JSON parsers make only dicts have .get), every category hashable
-            evs = [e for e in raw_events if e.get("ph") == "X" and e.get("cat") in code_of]
-        except (AttributeError, TypeError):
-            evs = [e for e in raw_events
-                   if type(e) is dict and e.get("ph") == "X" and type(c := e.get("cat")) is str and c in code_of]
-        kind = np.fromiter([code_of[e["cat"]] for e in evs], dtype=np.int8, count=len(evs))
+        try:  # the common case: every category hashable
+            evs = [e for e in raw_events if e.ph == "X" and e.cat in code_of]
+        except TypeError:
+            evs = [e for e in raw_events if e.ph == "X" and type(c := e.cat) is str and c in code_of]
+        kind = np.fromiter([code_of[e.cat] for e in evs], dtype=np.int8, count=len(evs))
         if (other := kind == _OTHER_CODE).any():  # rare: another accelerator's rows
-            self.other_accelerator.update(e["cat"] for e, o in zip(evs, other.tolist()) if o)
+            self.other_accelerator.update(e.cat for e, o in zip(evs, other.tolist()) if o)
             evs = [e for e, o in zip(evs, other.tolist()) if not o]
             kind = kind[~other]
         if not evs:
             if not self.parts["kind"]:
                 self.unknown.update(_category_of(e) for e in raw_events)
             return
-        ts = _times(evs, "ts", path)
-        dur = _times(evs, "dur", path)
-        names = [e.get("name") for e in evs]
+        ts = _times(evs, [e.ts for e in evs], "ts", path)
+        dur = _times(evs, [e.dur for e in evs], "dur", path)
+        names = [e.name for e in evs]
         bad = next((i for i, n in enumerate(names) if type(n) is not str), None)
         if bad is not None:
             _damaged(path, raw_events, evs[bad], "lacks a 'name'", base)
@@ -355,39 +444,43 @@ class _Columns:
             i = int(np.flatnonzero((dur < 0) | ~np.isfinite(ts) | ~np.isfinite(dur))[0])
             _damaged(path, raw_events, evs[i], "has a negative or infinite time", base)
         ids = self.name_ids
+        known = len(ids)
         name_code = np.fromiter([ids.setdefault(n, len(ids)) for n in names], dtype=np.int64, count=len(names))
-        if evs[0]["cat"] in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
-            ranges = [i for i, e in enumerate(evs) if e["cat"] == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
+        # gloo collectives carry what they send in their args: looked for once per new name, not per event
+        self.gloo_codes.update(ids[nm] for nm in itertools.islice(ids, known, None) if nm.startswith("gloo:"))
+        if evs[0].cat in _OLD_SPELLING:  # a trace never mixes the two spellings: one look is enough
+            ranges = [i for i, e in enumerate(evs) if e.cat == _OLD_RANGE_CATEGORY and _OLD_RANGE_NAME.match(names[i])]
             kind[ranges] = _CODE["annotation"]
-        args = [a if type(a := e.get("args")) is dict else _NO_ARGS for e in evs]
+        no_args = _NO_ARGS
+        args = [no_args if (a := e.args) is None else a for e in evs]
         on_device = _ON_DEVICE[kind]
         n = len(evs)
         device = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
         pid = np.full(n, -1, dtype=np.int64)
         tid = np.full(n, -1, dtype=np.int64)
-        if on_device.all():
-            device[:] = _ints([a.get("device", e.get("pid")) for a, e in zip(args, evs)], path, "args.device")
-            stream[:] = _ints([a.get("stream", e.get("tid")) for a, e in zip(args, evs)], path, "args.stream")
-        elif on_device.any():
-            dev_idx = np.flatnonzero(on_device).tolist()
-            device[dev_idx] = _ints([args[i].get("device", evs[i].get("pid")) for i in dev_idx], path, "args.device")
-            stream[dev_idx] = _ints([args[i].get("stream", evs[i].get("tid")) for i in dev_idx], path, "args.stream")
-        if not on_device.any():
-            pid[:] = _ints([e.get("pid") for e in evs], path, "pid")
-            tid[:] = _ints([e.get("tid") for e in evs], path, "tid")
-        elif not on_device.all():
-            host_idx = np.flatnonzero(~on_device).tolist()
-            pid[host_idx] = _ints([evs[i].get("pid") for i in host_idx], path, "pid")
-            tid[host_idx] = _ints([evs[i].get("tid") for i in host_idx], path, "tid")
-        correlation = _ints([a.get("correlation", -1) for a in args], path, "args.correlation")
+        unset = _UNSET  # a GPU row without args.device / args.stream has them as its pid / tid
+        if on_device.any():
+            dev_idx = np.flatnonzero(on_device)
+            dev_args = args if len(dev_idx) == n else [args[i] for i in dev_idx.tolist()]
+            dev_evs = evs if len(dev_idx) == n else [evs[i] for i in dev_idx.tolist()]
+            device[dev_idx] = _ints([e.pid if (v := a.device) is unset else v for a, e in zip(dev_args, dev_evs)],
+                                    path, "args.device")
+            stream[dev_idx] = _ints([e.tid if (v := a.stream) is unset else v for a, e in zip(dev_args, dev_evs)],
+                                    path, "args.stream")
+        if not on_device.all():
+            host_idx = np.flatnonzero(~on_device)
+            host_evs = evs if len(host_idx) == n else [evs[i] for i in host_idx.tolist()]
+            pid[host_idx] = _ints([e.pid for e in host_evs], path, "pid")
+            tid[host_idx] = _ints([e.tid for e in host_evs], path, "tid")
+        correlation = _ints([a.correlation for a in args], path, "args.correlation")
         nbytes = np.full(n, math.nan)
         for i in np.flatnonzero(_MOVES_BYTES[kind]).tolist():
-            nbytes[i] = _as_float(args[i].get("bytes"))
-        for i in [i for i, nm in enumerate(names) if nm.startswith("gloo:")]:  # what a gloo collective sends
-            if "Input type" in args[i]:
-                nbytes[i] = _collective_bytes(args[i])
-                types = args[i]["Input type"]
+            nbytes[i] = _as_float(args[i].bytes)
+        gloo = np.flatnonzero(np.isin(name_code, list(self.gloo_codes))).tolist() if self.gloo_codes else ()
+        for i in gloo:  # what a gloo collective sends
+            if (types := args[i].input_type) is not unset:
+                nbytes[i] = _collective_bytes(types, args[i].input_dims)
                 self.wire_types[f"{names[i]}|{','.join(map(str, types)) if isinstance(types, list) else types}"] += 1
         for col, values in (("kind", kind), ("name", name_code), ("start_us", ts), ("dur_us", dur), ("device", device),
                             ("stream", stream), ("pid", pid), ("tid", tid), ("correlation", correlation),
@@ -449,12 +542,12 @@ class _Columns:
         return events, metadata
 
 
-def _category_of(e: object) -> str:
-    if type(e) is not dict:
+def _category_of(e: _Event) -> str:
+    if e is _NOT_AN_OBJECT:
         return "(not an object)"
-    cat = e.get("cat")
-    if e.get("ph") != "X":
-        return f"{cat or 'uncategorised'} (phase {str(e.get('ph'))[:8]})"
+    cat = e.cat
+    if e.ph != "X":
+        return f"{cat or 'uncategorised'} (phase {str(e.ph)[:8]})"
     return str(cat)[:40] if cat is not None else "(no category)"
 
 
@@ -491,9 +584,9 @@ def _metadata(doc: dict, origin: float) -> dict:
     }
 
 
-def _damaged(path: Path, raw_events: list, ev: dict, problem: str, base: int = 0) -> None:
+def _damaged(path: Path, raw_events: list[_Event], ev: _Event, problem: str, base: int = 0) -> None:
     index = base + next(i for i, e in enumerate(raw_events) if e is ev)
-    raise TraceError(f"{path}: event #{index} ({str(ev.get('name'))[:40]!r}) {problem}; the trace is damaged: record it again")
+    raise TraceError(f"{path}: event #{index} ({str(ev.name)[:40]!r}) {problem}; the trace is damaged: record it again")
 
 
 def _numeric_column(values: list) -> np.ndarray | None:
@@ -507,14 +600,19 @@ def _numeric_column(values: list) -> np.ndarray | None:
     return arr if arr.ndim == 1 else None
 
 
-def _times(evs: list[dict], key: str, path: Path) -> np.ndarray:
-    values = [e.get(key) for e in evs]
+def _times(evs: list[_Event], values: list, key: str, path: Path) -> np.ndarray:
+    """``values`` (each event's ``key``) as float microseconds."""
     arr = _numeric_column(values)
     if arr is not None and arr.dtype.kind in "fiu":  # numpy inferred a numeric column: the common, fast case
         return arr.astype(np.float64)
-    bad = next((e for e, v in zip(evs, values) if type(v) not in (int, float)), evs[0])
+    bad = next((e for e, v in zip(evs, values) if type(v) not in (int, float)), None)
+    if bad is None:  # numbers all, one an integer beyond 64 bits (msgspec keeps those whole): as a float
+        try:
+            return np.array([float(v) for v in values], dtype=np.float64)
+        except OverflowError:
+            bad = next(e for e, v in zip(evs, values) if abs(v) > 1e308)
     raise TraceError(
-        f"{path}: an event ({str(bad.get('name'))[:40]!r}, {bad.get('cat')}) lacks a numeric {key!r}; "
+        f"{path}: an event ({str(bad.name)[:40]!r}, {bad.cat}) lacks a numeric {key!r}; "
         "the trace is damaged: record it again"
     )
 
@@ -571,9 +669,8 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _collective_bytes(args: dict) -> float:
+def _collective_bytes(types: object, dims: object) -> float:
     """What a gloo collective range sends: its tensors' elements times their type's size (NaN if unknown)."""
-    types, dims = args.get("Input type"), args.get("Input Dims")
     if not isinstance(types, list) or not isinstance(dims, list):
         return math.nan
     total = 0.0
