@@ -162,7 +162,7 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
     rt = ev[(ev["kind"] == "runtime") & (ev["device"] < 0)]
     total = start = unload = 0.0
     for rank in sorted(int(r) for r in ev["rank"].unique()):
-        on = ev[ev["rank"] == rank]
+        on = m.rank_events(trace, rank)
         total += float(on["end_us"].max() - on["start_us"].min())
         mine = rt[rt["rank"] == rank]
         hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine

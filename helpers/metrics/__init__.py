@@ -30,7 +30,7 @@ module             what it holds
 from __future__ import annotations
 
 from ._cache import _cached
-from ._store import _memo, name_mask
+from ._store import _memo, name_mask, rank_events
 from .activity import (
                        CAUSES,
                        DATA_WAIT,
@@ -65,7 +65,7 @@ __all__ = [
     "covered_before", "time_origin_us", "data_wait", "gaps_in", "gpu_busy", "gpu_utilization", "gpu_work_union", "graph_spans", "h2d_stats",
     "host_copy_stats",
     "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
-    "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "overlap", "rank_imbalance", "step_breakdown",
+    "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "rank_events", "overlap", "rank_imbalance", "step_breakdown",
     "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "unrecorded_gpu_lead", "windows",
     "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]

@@ -72,3 +72,15 @@ def name_mask(trace: Trace, key: str, predicate) -> np.ndarray:
         hits = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
         memo[slot] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
     return memo[slot]
+
+
+def rank_events(trace: Trace, rank: int) -> pd.DataFrame:
+    """The rows of one rank, filtered once per trace (many metrics look at one rank at a time; the
+    filter copies every column). A trace of one rank is its own table. Read it; do not edit it."""
+    memo = _memo(trace)
+    key = ("__rank__", int(rank))
+    if key not in memo:
+        ev = trace.events
+        ranks = ev["rank"].to_numpy()
+        memo[key] = ev if len(ranks) and (ranks == rank).all() else ev[ranks == rank]
+    return memo[key]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace, assign_steps, empty_steps
-from ._store import _memo
+from ._store import _memo, rank_events
 from .intervals import merge_intervals, overlap
 
 
@@ -215,7 +215,7 @@ def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
     ev = trace.events
     frames, info = [], {}
     for rank in sorted(int(r) for r in ev["rank"].unique()):
-        on = ev[ev["rank"] == rank]
+        on = rank_events(trace, rank)
         found = steps = None
         for source in ("ranges", "kernels", "ops"):
             if source == "kernels":
@@ -318,7 +318,7 @@ def capture_stats(trace: Trace) -> dict[str, float]:
     ev = trace.events
     total = gpu = host = 0.0
     for rank in sorted(int(r) for r in ev["rank"].unique()):
-        on = ev[ev["rank"] == rank]
+        on = rank_events(trace, rank)
         s, e = float(on["start_us"].min()), float(on["end_us"].max())
         total += e - s
         work = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)]

@@ -9,6 +9,7 @@ import pandas as pd
 from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace
 from ._cache import _cached
+from ._store import rank_events
 
 
 @_cached
@@ -29,11 +30,10 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     """
     steps = trace.steps
     ranks = trace.ranks if rank is None else [rank]
-    ev = trace.events
     rows = []
     for r in ranks:
         st = steps[steps["rank"] == r].copy()
-        on_rank = ev[ev["rank"] == r]
+        on_rank = rank_events(trace, r)
         if on_rank.empty:
             continue
         if st.empty:
@@ -87,14 +87,14 @@ def _gpu_paced(st: pd.DataFrame, dev: pd.DataFrame) -> pd.DataFrame | None:
     return st.assign(start_us=start, end_us=ge)
 
 
+@_cached
 def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] | None:
     """``(capture start, lead end, queued_us)`` when the capture begins with the rank's GPU waiting on
     work it does not record: GPU work that starts at least :data:`~helpers.thresholds.QUEUED_BEFORE_RECORD_US`
     after both its launch call returned and the GPU's previous recorded work ended, with less than that
     much GPU work recorded before it. An idle GPU starts queued work within microseconds, so until then
     it ran (or its stream waited on) work launched before the profiler started. None otherwise."""
-    ev = trace.events
-    on = ev[ev["rank"] == rank]
+    on = rank_events(trace, rank)
     dev = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)].sort_values("start_us", kind="stable")
     if dev.empty:
         return None
