@@ -149,3 +149,62 @@ def test_nsys_sleep_between_steps_is_not_data(tmp_path):
               else e for e in nsys_loop_waiting_on_workers()]
     result = dg.diagnose(helpers.load(write_sqlite(events, tmp_path / "sleep.sqlite")))
     assert result[0].pattern != "data_stall"
+
+
+def copy_to_host_waiting(steps: int = 5, wait_us: int = 6000, host_mem: str = "pageable") -> list[Ev]:
+    """Each step launches four 1 ms kernels, then copies a loss to the host (``.cpu()``: an ``aten::to``
+    making a cudaMemcpyAsync, then a cudaStreamSynchronize). The GPU's stream waits ``wait_us`` on work
+    the trace does not show before the copy runs; into pageable memory the host sits in the copy call
+    all that time (CUDA returns from it only once the copy is done), into pinned memory it returns at once
+    and waits in the sync instead."""
+    out: list[Ev] = []
+    t, c = 0, 0
+    for i in range(steps):
+        s = t
+        g = t + 10 * US
+        for _ in range(4):
+            c += 1
+            out.append(Ev("cpu_op", "aten::mm", t, t + 8 * US))
+            out.append(Ev("runtime", "cudaLaunchKernel", t + 1 * US, t + 6 * US, correlation=c))
+            out.append(Ev("kernel", "gemm", g, g + 1000 * US, correlation=c))
+            g += 1000 * US
+            t += 10 * US
+        c += 1
+        copy_at = g + wait_us * US
+        blocking = host_mem == "pageable"
+        call_end = copy_at + 5 * US if blocking else t + 8 * US
+        out.append(Ev("runtime", "cudaMemcpyAsync", t + 1 * US, call_end, correlation=c))
+        out.append(Ev("memcpy", "", copy_at, copy_at + 2 * US, correlation=c, bytes=4, copy="D2H", host_mem=host_mem))
+        c += 1
+        out.append(Ev("runtime", "cudaStreamSynchronize", call_end + 1 * US, copy_at + 10 * US, correlation=c))
+        out.append(Ev("cpu_op", "aten::to", t, copy_at + 12 * US))
+        t = copy_at + 20 * US
+        out.append(Ev("annotation", f"ProfilerStep#{i}", s, t))
+    return out
+
+
+def test_a_copy_into_pageable_memory_is_a_sync_not_a_launch(tmp_path):
+    """The host sits in a pageable device-to-host cudaMemcpyAsync while its GPU idles: the call waits for
+    the stream like a sync (nothing else can be queued), so the idle is the sync's, not the launches' that
+    the surrounding op would otherwise suggest. The copy and the sync after it are one sync point."""
+    tr = _load(copy_to_host_waiting(), tmp_path)
+    ev = tr.events
+    blocking = m.blocking_copy_calls(tr)
+    assert ev.loc[blocking, "name"].tolist() == ["cudaMemcpyAsync"] * 5
+    assert m.is_sync_call(tr)[blocking].all()
+    cost = m.idle_cost_by_cause(tr)
+    assert cost["launch"] < 0.05 * sum(cost.values()), cost
+    sync = m.sync_stats(tr)
+    assert sync["sync_points_per_step"] == 1.0  # the copy and its stream sync: one wait
+    assert sync["blocked_us_per_step"] > 6000  # the wait in the copy call is counted
+    result = helpers.diagnose(tr)
+    assert result[0].pattern == "sync_stall", [(f.pattern, f.cost) for f in result]
+    assert "launch_overhead" not in _costs(result)
+
+
+def test_a_copy_into_pinned_memory_is_no_sync_of_its_own(tmp_path):
+    """Into pinned memory the same copy call returns at once: only the stream sync after it waits."""
+    tr = _load(copy_to_host_waiting(host_mem="pinned"), tmp_path)
+    assert not m.blocking_copy_calls(tr).any()
+    assert m.sync_stats(tr)["sync_points_per_step"] == 1.0
+    assert helpers.diagnose(tr)[0].pattern == "sync_stall"

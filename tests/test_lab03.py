@@ -122,7 +122,7 @@ def _reference_reading(t) -> checks.Reading:
     ev = t.events
     origin, n_steps = plots.time_origin_us(t), len(t.steps)
     gaps = metrics.idle_gaps(t)
-    syncs = ev[metrics.is_sync_call(t) & (ev["step"] >= 0)]
+    syncs = ev[metrics.sync_point_calls(t) & (ev["step"] >= 0)]
     gap = gaps.sort_values("dur_us").iloc[-1]
     return checks.Reading("sync_stall", ((gap.start_us - origin) / 1e3, (gap.end_us - origin) / 1e3),
                           {"sync_points_per_step": len(syncs) / n_steps},

@@ -159,7 +159,7 @@ def lab03() -> list[tuple[str, str]]:
     gap = gaps.sort_values("dur_us").iloc[-1]
     w = _ms(t, gap.start_us, gap.end_us)
     ev = t.events
-    n_sync = float((metrics.is_sync_call(t) & (ev["step"] >= 0)).sum() / len(t.steps))
+    n_sync = float((metrics.sync_point_calls(t) & (ev["step"] >= 0)).sum() / len(t.steps))
     cost = float(metrics.idle_cost_by_cause(t)["sync"] / t.steps["dur_us"].sum())
     return [
         ("the white stretch in 'prepare batch' read as a data stall",

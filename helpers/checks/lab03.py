@@ -53,7 +53,7 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
     ev = trace.events
     n = _n_steps(trace)
     if trace.has_gpu:
-        syncs = _in_steps(trace, ev[m.is_sync_call(trace)])
+        syncs = _in_steps(trace, ev[m.sync_point_calls(trace)])  # a .cpu() copy and its stream sync: one
         ops = ev[ev["kind"] == "cpu_op"]
         names = []
         for _, s in syncs.iterrows():

@@ -34,7 +34,7 @@ FIGURE_HOWTO = {
     "host_data_wait_ms_per_step": "ms per step the host spends fetching batches (DataLoader ranges)",
     "sync_stall_share": ("share of step time the GPU idles because of syncs: the idle time after a sync returns, at most "
                          "the time the host sat blocked in syncs (the rest is what the host did next)"),
-    "sync_points_per_step": "host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies) per step",
+    "sync_points_per_step": "host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies; a copy to pageable memory and the stream sync right after it are one) per step",
     "host_blocked_ms_per_step": "ms per step the host sits blocked in sync calls",
     "sync_blocked_share": "share of step time the host sits blocked in sync calls",
     "launch_idle_share": "share of step time the GPU idles between kernels while the host is launching",

@@ -41,6 +41,7 @@ from .activity import (
                        SYNC_CALLS,
                        SYNC_RETURN_US,
                        SYNCING_OPS,
+                       blocking_copy_calls,
                        gpu_work_union,
                        graph_spans,
                        host_union,
@@ -56,7 +57,7 @@ from .precision import api_calls_per_step, compile_time_us, gemm_kernels, gemm_m
 from .report import comparison, step_breakdown, step_time_band, step_time_ms, step_times, summary, timing_verdict
 from .steady import capture_stats, find_period, steady_steps, stepped
 from .stretch import window_stats
-from .syncs import _inside_ranges, host_op_stats, outermost_ops, sync_stats
+from .syncs import _inside_ranges, host_op_stats, outermost_ops, sync_point_calls, sync_stats
 from .windows import time_origin_us, unrecorded_gpu_lead, windows
 
 __all__ = [
@@ -64,8 +65,8 @@ __all__ = [
     "SYNCING_OPS", "SYNC_CALLS", "blocked_while_computing", "SYNC_RETURN_US", "_cached", "_inside_ranges", "_memo", "outermost_ops", "capture_stats", "comm_stats", "comparison", "copy_stats",
     "covered_before", "time_origin_us", "data_wait", "gaps_in", "gpu_busy", "gpu_utilization", "gpu_work_union", "graph_spans", "h2d_stats",
     "host_copy_stats",
-    "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call",
+    "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call", "blocking_copy_calls",
     "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "rank_events", "overlap", "rank_imbalance", "step_breakdown",
-    "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_stats", "unrecorded_gpu_lead", "windows",
+    "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_point_calls", "sync_stats", "unrecorded_gpu_lead", "windows",
     "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]

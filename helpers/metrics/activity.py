@@ -127,8 +127,36 @@ def _is_launch_call(name: str) -> bool:
 _SYNCING_OP_SET = frozenset(SYNCING_OPS)
 
 
+#: Asynchronous copy calls: a device-to-host one into pageable memory blocks the host all the same.
+ASYNC_COPY_CALLS = ("cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync", "hipMemcpyAsync", "hipMemcpyDtoHAsync")
+
+
+def blocking_copy_calls(trace: Trace) -> np.ndarray:
+    """For every event: is it an asynchronous copy call whose copy went device-to-host into pageable
+    memory? CUDA (and HIP) return from such a call only once the copy is done, which waits for all the
+    stream's earlier work: a hidden sync, whatever its name says. ``tensor.item()`` makes one (then a
+    stream sync); so does ``.cpu()`` / ``.to("cpu")`` without pinned memory. Told by the copy the call's
+    correlation id links to, so a trace without the GPU's copy rows has none."""
+    memo = _memo(trace)
+    if "blocking_copy_calls" not in memo:
+        ev = trace.events
+        kind = ev["kind"].to_numpy()
+        calls = (kind == "runtime") & name_mask(trace, "async_copy_call", lambda n: n.startswith(ASYNC_COPY_CALLS))
+        out = np.zeros(len(ev), dtype=bool)
+        if calls.any():
+            copies = (kind == "memcpy") & (ev["copy_kind"] == "D2H").to_numpy() & (ev["host_memory"] == "pageable").to_numpy()
+            rank, corr = ev["rank"].to_numpy(), ev["correlation"].to_numpy()
+            keys = pd.MultiIndex.from_arrays([rank[copies], corr[copies]])
+            at = np.flatnonzero(calls & (corr >= 0))
+            out[at] = pd.MultiIndex.from_arrays([rank[at], corr[at]]).isin(keys)
+        memo["blocking_copy_calls"] = out
+    return memo["blocking_copy_calls"]
+
+
 def is_sync_call(trace: Trace) -> np.ndarray:
-    return name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+    """For every event: is it a host call that waits for the GPU (a sync, a blocking copy)?"""
+    named = name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+    return named | blocking_copy_calls(trace)
 
 
 def host_union(trace: Trace, rank: int, cause: str):
@@ -143,7 +171,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
-            launches = name_mask(trace, "launch", _is_launch_call)
+            launches = name_mask(trace, "launch", _is_launch_call) & ~blocking_copy_calls(trace)  # that one waits
             return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
@@ -164,6 +192,14 @@ def host_union(trace: Trace, rank: int, cause: str):
                 memo[key] = merge_intervals(np.r_[us, ws], np.r_[ue, we])
             return memo[key]
         return us, ue
+    if cause == "launch" and us.size and (trace.events["kind"] == "cpu_op").any():
+        # An op the host sits in while one of its calls waits for the GPU (``.cpu()``, ``.item()``) is
+        # not dispatching meanwhile: the wait is the sync's.
+        memo = _memo(trace)
+        key = ("host", rank, "launch_less_syncs")
+        if key not in memo:
+            memo[key] = subtract(us, ue, *host_union(trace, rank, "sync"))
+        return memo[key]
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
         # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,

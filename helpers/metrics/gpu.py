@@ -115,7 +115,7 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
             after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
             in_graph = _inside_spans(gs, ge, replays.get((rank, device)))
             after_sync &= ~in_graph  # a replay's nodes run in the order it recorded: no host wait opens a gap among them
-            frame["cause"] = _blame(after_sync, frame)
+            frame["cause"] = _blame(after_sync, frame, in_sync=True)
             frame["host_cause"] = _blame(np.zeros(gs.size, bool), frame)  # what the host did in it, syncs aside
             frame["cause"][in_graph] = frame["host_cause"][in_graph] = "graph"
             frame["after_sync"] = after_sync
@@ -155,17 +155,21 @@ def _host_work_wins(trace: Trace, gaps: pd.DataFrame) -> str | None:
 
 
 def _sync_win(trace: Trace) -> float:
-    """At most what removing the syncs wins back: the host's wait in them while its GPU computed, once per device."""
+    """At most what removing the syncs wins back: the host's wait in them while its GPU computed, once per device.
+    (A GPU idle while the host waits in a sync is waiting on something else too: that is not won back.)"""
     blocked = blocked_while_computing(trace)
     return blocked * max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
 
 
-def _blame(after_sync: np.ndarray, frame: dict[str, Any]) -> np.ndarray:
+def _blame(after_sync: np.ndarray, frame: dict[str, Any], in_sync: bool = False) -> np.ndarray:
     """A gap that starts as a sync returns is the sync's; otherwise the host activity filling half of it."""
     dur = frame["dur_us"]
     cause = np.full(dur.size, "other", dtype=object)
-    cause[after_sync] = "sync"
-    undecided = ~after_sync
+    # ... and so is one the host spends at least half of inside a sync call (a blocking copy waiting on
+    # the stream): it could queue nothing meanwhile, however busy its ops look.
+    blocked = frame["sync_us"] >= 0.5 * dur if in_sync else np.zeros(dur.size, bool)
+    cause[after_sync | blocked] = "sync"
+    undecided = ~(after_sync | blocked)
     for name in ("data_wait", "collective", "launch"):
         hit = undecided & (frame[f"{name}_us"] >= 0.5 * dur)
         cause[hit] = name

@@ -11,7 +11,7 @@ import pandas as pd
 from ..model import Trace
 from ._cache import _cached
 from ._store import name_mask
-from .activity import _SYNCING_OP_SET, OPTIMIZER_RANGE, is_sync_call
+from .activity import _SYNCING_OP_SET, OPTIMIZER_RANGE, blocking_copy_calls, is_sync_call
 from .intervals import merge_intervals, overlap
 from .windows import windows
 
@@ -24,12 +24,15 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     friends); it is measurable on CPU-only traces too, where nothing actually waits.
     """
     ev = trace.events
-    syncs = ev[is_sync_call(trace)]
+    is_sync = is_sync_call(trace)
     win = windows(trace)
     n_steps = max(int((win["step"] >= 0).sum()), 1)
-    in_steps = syncs[syncs["step"] >= 0] if (win["step"] >= 0).any() else syncs
-    causes = _sync_causes(ev, in_steps)
+    if (win["step"] >= 0).any():
+        is_sync = is_sync & (ev["step"] >= 0).to_numpy()
+    in_steps = ev[is_sync]
     blocked = float(in_steps["dur_us"].sum())  # CUDA API calls on one thread never nest
+    points = ev[is_sync & sync_point_calls(trace)]
+    causes = _sync_causes(ev, points)
     total_window = float(win["dur_us"].sum()) or 1.0
     ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", _SYNCING_OP_SET.__contains__)]
     ops = ops[ops["step"] >= 0] if (win["step"] >= 0).any() else ops
@@ -39,12 +42,38 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     outer = outermost_ops(ops)
     return {
         "syncing_ops_per_step": float(len(outer) / n_steps),
-        "sync_points": int(len(in_steps)),
-        "sync_points_per_step": float(len(in_steps) / n_steps),
+        "sync_points": int(len(points)),
+        "sync_points_per_step": float(len(points) / n_steps),
         "blocked_us_per_step": blocked / n_steps,
         "blocked_share": blocked / total_window,
         "causes": causes,
     }
+
+
+def sync_point_calls(trace: Trace) -> np.ndarray:
+    """For every event: is it a sync point, one host wait for the GPU? Every sync call is one, except a
+    blocking copy directly followed by a sync (:func:`_copies_then_sync`): that pair is one wait."""
+    return is_sync_call(trace) & ~_copies_then_sync(trace)
+
+
+def _copies_then_sync(trace: Trace) -> np.ndarray:
+    """For every event: is it a blocking copy call (:func:`blocking_copy_calls`) whose thread's next CUDA
+    call is a sync? PyTorch copies a tensor to pageable memory that way (``.cpu()``: the copy, then a
+    stream sync); the host waits once, so the pair is one sync point, counted at the sync."""
+    ev = trace.events
+    out = np.zeros(len(ev), dtype=bool)
+    blocking = blocking_copy_calls(trace)
+    if not blocking.any():
+        return out
+    at = np.flatnonzero(((ev["kind"] == "runtime") & (ev["device"] < 0)).to_numpy())
+    rt = ev.iloc[at]
+    order = np.lexsort((rt["start_us"].to_numpy(), rt["tid"].to_numpy(), rt["rank"].to_numpy()))
+    rows = at[order]
+    rank, tid = ev["rank"].to_numpy()[rows], ev["tid"].to_numpy()[rows]
+    named = is_sync_call(trace) & ~blocking
+    paired = blocking[rows[:-1]] & named[rows[1:]] & (rank[:-1] == rank[1:]) & (tid[:-1] == tid[1:])
+    out[rows[:-1][paired]] = True
+    return out
 
 
 def _inside_ranges(sel: pd.DataFrame, ev: pd.DataFrame, pattern: re.Pattern) -> np.ndarray:
