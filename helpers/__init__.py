@@ -11,13 +11,13 @@ Layers (each usable on its own):
 
 from __future__ import annotations
 
-from .diagnosis import PATTERNS, Finding, diagnose
+from .diagnosis import PATTERNS, Finding, diagnose, steady_state
 from .errors import NoGPUError, TraceError
 from .model import Trace
 from .readers import load
 
 __all__ = ["PATTERNS", "Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "diagnose", "load",
-           "nsys_command", "track"]
+           "nsys_command", "steady_state", "track"]
 
 
 def __getattr__(name: str):  # profiling pulls in torch: import it only when asked for

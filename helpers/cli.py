@@ -85,7 +85,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
-    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(trace)))
+    print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(metrics.stepped(trace))))
     return 0
 
 

@@ -377,6 +377,7 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     global _EXPLORER
     if _EXPLORER is None:
         _EXPLORER = _widget_class()
+    trace = m.stepped(trace)  # its steps, and so its axis, are those diagnose reports on
     lanes = Lanes(trace, ranks)
     if window_ms is None:
         if step is not None:

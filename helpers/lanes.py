@@ -90,7 +90,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     """The time window to draw: explicit, one step's, or the whole trace (microseconds)."""
     if window is not None:
         return float(window[0]), float(window[1])
-    win = m.windows(trace)
+    win = m.windows(m.stepped(trace))
     if rank is not None:
         win = win[win["rank"] == rank]
     if step is not None:
@@ -102,7 +102,10 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     return float(ev["start_us"].min()), float(ev["end_us"].max())
 
 
-time_origin_us = m.time_origin_us  # the axis origin lives with the windows it comes from
+def time_origin_us(trace: Trace) -> float:
+    """The timelines' time zero: the first step's start, the steady state's first kept repeat on a trace
+    without step markers (the windows ``diagnose`` reports are on the same axis)."""
+    return m.time_origin_us(m.stepped(trace))
 
 
 def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
@@ -152,6 +155,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     absolute microseconds as the events table holds them.
     """
     plt = _plt()
+    trace = m.stepped(trace)  # its steps, and so its axis, are those diagnose reports on
     axis_origin = time_origin_us(trace) if x_origin is None else x_origin
     if window_ms is not None:
         window = (axis_origin + float(window_ms[0]) * 1e3, axis_origin + float(window_ms[1]) * 1e3)

@@ -45,6 +45,7 @@ from .render import change_text
 def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "after"), steps: int = 2):
     """Both timelines on one time scale (the first ``steps`` steps of each) and a table of what changed."""
     plt = _plt()
+    before, after = m.stepped(before), m.stepped(after)  # each over its steps (the steady state's, unmarked)
     spans = []
     for tr in (before, after):
         win = m.windows(tr)
@@ -87,7 +88,7 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
     ``by_cause=False`` draws the gaps in one colour: the figure to read before any cause is named.
     """
     plt = _plt()
-    gaps = m.idle_gaps(trace)
+    gaps = m.idle_gaps(m.stepped(trace))
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
     if gaps.empty:
         ax.text(0.5, 0.5, "no GPU idle gaps (or no GPU activity in this trace)", ha="center", transform=ax.transAxes)
@@ -116,7 +117,7 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
     whole): the figure to read before any cause is named.
     """
     plt = _plt()
-    table = m.step_breakdown(trace)
+    table = m.step_breakdown(m.stepped(trace))
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
     if table.empty:
         ax.text(0.5, 0.5, "no steps found", ha="center", transform=ax.transAxes)

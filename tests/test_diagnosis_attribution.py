@@ -141,7 +141,7 @@ def test_nsys_main_thread_waiting_on_dataloader_workers_is_a_data_stall(tmp_path
     assert result[0].cost == pytest.approx(4 * 6000 / m.windows(m.stepped(trace))["dur_us"].sum(), abs=0.01)
     assert "host_bound" not in _costs(result)
     # the waits inside the sync are the sync's: not counted as loading
-    assert m.data_wait(trace)["data_wait_us_per_step"] * 5 == pytest.approx(4 * 6000, rel=0.01)
+    assert m.data_wait(m.stepped(trace))["data_wait_us_per_step"] * 5 == pytest.approx(4 * 6000, rel=0.01)
 
 
 def test_nsys_sleep_between_steps_is_not_data(tmp_path):

@@ -27,7 +27,7 @@ def test_costs_never_exceed_the_step_and_reconcile_with_summary(key):
         return
     s = m.summary(trace)
     idle = s["idle_by_cause_us"]
-    denom = float(m.gpu_busy(trace)["window_us"].sum())
+    denom = float(m.gpu_busy(m.stepped(trace))["window_us"].sum())  # over the steps diagnose found
     assert sum(idle.values()) == pytest.approx(sum(m.idle_by_cause(trace).values()))  # same total idle
     for f in findings:
         if f.pattern in CAUSE_OF:  # same causes, same numbers
@@ -53,7 +53,7 @@ def test_nsys_costs_reconcile_with_summary_over_the_found_steps(name):
     inferred = findings[0].evidence.get("steps_inferred")  # None when the export marks its steps (NVTX "step N")
     assert s["steps"] == (inferred["steps"] if inferred else len(trace.steps)) >= 2
     idle = s["idle_by_cause_us"]
-    denom = float(m.gpu_busy(trace)["window_us"].sum())
+    denom = float(m.gpu_busy(m.stepped(trace))["window_us"].sum())  # over the steps diagnose found
     cause_of = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}
     for f in findings:
         if f.pattern in cause_of:

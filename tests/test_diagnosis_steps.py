@@ -61,8 +61,8 @@ def test_graph_replays_are_steps_not_zero_length_layers(tmp_path):
     st = m.stepped(trace).steps
     assert len(st) >= 3 and (st["dur_us"] > 0).all()  # one step per replay, never several of zero length
     step_us = (300 + 20 + 10 + 8 * 5 * 102) * 1.0  # host work + launch + queue + 40 kernels + the copy
-    assert m.step_time_ms(trace) == pytest.approx(step_us / 1e3, rel=0.05)
-    times = m.step_times(trace)
+    assert m.step_time_ms(m.stepped(trace)) == pytest.approx(step_us / 1e3, rel=0.05)
+    times = m.step_times(m.stepped(trace))
     assert max(times) < 1.2 * min(times)  # the last window is a step too, not the capture's tail
 
 
@@ -85,7 +85,7 @@ def test_eager_decode_loop_steps_are_decode_steps(tmp_path):
     trace = _load(eager_decode_loop(), tmp_path)
     info = m.stepped(trace).metadata["steps_inferred"]
     assert info["source"] == "kernels" and info["period_length"] == 5 * 6 + 2  # the step, not the layer
-    assert m.step_time_ms(trace) == pytest.approx((32 * 60 + 200) / 1e3, rel=0.05)
+    assert m.step_time_ms(m.stepped(trace)) == pytest.approx((32 * 60 + 200) / 1e3, rel=0.05)
 
 
 def test_single_iteration_capture_ends_with_its_gpu_work(tmp_path):

@@ -19,3 +19,23 @@ def test_name_mask_is_keyed_by_predicate(tmp_path):
     a = m.name_mask(trace, "k", lambda n: n == "gemm_a")
     b = m.name_mask(trace, "k", lambda n: n == "long_k")
     assert a.sum() == 1 and b.sum() == 1 and not (a & b).any()
+
+
+def test_a_metric_measures_the_trace_it_is_given_and_the_steady_step_is_explicit():
+    """The cache never swaps in another trace: on an export without step markers a metric is over the whole
+    capture, and the steady state's repeats are what ``stepped`` (and ``helpers.steady_state``, which says
+    what it kept) hands back; summary, diagnose and the timeline's axis take that step themselves."""
+    from conftest import DATA
+
+    from helpers import plots
+    raw = helpers.load(DATA / "nsight" / "data_stall__broken__h200.sqlite.gz")
+    assert raw.steps.empty
+    whole = m.windows(raw)
+    assert list(whole["step"]) == [-1]  # one window: the capture
+    steps, report = helpers.steady_state(raw)
+    assert steps is m.stepped(raw) and report.source == "inferred" and report.steps == len(steps.steps) >= 3
+    assert (m.windows(steps)["step"] >= 0).all()
+    assert m.step_time_ms(raw) != m.step_time_ms(steps)  # each over its own windows, nothing cached across
+    assert m.summary(raw)["steps"] == report.steps and m.summary(raw)["steps_inferred"]["source"] == "ranges"
+    assert helpers.diagnose(raw).steady.steps == report.steps
+    assert plots.time_origin_us(raw) == m.time_origin_us(steps) > m.time_origin_us(raw)

@@ -76,7 +76,7 @@ def test_steady_state_from_ranges_matches_the_marked_steps(key):
     # within 5%, or within the marked steps' own spread when they vary more than that
     d = stepped.steps["dur_us"]
     spread = float(d.std() / d.mean()) if len(d) > 1 else 0.0
-    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(stepped), rel=max(0.05, spread))
+    assert m.step_time_ms(m.stepped(bare)) == pytest.approx(m.step_time_ms(stepped), rel=max(0.05, spread))
     findings = helpers.diagnose(bare)
     assert all(f.evidence["steps_inferred"] == info for f in findings)  # every finding says where its steps came from
 
@@ -93,7 +93,7 @@ def test_steady_state_from_kernels_when_no_range_is_left(key):
     info = m.stepped(bare).metadata["steps_inferred"]
     assert info["source"] == "kernels", info
     assert top(bare) == top(stepped)
-    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(stepped), rel=0.20)
+    assert m.step_time_ms(m.stepped(bare)) == pytest.approx(m.step_time_ms(stepped), rel=0.20)
 
 
 def _nsys_exports():
@@ -124,11 +124,11 @@ def test_stepped_trace_is_cached_and_follows_reassigned_events():
     bare = unmarked(recorded("sync_stall", "broken", "h200"))
     assert m.stepped(bare) is m.stepped(bare)
     assert m.stepped(m.stepped(bare)) is m.stepped(bare)
-    before = m.step_time_ms(bare)
+    before = m.step_time_ms(m.stepped(bare))
     ev = bare.events
     bare.events = ev[ev["kind"] != "annotation"].reset_index(drop=True)  # now only kernels can show the loop
     assert m.stepped(bare).metadata["steps_inferred"]["source"] == "kernels"
-    assert m.step_time_ms(bare) != before
+    assert m.step_time_ms(m.stepped(bare)) != before
 
 
 def test_steady_state_of_a_long_recorded_kernel_sequence():
@@ -137,7 +137,7 @@ def test_steady_state_of_a_long_recorded_kernel_sequence():
     bare = unmarked(marked, ranges_too=True)
     info = m.stepped(bare).metadata["steps_inferred"]
     assert (info["source"], info["period_length"]) == ("kernels", 1053) and info["steps"] >= len(marked.steps) - 1
-    assert m.step_time_ms(bare) == pytest.approx(m.step_time_ms(marked), rel=0.05)
+    assert m.step_time_ms(m.stepped(bare)) == pytest.approx(m.step_time_ms(marked), rel=0.05)
     assert top(bare) == top(marked) == ["launch_overhead"]
 
 
@@ -158,4 +158,4 @@ def test_a_range_per_layer_is_grouped_into_steps(tmp_path):
     trace = helpers.load(write_json(out, tmp_path / "t.json"))
     info = m.stepped(trace).metadata["steps_inferred"]
     assert (info["source"], info["period_length"]) == ("ranges", 4), info
-    assert m.step_time_ms(trace) == pytest.approx(1.0, rel=0.1)
+    assert m.step_time_ms(m.stepped(trace)) == pytest.approx(1.0, rel=0.1)

@@ -35,8 +35,8 @@ def _truthful(trace, pattern: str) -> checks.Reading:
     if f is not None and f.window:
         window = _ms(trace, *f.window)
     else:  # nothing over the diagnosis's bars (triage t3's profiler trace): one step
-        wins = m.windows(trace)
-        w = wins.iloc[min(1, len(wins) - 1)]  # an nsys export without step ranges is one window
+        wins = m.windows(m.stepped(trace))  # an nsys export without step ranges: the steady state's repeats
+        w = wins.iloc[min(1, len(wins) - 1)]
         window = _ms(trace, w["start_us"], w["end_us"])
     cost = float(sg["gpu_kernel_share"]) if pattern == "gpu_bound" else f.cost
     return checks.Reading(pattern, window, {fig: float(sg[fig])}, cost)

@@ -292,7 +292,9 @@ def unit_slip(answer: float, want: float, rel: float = 0.15) -> str:
 
 
 def data_wait_share(trace: Trace) -> float:
-    """Share of the analysed time the GPU idles while the host waits for data (whole capture if it has no steps)."""
+    """Share of the analysed time the GPU idles while the host waits for data: over the trace's steps (the
+    steady state's repeats where none is marked, :func:`helpers.steady_state`), else the whole capture."""
+    trace = m.stepped(trace)
     total = float(m.windows(trace)["dur_us"].sum())
     return m.idle_by_cause(trace)["data_wait"] / total if total > 0 else float("nan")
 

@@ -289,7 +289,7 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
     case = _sealed_case(trace_id)
-    trace = triage_trace(trace_id, source)
+    trace = m.stepped(triage_trace(trace_id, source))  # its steps: found from what repeats in an nsys export
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
     if not readings:
         readings = (None,)
@@ -356,6 +356,6 @@ def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
     lesson = _lesson_for(trace_id, misread)
     if lesson is None:
         return ""
-    trace = triage_trace(trace_id, source)
+    trace = m.stepped(triage_trace(trace_id, source))
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
     return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))

@@ -128,6 +128,7 @@ def check_data_wait_share(answer: float, trace: Trace, label: str) -> str:
     """The GPU's data-wait share of the time, read from one trace (3 percentage points)."""
     want = data_wait_share(trace)
     return _check("nsight", f"check_data_wait_share[{label}]", _close(float(answer), want, 0.0, 0.03),
-                  f"{answer:.3f} is off for the {label} trace. Take metrics.idle_by_cause(trace)['data_wait'] "
-                  "(microseconds the GPU idles while the host is in the DataLoader) over the analysed time, "
-                  "metrics.windows(trace)['dur_us'].sum().")
+                  f"{answer:.3f} is off for the {label} trace. Take its steps first (steps, _ = "
+                  "helpers.steady_state(trace): an Nsight export marks none, so they are found from what repeats), "
+                  "then metrics.idle_by_cause(steps)['data_wait'] (microseconds the GPU idles while the host is in "
+                  "the DataLoader) over the analysed time, metrics.windows(steps)['dur_us'].sum().")

@@ -351,6 +351,7 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
     if form:
         _record(item, name, False)
         raise CheckFailed(f"Your reading is not complete: {form}.")
+    trace = m.stepped(trace)  # the steps diagnose reads it by (found from what repeats where none is marked)
     findings = diagnose(trace)
     shown = _shown_patterns(findings)
     sg = signals(trace)

@@ -65,7 +65,9 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
 
 
 def summary(trace: Trace) -> dict[str, Any]:
-    """Headline figures of a trace as a JSON-friendly dict (no DataFrames)."""
+    """Headline figures of a trace as a JSON-friendly dict (no DataFrames), taken over its steps: the marked
+    ones, else the steady state's repeats (:func:`stepped`; ``steps_inferred`` says how they were found)."""
+    trace = stepped(trace)
     win = windows(trace)
     steps = win[win["step"] >= 0]
     kstats = kernel_stats(trace)
@@ -79,7 +81,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
         "has_gpu": trace.has_gpu,
         "steps": int(len(steps)),
-        "steps_inferred": stepped(trace).metadata.get("steps_inferred"),  # None: the trace marks its steps
+        "steps_inferred": trace.metadata.get("steps_inferred"),  # None: the trace marks its steps
         "step_time_ms": step_time_ms(trace),
         **data_wait(trace),
         "sync": {k: v for k, v in sync_stats(trace).items()},
@@ -109,7 +111,9 @@ def summary(trace: Trace) -> dict[str, Any]:
 def comparison(before: Trace, after: Trace) -> pd.DataFrame:
     """What changed between two traces: ``metric, before, after, better, noise`` (numbers; ``better`` is
     ``lower`` or ``higher``; ``noise`` the half-width of the band a difference must leave to count, NaN
-    where the traces cannot say). :func:`helpers.render.change_text` words the change."""
+    where the traces cannot say), each over its own steps (:func:`stepped`). :func:`helpers.render.change_text`
+    words the change."""
+    before, after = stepped(before), stepped(after)
     rows = []
     band = step_time_band(before, after)
     for label, fn, better in _COMPARED:

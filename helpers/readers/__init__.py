@@ -33,8 +33,8 @@ _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".db", ".sqlite.g
 # Limits that keep a hostile or mistaken input from exhausting memory; both can be raised
 # (CLI --max-mb / --max-events, API max_bytes= / max_events=). The course's largest benchmark trace,
 # 2M events, is about 400 MB of JSON: the defaults admit it with room to spare. The JSON is streamed
-# into columns (kineto.parse_stream), so reading costs about 270 bytes an event at the peak (2M events:
-# 0.54 GB for diagnose, docs/benchmarks.md); 4M events is about 1.1 GB.
+# into columns (kineto.parse_stream), so reading costs about 260 bytes an event at the peak (2M events:
+# 0.52 GB for diagnose, docs/benchmarks.md); 4M events is about 1.1 GB.
 MAX_BYTES = 1 << 30
 MAX_EVENTS = 4_000_000
 # A folder whose trace files add up to more than this (on disk) is read by several processes at once;
