@@ -2,9 +2,11 @@
 
 Times are microseconds unless a name says otherwise. Each function returns a number, a dict or a
 DataFrame of numbers, and neither prints, plots nor words a result (:mod:`helpers.render` does).
-Analysis windows are the training steps when the trace has them (``ProfilerStep#N`` or a named
-step range), else the steady state's repeats when one is found (:mod:`.steady`), else the whole
-trace.
+Analysis windows are the training steps the trace has (``ProfilerStep#N`` or a named step range),
+else the whole trace: a metric measures the trace it is given, as it is. On a trace without step
+markers, finding the steady state's repeats is a step of its own, taken first and reported:
+``stepped(trace)`` (:mod:`.steady`), or :func:`helpers.steady_state`, which also says what it kept.
+``summary``, ``comparison`` and the diagnosis take that step themselves.
 
 =================  ==================================================================
 module             what it holds
