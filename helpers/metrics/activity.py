@@ -134,9 +134,10 @@ ASYNC_COPY_CALLS = ("cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync", "hi
 def blocking_copy_calls(trace: Trace) -> np.ndarray:
     """For every event: is it an asynchronous copy call whose copy went device-to-host into pageable
     memory? CUDA (and HIP) return from such a call only once the copy is done, which waits for all the
-    stream's earlier work: a hidden sync, whatever its name says. ``tensor.item()`` makes one (then a
-    stream sync); so does ``.cpu()`` / ``.to("cpu")`` without pinned memory. Told by the copy the call's
-    correlation id links to, so a trace without the GPU's copy rows has none."""
+    stream's earlier work: a hidden sync, whatever its name says. ``.cpu()`` / ``.to("cpu")`` makes one,
+    then a stream sync (``.item()`` copies into pinned memory in the course's H200 recordings, PyTorch 2.11,
+    and waits in the stream sync instead). Told by the copy the call's correlation id links to, so a trace
+    without the GPU's copy rows has none."""
     memo = _memo(trace)
     if "blocking_copy_calls" not in memo:
         ev = trace.events
