@@ -48,3 +48,23 @@ def test_published_trace_gets_its_hand_judged_finding(entry):
         lo, hi = entry["cost"]
         assert lo <= findings[0].cost <= hi, f"{entry['file']}: cost {findings[0].cost:.2f} outside {lo}-{hi}"
 
+
+
+def test_an_older_nsys_export_stores_each_runtime_call_twice_and_is_read_once():
+    """The 2021 export keeps every CUDA runtime call in two rows (eventClass 0 and 67, one correlation id):
+    each call is one event, so the first cudaMalloc's 210 ms of context creation is counted once."""
+    import gzip
+    import sqlite3
+    import tempfile
+    entry = next(e for e in MANIFEST if e["file"] == "nsys_extrap_a100_vector_ops.sqlite.gz")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "t.sqlite"
+        db.write_bytes(gzip.decompress((CORPUS / entry["file"]).read_bytes()))
+        con = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+        rows, calls = con.execute("SELECT COUNT(*), COUNT(DISTINCT correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+        con.close()
+    assert rows == 2 * calls == 36
+    trace = load(CORPUS / entry["file"])
+    runtime = trace.events[trace.events["kind"] == "runtime"]
+    assert len(runtime) == calls and runtime["correlation"].is_unique
+    assert diagnose(trace)[0].evidence["startup_share"] < 0.7  # 0.62: counted twice it would pass 1
