@@ -12,7 +12,9 @@ TAG=${TAG:-h200cpu}
 OUT=${OUT:-comm-session-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-. "${NSIGHT_ENV:-shared-device/nsight-env.sh}"
+# NSIGHT_ENV: a script that puts nsys (and ncu) on PATH, for a machine where they are not on it already
+if [ -n "${NSIGHT_ENV:-}" ]; then . "$NSIGHT_ENV"; fi
+command -v nsys >/dev/null || { echo "nsys is not on PATH (install Nsight Systems, or set NSIGHT_ENV)" >&2; exit 2; }
 python3 tools/record_traces.py --tag "$TAG" --comm --nsys --out "$OUT" 2>&1 | grep -v USDT | tee "$OUT/record.log"
 python3 tools/record_traces.py --tag "$TAG" --comm --torch-pairs --out "$OUT" 2>&1 | tee -a "$OUT/record.log"
 rm -f "$OUT"/*.sqlite

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight recordings on the H200 in one go (the device copy has the Nsight env at shared-device/):
+# Nsight recordings on a CUDA GPU (the course's were made on an H200) in one go:
 #   1. every GPU workload variant under the course's nsys command line, torch.profiler on the same
 #      steps (tools/record_traces.py --nsys), SQLite export, nsys stats / analyze text;
 #   2. the PyTorch-profiler twins of the same variants (--torch-pairs: the same command and seed in
@@ -14,7 +14,9 @@ OUT=${OUT:-nsys-session-out}
 TAG=${TAG:-h200}
 mkdir -p "$OUT/nsys"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-. "${NSIGHT_ENV:-shared-device/nsight-env.sh}"
+# NSIGHT_ENV: a script that puts nsys (and ncu) on PATH, for a machine where they are not on it already
+if [ -n "${NSIGHT_ENV:-}" ]; then . "$NSIGHT_ENV"; fi
+command -v nsys >/dev/null || { echo "nsys is not on PATH (install Nsight Systems, or set NSIGHT_ENV)" >&2; exit 2; }
 nsys --version; ncu --version | tail -1
 ONLY=()
 for pair in "$@"; do ONLY+=(--only "$pair"); done
