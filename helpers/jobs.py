@@ -104,6 +104,7 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     rank = _rank_of(p, meta, index)
     columns["rank"] = np.full(len(columns["name"]), rank, dtype=np.int64)  # as the folder reader labels a file
     trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
+    trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
     comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
     found = [(f.pattern, float(f.cost), f.summary) for f in diagnose(trace)]

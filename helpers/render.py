@@ -185,7 +185,7 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
 
     ``path`` heads the text (a label is fine); ``source`` is the trace's file for the ``where`` hint's
     command (default: ``path``), which is left out when it is no file. Windows are printed in ms on the
-    timeline's axis, from ``origin_us`` (:func:`helpers.metrics.time_origin_us`), as ``plot`` draws them.
+    timeline's axis, from ``origin_us`` (:func:`helpers.plots.time_origin_us`: the first step's start, of the steady state's steps where none is marked), as ``plot`` draws them.
     """
     source = path if source is None else source
     steady = steady_state_text(findings.steady) if hasattr(findings, "steady") else ""

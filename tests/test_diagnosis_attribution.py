@@ -208,3 +208,11 @@ def test_a_copy_into_pinned_memory_is_no_sync_of_its_own(tmp_path):
     assert not m.blocking_copy_calls(tr).any()
     assert m.sync_stats(tr)["sync_points_per_step"] == 1.0
     assert helpers.diagnose(tr)[0].pattern == "sync_stall"
+
+
+def test_the_selection_counts_a_copy_and_its_stream_sync_as_one_sync(tmp_path):
+    """plots.explore's selection figures (metrics.window_stats) count sync points as sync_stats does."""
+    tr = _load(copy_to_host_waiting(), tmp_path)
+    st = tr.steps.iloc[1]
+    stats = m.window_stats(tr, float(st["start_us"]), float(st["end_us"]))
+    assert stats["syncs"] == 1 and stats["sync_blocked_us"] > 6000

@@ -105,8 +105,9 @@ def test_window_figures_count_copies_and_syncs():
     f = lanes.figures(lanes.to_ms(win["start_us"]), lanes.to_ms(win["end_us"]))
     ev = tr.events
     in_step = ev[(ev["end_us"] > win["start_us"]) & (ev["start_us"] < win["end_us"])]
-    syncs = in_step[m.is_sync_call(tr)[in_step.index]]
-    assert f["syncs"] == len(syncs) > 0
+    syncs = in_step[m.is_sync_call(tr)[in_step.index]]  # blocked time: every call that waits
+    points = in_step[m.sync_point_calls(tr)[in_step.index]]  # the count: a .cpu() copy and its sync once
+    assert f["syncs"] == len(points) > 0 and len(syncs) > len(points)
     clipped = (np.minimum(syncs["end_us"], win["end_us"]) - np.maximum(syncs["start_us"], win["start_us"])).sum()
     assert f["sync_blocked_us"] == pytest.approx(float(clipped))
     h2d = in_step[(in_step["kind"] == "memcpy") & (in_step["copy_kind"] == "H2D")]

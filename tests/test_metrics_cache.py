@@ -39,3 +39,23 @@ def test_a_metric_measures_the_trace_it_is_given_and_the_steady_step_is_explicit
     assert m.summary(raw)["steps"] == report.steps and m.summary(raw)["steps_inferred"]["source"] == "ranges"
     assert helpers.diagnose(raw).steady.steps == report.steps
     assert plots.time_origin_us(raw) == m.time_origin_us(steps) > m.time_origin_us(raw)
+
+
+def test_every_consumer_of_an_unmarked_export_takes_its_steps():
+    """The ranks command, the checks' window words and stretches, and the triage export: each over the
+    steady state's steps, the same whether it is handed the raw export or the stepped one."""
+    from conftest import DATA
+
+    from helpers import checks, jobs
+    from helpers.checks import lab05, reading
+    path = DATA / "nsight" / "sync_stall__fixed__h200.sqlite.gz"
+    raw = helpers.load(path)
+    steps = m.stepped(raw)
+    summary = jobs.analyse_rank(path)
+    assert len(set(summary.comm["step"].tolist()) - {-1}) == len(steps.steps) >= 3
+    window = (1.0, 3.0)
+    assert checks.describe_window(raw, window) == checks.describe_window(steps, window)
+    for a, b in zip(reading.pattern_intervals(raw, "gpu_bound"), reading.pattern_intervals(steps, "gpu_bound")):
+        assert list(a) == list(b)
+    t = lab05.triage_trace("t1", "nsys")
+    assert not t.steps.empty

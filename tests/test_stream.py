@@ -175,3 +175,16 @@ def test_reads_the_same_without_msgspec(tmp_path):
             f"helpers.load({str(src)!r}).events.to_pickle({str(tmp_path / 'e.pkl')!r})\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
     pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "e.pkl"), helpers.load(src).events)
+
+
+def test_numbers_beyond_a_double_in_what_the_reader_sizes_are_no_size():
+    """msgspec keeps an integer of 400 digits whole: a copy's ``bytes`` or a gloo tensor's dims that large
+    read as no size (NaN), never an OverflowError."""
+    huge = int("9" * 400)
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+            "ts": 10.0, "dur": 2.0, "args": {"device": 0, "stream": 7, "correlation": 5, "bytes": huge}}
+    gloo = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": 1.0,
+            "dur": 5.0, "args": {"Input type": ["float"], "Input Dims": [[huge, 2]]}}
+    data = json.dumps({"traceEvents": [copy, gloo]}).encode()
+    events, _ = kineto.parse(data, Path("t.json"))
+    assert events["bytes"].isna().all() and len(events) == 2

@@ -95,7 +95,8 @@ SOURCES = ("profiler", "nsys")
 
 
 def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
-    """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``): the PyTorch-profiler trace, or its Nsight Systems export."""
+    """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``): the PyTorch-profiler trace, or its Nsight Systems export
+    over its steps (the export marks none: they are the steady state's repeats, :func:`helpers.steady_state`)."""
     from ..course import DATA, recorded  # the course reads the manifest: only when a check needs a recording
     from ..readers import load
 
@@ -105,7 +106,7 @@ def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
     doc = json.loads((DATA / "manifest.json").read_text())  # the H200 nsys pairs are listed under "recordings"
     for e in doc.get("recordings", []):
         if e.get("workload") == "triage" and e.get("variant") == trace_id and e.get("format") == "nsys-sqlite":
-            return load(DATA / e["file"])
+            return m.stepped(load(DATA / e["file"]))
     raise CheckFailed(f"no Nsight Systems export of triage trace {trace_id} in data/manifest.json; use source='profiler'")
 
 

@@ -141,7 +141,8 @@ class Reading:
 
 # --- where each pattern shows on the timeline ------------------------------------------------
 def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarray]:
-    """The stretches of the trace (absolute µs, merged) where ``pattern`` shows."""
+    """The stretches of the trace (absolute µs, merged) where ``pattern`` shows, over its steps."""
+    trace = m.stepped(trace)
     ev = trace.events
     empty = (np.zeros(0), np.zeros(0))
     cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
@@ -154,7 +155,8 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
         else:  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
             frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
             then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
-            g = g[(g["cause"] == cause).to_numpy() | ((g["cause"] == "sync").to_numpy() & (then == cause))]
+            after = (g["cause"] == "sync").to_numpy() & g["after_sync"].to_numpy(bool)
+            g = g[(g["cause"] == cause).to_numpy() | (after & (then == cause))]
         s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
         if pattern == "sync_stall":  # the host's blocked calls are where it shows too
             sync = ev[m.is_sync_call(trace)]
@@ -209,6 +211,7 @@ def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:
 
 def describe_window(trace: Trace, window_ms: tuple[float, float]) -> str:
     """What the lanes show in a window, in words: how busy the GPU is and what the host does meanwhile."""
+    trace = m.stepped(trace)  # the window is on the axis of its steps
     ws, we = _to_us(trace, window_ms)
     length = we - ws
     if not length > 0:

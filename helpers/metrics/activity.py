@@ -128,12 +128,14 @@ _SYNCING_OP_SET = frozenset(SYNCING_OPS)
 
 
 #: Asynchronous copy calls: a device-to-host one into pageable memory blocks the host all the same.
-ASYNC_COPY_CALLS = ("cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync", "hipMemcpyAsync", "hipMemcpyDtoHAsync")
+#: (ROCm traces name a copy's memory kinds "Host" and "Device" only, so no HIP copy is found pageable; ROCm's
+#: ``.cpu()`` uses hipMemcpyWithStream, a sync call by name.)
+ASYNC_COPY_CALLS = ("cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync")
 
 
 def blocking_copy_calls(trace: Trace) -> np.ndarray:
     """For every event: is it an asynchronous copy call whose copy went device-to-host into pageable
-    memory? CUDA (and HIP) return from such a call only once the copy is done, which waits for all the
+    memory? CUDA returns from such a call only once the copy is done, which waits for all the
     stream's earlier work: a hidden sync, whatever its name says. ``.cpu()`` / ``.to("cpu")`` makes one,
     then a stream sync (``.item()`` copies into pinned memory in the course's H200 recordings, PyTorch 2.11,
     and waits in the stream sync instead). Told by the copy the call's correlation id links to, so a trace
@@ -199,7 +201,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         memo = _memo(trace)
         key = ("host", rank, "launch_less_syncs")
         if key not in memo:
-            memo[key] = subtract(us, ue, *host_union(trace, rank, "sync"))
+            memo[key] = _less_own_syncs(trace, rank, mask(trace.events).to_numpy(bool), us, ue)
         return memo[key]
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
@@ -212,6 +214,27 @@ def host_union(trace: Trace, rank: int, cause: str):
             memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
         return memo[key]
     return us, ue
+
+
+def _less_own_syncs(trace: Trace, rank: int, launch: np.ndarray, us: np.ndarray, ue: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The dispatching union (``us, ue``, of the rows ``launch``) less each thread's own time inside sync
+    calls: one thread waiting does not stop another from dispatching."""
+    ev = trace.events
+    sync = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy() & is_sync_call(trace)
+    if not sync.any():
+        return us, ue
+    tids = ev["tid"].to_numpy()
+    start, end = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
+    parts_s, parts_e = [], []
+    for tid in np.unique(tids[launch]):
+        mine = launch & (tids == tid)
+        ls, le = merge_intervals(start[mine], end[mine])
+        waits = sync & (tids == tid)
+        if waits.any():
+            ls, le = subtract(ls, le, *merge_intervals(start[waits], end[waits]))
+        parts_s.append(ls)
+        parts_e.append(le)
+    return merge_intervals(np.concatenate(parts_s), np.concatenate(parts_e)) if parts_s else (us, ue)
 
 
 def _loader_waits(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray]:

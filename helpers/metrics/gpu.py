@@ -75,7 +75,8 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     Columns: ``rank, device, step, start_us, end_us, dur_us, cause`` and the microseconds of the
     gap the host spent in each activity (``sync_us, data_wait_us, collective_us, launch_us``).
     ``cause`` is ``sync`` when the gap starts as a host synchronization returns (the host was
-    blocked, so nothing was queued ahead), otherwise the activity that filled at least half of
+    blocked, so nothing was queued ahead) or the host spends at least half of it inside a sync call
+    (a blocking copy waiting on the stream), otherwise the activity that filled at least half of
     the gap, in the order data_wait, collective, launch; else ``other``. A gap between two kernels of
     one CUDA Graph replay is ``graph`` whatever the host did meanwhile: the host queued the whole graph
     in one call, and the GPU's own step from node to node opened the gap. ``host_cause`` is that
@@ -208,8 +209,10 @@ def idle_cost_by_cause(trace: Trace) -> dict[str, float]:
     gaps = idle_gaps(trace)
     moved = min(blocked, total) - idle["sync"]
     if moved < 0:
-        # More idle after syncs than the host ever waited in them: the rest of those gaps is what
-        # the host did next (host work, loading, launching), which removing the sync does not buy.
+        # More idle after (or inside) syncs than the host ever waited in them while its GPU computed: the
+        # rest of those gaps is what the host did next (host work, loading, launching), or, for a gap the
+        # host sat out in a sync while its GPU idled too, idle no recorded host activity explains
+        # ("other"). Removing the sync does not buy either.
         after = gaps[gaps["cause"] == "sync"]
         frame = {c: after[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
         alt = pd.Series(after["dur_us"].to_numpy()).groupby(_blame(np.zeros(len(after), bool), frame)).sum()

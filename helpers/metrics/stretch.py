@@ -15,6 +15,7 @@ from ..model import Trace
 from .activity import CAUSES, gpu_work_union, is_sync_call
 from .gpu import idle_gaps
 from .intervals import merge_intervals, overlap
+from .syncs import sync_point_calls
 from .windows import _devices_of
 
 
@@ -72,7 +73,7 @@ def window_stats(trace: Trace, start_us: float, end_us: float) -> dict[str, Any]
             copies[str(d)] = {"count": int(of.sum()), "time_us": _clipped(start[of], end[of], ws, we)}
     out["copies"] = copies
     sy = inw & is_sync_call(trace)
-    out["syncs"] = int(sy.sum())
+    out["syncs"] = int((sy & sync_point_calls(trace)).sum())  # a .cpu() copy and its stream sync: one wait
     out["sync_blocked_us"] = _clipped(start[sy], end[sy], ws, we)
     return out
 

@@ -382,8 +382,10 @@ def _loads_list(buf: bytearray, start: int, end: int) -> list | None:
 def _parse_events(data: bytes | bytearray | memoryview) -> list[_Event]:
     """A JSON list of events, parsed; raises _DecodeError where it is not valid JSON. msgspec decodes it
     when it can; what it refuses (a member that is not an object, an ``args`` that is not one, a number
-    out of range, nesting too deep) goes to the general parser, so every piece reads as ``json.loads``
-    reads it, and only the fields this reader uses are ever built."""
+    out of range, nesting too deep) goes to the general parser, so every valid piece reads as ``json.loads``
+    reads it, and only the fields this reader uses are ever built. In the fields it skips msgspec checks
+    neither number ranges nor UTF-8: a piece with ``1e400`` or a stray non-UTF-8 byte there loads, where
+    orjson refuses it."""
     if _decode_events is not None:
         try:
             return _decode_events(data)
@@ -678,12 +680,20 @@ def _collective_bytes(types: object, dims: object) -> float:
         size = _ITEM_BYTES.get(t) if isinstance(t, str) else None
         if size is None or not isinstance(d, list) or not all(_is_number(x) for x in d):
             return math.nan
-        total += size * float(np.prod(d)) if d else float(size)
-    return total
+        try:
+            total += size * math.prod(float(x) for x in d) if d else float(size)
+        except OverflowError:  # a dimension beyond a double: no size to give
+            return math.nan
+    return total if math.isfinite(total) else math.nan
 
 
 def _as_float(value: object) -> float:
-    return float(value) if _is_number(value) else math.nan  # type: ignore[arg-type]
+    if not _is_number(value):
+        return math.nan
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an integer beyond a double (msgspec keeps such integers whole): no size to give
+        return math.nan
 
 
 def _as_int(value: object) -> int:
