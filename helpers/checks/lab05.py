@@ -95,14 +95,14 @@ SOURCES = ("profiler", "nsys")
 
 
 def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
-    """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``): the PyTorch-profiler trace, or its Nsight Systems export
-    over its steps (the export marks none: they are the steady state's repeats, :func:`helpers.steady_state`)."""
+    """Triage trace ``trace_id`` (``"t1"`` ... ``"t10"``) over its steps: the PyTorch-profiler trace, or its Nsight
+    Systems export (which marks none: its steps are the steady state's repeats, :func:`helpers.steady_state`)."""
     from ..course import DATA, recorded  # the course reads the manifest: only when a check needs a recording
     from ..readers import load
 
     _known(trace_id, source)
     if source == "profiler":
-        return recorded("triage", trace_id)
+        return m.stepped(recorded("triage", trace_id))  # marked: the trace itself
     doc = json.loads((DATA / "manifest.json").read_text())  # the H200 nsys pairs are listed under "recordings"
     for e in doc.get("recordings", []):
         if e.get("workload") == "triage" and e.get("variant") == trace_id and e.get("format") == "nsys-sqlite":
@@ -290,7 +290,7 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
     case = _sealed_case(trace_id)
-    trace = m.stepped(triage_trace(trace_id, source))  # its steps: found from what repeats in an nsys export
+    trace = triage_trace(trace_id, source)
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
     if not readings:
         readings = (None,)
@@ -357,6 +357,6 @@ def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
     lesson = _lesson_for(trace_id, misread)
     if lesson is None:
         return ""
-    trace = m.stepped(triage_trace(trace_id, source))
+    trace = triage_trace(trace_id, source)
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
     return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))

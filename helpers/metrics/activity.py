@@ -133,6 +133,10 @@ _SYNCING_OP_SET = frozenset(SYNCING_OPS)
 ASYNC_COPY_CALLS = ("cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync")
 
 
+def _is_async_copy_call(name: str) -> bool:
+    return name.startswith(ASYNC_COPY_CALLS)
+
+
 def blocking_copy_calls(trace: Trace) -> np.ndarray:
     """For every event: is it an asynchronous copy call whose copy went device-to-host into pageable
     memory? CUDA returns from such a call only once the copy is done, which waits for all the
@@ -144,7 +148,7 @@ def blocking_copy_calls(trace: Trace) -> np.ndarray:
     if "blocking_copy_calls" not in memo:
         ev = trace.events
         kind = ev["kind"].to_numpy()
-        calls = (kind == "runtime") & name_mask(trace, "async_copy_call", lambda n: n.startswith(ASYNC_COPY_CALLS))
+        calls = (kind == "runtime") & name_mask(trace, "async_copy_call", _is_async_copy_call)
         out = np.zeros(len(ev), dtype=bool)
         if calls.any():
             copies = (kind == "memcpy") & (ev["copy_kind"] == "D2H").to_numpy() & (ev["host_memory"] == "pageable").to_numpy()

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..model import Trace
 from ._cache import _cached
-from ._store import name_mask
+from ._store import _memo, name_mask
 from .activity import _SYNCING_OP_SET, OPTIMIZER_RANGE, blocking_copy_calls, is_sync_call
 from .intervals import merge_intervals, overlap
 from .windows import windows
@@ -52,8 +52,12 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
 
 def sync_point_calls(trace: Trace) -> np.ndarray:
     """For every event: is it a sync point, one host wait for the GPU? Every sync call is one, except a
-    blocking copy directly followed by a sync (:func:`_copies_then_sync`): that pair is one wait."""
-    return is_sync_call(trace) & ~_copies_then_sync(trace)
+    blocking copy directly followed by a sync (:func:`_copies_then_sync`): that pair is one wait. Kept with
+    the trace: explore's selection figures ask on every selection."""
+    memo = _memo(trace)
+    if "sync_point_calls" not in memo:
+        memo["sync_point_calls"] = is_sync_call(trace) & ~_copies_then_sync(trace)
+    return memo["sync_point_calls"]
 
 
 def _copies_then_sync(trace: Trace) -> np.ndarray:

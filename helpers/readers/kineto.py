@@ -680,10 +680,7 @@ def _collective_bytes(types: object, dims: object) -> float:
         size = _ITEM_BYTES.get(t) if isinstance(t, str) else None
         if size is None or not isinstance(d, list) or not all(_is_number(x) for x in d):
             return math.nan
-        try:
-            total += size * math.prod(float(x) for x in d) if d else float(size)
-        except OverflowError:  # a dimension beyond a double: no size to give
-            return math.nan
+        total += size * math.prod(_as_float(x) for x in d) if d else float(size)  # NaN past a double
     return total if math.isfinite(total) else math.nan
 
 
