@@ -236,6 +236,8 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     cs, ce = np.clip(start[call_idx], c0, t1h), np.clip(end[call_idx], c0, t1h)
     cuts = np.unique(np.concatenate([[c0, min(t0, t1h), t1h], cs, ce, np.clip(win["start_us"].to_numpy(float), c0, t1h),
                                      np.clip(win["end_us"].to_numpy(float), c0, t1h)]))
+    if cuts.size < 2:  # a host chain of no length (the GPU's windows only): one empty item
+        cuts = np.array([cuts[0], cuts[0]])
     h_start, h_end = cuts[:-1], cuts[1:]
     n_h = h_start.size
     length = h_end - h_start
@@ -304,6 +306,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     g_prev = np.where(same_prev, np.arange(n_g) - 1, -1)
     r_launch = np.where(g_launch >= 0, h_start[np.clip(g_launch, 0, None)] if n_h else -np.inf, -np.inf)
     r_stream = np.where(g_prev >= 0, ge[np.clip(g_prev, 0, None)] if n_g else -np.inf, -np.inf)
+    raw_launch, raw_stream = r_launch, r_stream  # their latencies may be negative (clocks; ops that overlap on a stream)
     r_launch, r_stream = np.minimum(r_launch, gs), np.minimum(r_stream, gs)
     g_cross = np.full(n_g, -1, dtype=np.int64)
     r_cross = np.full(n_g, -np.inf)
@@ -328,8 +331,8 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     pinned = ~np.isfinite(best_val)
     g_bind = np.where(pinned, 3, best)
     # the latencies the trace measured on the binding dependency; typical ones on the others
-    lat_launch = np.where(np.isfinite(r_launch), gs - r_launch, 0.0)
-    lat_stream = np.where(np.isfinite(r_stream), gs - r_stream, 0.0)
+    lat_launch = np.where(np.isfinite(raw_launch), gs - raw_launch, 0.0)
+    lat_stream = np.where(np.isfinite(raw_stream), gs - raw_stream, 0.0)
     graph_rows = m.name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")))
     in_graph = np.zeros(n_g, dtype=bool)  # an op whose stream predecessor came from the same graph launch
     if n_g and call_idx.size and graph_rows.any():
@@ -359,8 +362,9 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
         first_copy = first_copy[~first_copy.index.duplicated(keep="first")]
         at = first_copy.index.get_indexer(corr[call_idx])
         own_op = np.where((at >= 0) & (corr[call_idx] >= 0), first_copy.to_numpy()[np.clip(at, 0, None)], -1)
-    w_item, w_op, w_ret, w_base, w_first = _waits(call_idx, is_sync, cs, ce, cuts, ge, launch_time, own_op, in_compile,
-                                                  length)
+    own_pageable = np.where(own_op >= 0, g_pageable[np.clip(own_op, 0, None)], False) if n_g else own_op >= 0
+    w_item, w_op, w_ret, w_base, w_first = _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op,
+                                                  own_pageable, in_compile, length)
 
     # the host item each op must wait for before it can be placed: its launch, kept in stream order
     g_seg = np.where(g_launch >= 0, g_launch, -1)
@@ -396,11 +400,12 @@ def _item_cause_share(comp: dict[int, np.ndarray], cause: int, length: np.ndarra
     return comp[cause][i] / np.maximum(length[i], 1e-12)
 
 
-def _waits(call_idx, is_sync, cs, ce, cuts, ge, launch_time, own_op, in_compile, length):
+def _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op, own_pageable, in_compile, length):
     """The binding waits of the host chain, by item: (item, op waited on, return latency, own cost, first item).
 
     A call waits on the copy it launched itself when it returned within IMPLICIT_SYNC_RETURN_US of that copy's end
-    (a blocking copy; a copy from pageable memory, whose call returns once the last chunk is staged); a named sync
+    (a blocking copy; a copy to or from pageable memory that lasted most of the call, whose call returns once the
+    last chunk is staged); a named sync
     on the work launched before it that it saw finish last (within SYNC_RETURN_US); any other call when it returned
     within IMPLICIT_SYNC_RETURN_US of the moment all the work launched before it had finished."""
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int64))
@@ -419,8 +424,12 @@ def _waits(call_idx, is_sync, cs, ce, cuts, ge, launch_time, own_op, in_compile,
     tol = th.IMPLICIT_SYNC_RETURN_US
     has_own = own_op >= 0
     own_end = np.where(has_own, ge[np.clip(own_op, 0, None)], -np.inf)
-    own_wait = (has_own & (own_end > cs) & (np.abs(ce - own_end) <= tol) & (named | (dur >= th.IMPLICIT_SYNC_MIN_US))
-                & (own_end >= last_end))
+    own_start = np.where(has_own, gs[np.clip(own_op, 0, None)], np.inf)
+    # the call lasted as long as its copy did: a blocking copy (named), or one to or from pageable memory, which
+    # CUDA returns from once the last chunk is staged; a copy that started after the call returned was not waited for
+    covered = (np.minimum(ce, own_end) - np.maximum(cs, own_start)) >= 0.5 * dur
+    own_wait = (has_own & (own_end > cs) & (own_start < ce) & (np.abs(ce - own_end) <= tol) & (own_end >= last_end)
+                & (named | (own_pageable & covered & (dur >= th.IMPLICIT_SYNC_MIN_US))))
     ret_last = ce - last_end
     named_wait = ~own_wait & named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= th.SYNC_RETURN_US)
     implicit = (~own_wait & ~named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= tol)
