@@ -253,9 +253,18 @@ LAUNCH_QUEUE_EMPTY_US = 50.0
 LAUNCH_QUEUE_DEEP_US = 1000.0
 
 # --- lab 08 (helpers.checks.lab08), from tools/record_gpu_bound.py on the H200, 2026-12-04 -----------
-#: The precision fix must make the fp32-GEMM loop at least this many times faster (the issue's target;
-#: measured 25.8 -> 5.6 ms = 4.6x for bf16 and 25.8 -> 6.6 ms = 3.9x for TF32).
-PRECISION_SPEEDUP = 3.0
+#: The precision fix is judged against the learner's own device (helpers.capability): the probe GEMM's
+#: low-precision gain G over fp32 and the GEMM share f of the learner's fp32 step bound the step's gain by
+#: Amdahl's law, E = 1 / ((1 - f) + f / G); the step must show at least this share of E's gain over 1x,
+#: i.e. reach 1 + share x (E - 1). On the H200 (data/device_profiles.json, recorded; f = 0.874 in
+#: data/gpu_bound__fp32__h200.json.gz) bf16's G = 15.2 gives E = 5.4 and a bar of 3.2x against the measured
+#: 4.6x (25.8 -> 5.6 ms); TF32's G = 6.4 gives E = 3.8, a bar of 2.4x against 3.9x. The measured steps reach
+#: 0.81 and 1.0 of E's gain (bf16's own cast kernels are the rest), so half keeps both clear of the bar
+#: while a step that gives back most of the gain (a host sync each step, the casts redone) fails it.
+PRECISION_GAIN_SHARE = 0.5
+#: A device whose GEMMs let the step gain less than this (E above) cannot show the precision effect (no
+#: tensor cores, bf16 emulated without fp16 help): the lab says so and judges the step on its structure.
+PRECISION_MIN_SHOWABLE = 1.5
 #: bf16/fp16 losses may differ from fp32's, seed for seed, by this share of the loss. Measured: bf16
 #: within 0.06% of fp32 over 10 H200 steps and 0.03% over 4 CPU steps (gpu_bound's CPU sizes).
 LOWP_LOSS_RTOL = 0.01
