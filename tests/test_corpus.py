@@ -1,7 +1,8 @@
 """Traces other people recorded and published (tests/corpus/manifest.json says where each came from).
 
 Each trace must load, and its diagnosis must lead with the finding judged by hand from its timeline,
-at a cost inside the judged range. Where today's diagnosis disagrees, the case is a strict xfail whose
+at a cost inside the judged range; a trace judged to hold nothing to diagnose ("refused") must be refused
+with one clear error, not read as an idle loop. Where today's diagnosis disagrees, the case is a strict xfail whose
 reason says what is wrong, so that fixing the rule turns it into a failure to flip (not a silent pass).
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers.diagnosis import PATTERNS, diagnose
+from helpers.errors import TraceError
 from helpers.readers import load
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -29,7 +31,7 @@ def test_manifest_describes_every_file_and_only_those():
     files = {p.name for p in CORPUS.glob("*.gz")}
     assert files == {e["file"] for e in MANIFEST}
     for e in MANIFEST:
-        assert e["expected"] in (*PATTERNS, "none"), e["file"]
+        assert e["expected"] in (*PATTERNS, "none", "refused"), e["file"]
         assert len(e["commit"]) == 40 and e["repository"].count("/") == 1 and e["reason"]
         assert 0 <= e["cost"][0] <= e["cost"][1] <= 1
         assert (CORPUS / e["file"]).stat().st_size == e["stored_bytes"]
@@ -37,6 +39,11 @@ def test_manifest_describes_every_file_and_only_those():
 
 @pytest.mark.parametrize("entry", _cases())
 def test_published_trace_gets_its_hand_judged_finding(entry):
+    if entry["expected"] == "refused":
+        with pytest.raises(TraceError) as refused:
+            load(CORPUS / entry["file"])
+        assert "\n" not in str(refused.value) and "capture" in str(refused.value), str(refused.value)
+        return
     trace = load(CORPUS / entry["file"])
     assert len(trace.events) > 0
     if entry["pytorch"].startswith("1.8"):  # the oldest Kineto spellings read as GPU work, not an idle capture
