@@ -9,6 +9,8 @@ reason says what is wrong, so that fixing the rule turns it into a failure to fl
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,30 @@ from helpers.readers import load
 
 CORPUS = Path(__file__).parent / "corpus"
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())["traces"]
+ROOT = Path(__file__).resolve().parents[1]
+#: What all tracked files may weigh together: learners clone this repository on laptops and free cloud notebooks,
+#: and CI clones it on every change. 45 MiB were taken on 2026-12-04; the rest is room for new traces, so each one
+#: has to earn its bytes (a faithful cut of a few steps, gzipped, with the cut said in its manifest entry).
+TRACKED_BUDGET_MIB = 56
 
 
 def _cases():
     for entry in MANIFEST:
         marks = [pytest.mark.xfail(strict=True, reason=entry["disagreement"])] if entry["disagreement"] else []
         yield pytest.param(entry, id=entry["file"].split(".")[0], marks=marks)
+
+
+def test_the_tracked_files_stay_within_the_clone_budget():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git clone: the tracked files cannot be listed")
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    sizes = {n.decode(errors="replace"): (ROOT / n.decode(errors="replace")).stat().st_size
+             for n in names if n and (ROOT / n.decode(errors="replace")).is_file()}
+    total_mib = sum(sizes.values()) / 2**20
+    largest = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in sorted(sizes.items(), key=lambda kv: -kv[1])[:8])
+    assert total_mib <= TRACKED_BUDGET_MIB, (
+        f"tracked files weigh {total_mib:.1f} MiB, over the {TRACKED_BUDGET_MIB} MiB a clone may take; "
+        f"cut the largest traces to a few steps (largest: {largest})")
 
 
 def test_manifest_describes_every_file_and_only_those():
