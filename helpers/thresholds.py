@@ -288,3 +288,10 @@ CHECKPOINT_SAVED_SHARE = 0.5
 #: against 33,587,200 B in float without it, exactly half; tests/test_lab04.py::test_comm_hook re-measures it);
 #: 10% leaves room for a different bucket_cap_mb or a parameter left out of DDP's buckets.
 COMM_HOOK_WIRE_TOLERANCE = 0.10
+
+# --- lab 09 (helpers.checks.lab09) ------------------------------------------------------------------
+#: A reading of a kernel's achieved rate, intensity or share of the roof may differ from the check's own by this
+#: share: the learner and the check take the same mean duration from the same trace, so only rounding differs
+#: (a figure read off a printed table with three digits is within 0.5%); the next kernel of another name differs
+#: by 3% or more in the recordings (bf16 nvjet kernels 86.2, 87.7 and 89.0 us).
+KERNEL_READING_RTOL = 0.01
