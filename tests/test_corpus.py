@@ -116,3 +116,9 @@ def test_the_hand_reading_tool_reads_both_formats_without_the_toolkit(capsys):
     assert tool.main([str(CORPUS / "nsys_lighttransport_rtx5060ti_no_work.sqlite.gz")]) == 0
     out = capsys.readouterr().out
     assert "NVIDIA GeForce RTX 5060 Ti" in out and "cuStreamCreate" in out
+    assert tool.main([str(CORPUS / "hta_gp100_tiny_training_loop.json.gz"), "--gaps", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU idle" in out and "innermost host event" in out
+    assert tool.main([str(ROOT / "data" / "published__dlrm_8gpu__v100"), "--ranks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 9 and lines[8].split()[:3] == ["7", "7.51", "12.51"]  # rank 7 starts last
