@@ -53,6 +53,8 @@ def test_manifest_describes_every_file_and_only_those():
     for e in MANIFEST:
         assert e["expected"] in (*PATTERNS, "none", "refused"), e["file"]
         assert len(e["commit"]) == 40 and e["repository"].count("/") == 1 and e["reason"]
+        # only what a licence lets us redistribute: a repository that states none grants no such right
+        assert e["licence"] and e["licence"].lower() not in ("not stated", "none", "unknown"), e["file"]
         assert 0 <= e["cost"][0] <= e["cost"][1] <= 1
         assert (CORPUS / e["file"]).stat().st_size == e["stored_bytes"]
 
