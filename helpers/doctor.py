@@ -225,7 +225,7 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
         out.append(Finding("container", "note", "running in a container",
                            "ncu needs the counters allowed on the host or the container started with --cap-add=SYS_ADMIN; "
                            "nsys's CPU sampling needs perf_event_open, which docker's default seccomp profile allows only with CAP_SYS_ADMIN"))
-    if _is_root():
+    if _is_root() and not host:  # a hosted notebook's kernel runs as root, and its service is the front end
         out.append(Finding("root", "note", "running as root", "start JupyterLab at the repository root with jupyter lab --allow-root"))
     return out
 
