@@ -48,8 +48,13 @@ def setup_cell() -> dict:
 
 
 def with_setup_cell(nb: dict) -> dict:
-    """``nb`` with the setup cell as its second cell (after the title), replacing an older copy of it."""
+    """``nb`` with the setup cell as its second cell, after the lab's title (a markdown cell opening with a level-1
+    heading), replacing an older copy of it; a notebook without such a title is returned as it is."""
     nb = copy.deepcopy(nb)
     cells = [c for c in nb["cells"] if c.get("id") != CELL_ID]
+    first = cells[0] if cells else {}
+    text = "".join(first.get("source", "")) if isinstance(first.get("source"), list) else first.get("source", "")
+    if first.get("cell_type") != "markdown" or not text.startswith("# "):
+        return nb
     nb["cells"] = cells[:1] + [setup_cell()] + cells[1:]
     return nb
