@@ -4,7 +4,8 @@ Layers (each usable on its own):
 
 * load:     :func:`load` reads a PyTorch-profiler trace, a folder of per-rank traces or an
             Nsight Systems SQLite export into a :class:`Trace` (see :mod:`helpers.model`).
-* analyze:  :mod:`helpers.metrics` (pure functions of a Trace) and :func:`diagnose`.
+* analyze:  :mod:`helpers.metrics` (pure functions of a Trace), :func:`critical_path` and :func:`what_if`
+            (:mod:`helpers.critical`), and :func:`diagnose`.
 * render:   :mod:`helpers.plots` (functions that return matplotlib Figures) and the CLI.
 * capture:  :func:`annotate`, :func:`capture`, :func:`nsys_command` (in :mod:`helpers.profiling`) and :mod:`helpers.workloads`.
 """
@@ -17,18 +18,19 @@ from .errors import NoGPUError, TraceError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type checkers read this name the same)
 if TYPE_CHECKING:
+    from .critical import critical_path, what_if
     from .diagnosis import PATTERNS, Finding, diagnose, steady_state
     from .model import Trace
     from .profiling import annotate, capture, nsys_command, track
     from .readers import load
 
-__all__ = ["PATTERNS", "Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "diagnose", "load",
-           "nsys_command", "steady_state", "track"]
+__all__ = ["PATTERNS", "Finding", "NoGPUError", "Trace", "TraceError", "annotate", "capture", "critical_path", "diagnose",
+           "load", "nsys_command", "steady_state", "track", "what_if"]
 
 # Imported when first asked for: ``python -m helpers`` takes charge of Ctrl-C before pandas and numpy load
 # (a second or so in which a signal would otherwise print a traceback), and profiling pulls in torch.
-_HOME = {"PATTERNS": "diagnosis", "Finding": "diagnosis", "diagnose": "diagnosis", "steady_state": "diagnosis",
-         "Trace": "model", "load": "readers", "annotate": "profiling", "capture": "profiling",
+_HOME = {"critical_path": "critical", "what_if": "critical", "PATTERNS": "diagnosis", "Finding": "diagnosis",
+         "diagnose": "diagnosis", "steady_state": "diagnosis", "Trace": "model", "load": "readers", "annotate": "profiling", "capture": "profiling",
          "nsys_command": "profiling", "track": "profiling"}
 
 

@@ -109,7 +109,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _figure_path(args.output, args.force, [args.before, args.after]) if args.output else None
     before, after = load(args.before, args), load(args.after, args)
+    from .diff import work_diff
+
     print(render.compare_text(metrics.comparison(before, after)))
+    print()
+    print(render.diff_text(work_diff(before, after)))
     if out is not None:
         from . import plots
 

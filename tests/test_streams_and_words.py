@@ -144,3 +144,14 @@ def test_a_full_tmpdir_while_decompressing_an_export_is_said(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert "cannot decompress it into the temporary folder" in err and "No space left" in err and "TMPDIR" in err, err
     assert "cannot write the output" not in err and list(temp.iterdir()) == []
+
+
+def test_the_command_line_takes_signals_before_the_heavy_imports():
+    """``import helpers`` stays light (its names load on first use), so ``python -m helpers`` has its
+    signal handlers in place before pandas, numpy and matplotlib load: a Ctrl-C in that second is one line."""
+    code = "import sys, helpers; print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'torch') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+    import helpers
+
+    assert callable(helpers.load) and callable(helpers.critical_path) and helpers.metrics.summary

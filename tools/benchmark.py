@@ -600,7 +600,9 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
                 for step in (-600, -600, 600):  # two zooms in at the pointer, one out
                     shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
                     t0 = time.perf_counter()
+                    page.keyboard.down("Control")  # a plain wheel scrolls the page; Ctrl-wheel zooms
                     page.mouse.wheel(0, step)
+                    page.keyboard.up("Control")
                     page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
                                            timeout=30_000, polling=10)
                     page.wait_for_function(drawn, timeout=60_000, polling=10)
@@ -613,7 +615,7 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
 
 # --- the first ten minutes: from a fresh clone to lab 00's first timeline in a browser ------------
 #: The install lines of the README for a Linux machine without a GPU (the CPU wheel first, then the rest).
-README_INSTALL = (["-m", "pip", "install", "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"],
+README_INSTALL = (["-m", "pip", "install", "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu", "--retries", "1", "--timeout", "15"],
                   ["-m", "pip", "install", "-r", "requirements.txt"])
 LAB00 = "00_tools_and_first_profile.ipynb"
 
@@ -747,7 +749,7 @@ def main() -> int:
     parser.add_argument("--install", action="store_true", help="with --first-timeline: a new venv and the README's install")
     parser.add_argument("--pip-arg", action="append", default=[], help="with --install: passed to each pip line")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    parser.add_argument("--out", type=Path, default=Path("first-timeline"), help="with --first-timeline: screenshots")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "first-timeline", help="with --first-timeline: screenshots (docs/first-timeline/)")
     parser.add_argument("--only-folder", action="store_true", help=argparse.SUPPRESS)  # older name of --folder
     parser.add_argument("--skip-scaling", action="store_true", help=argparse.SUPPRESS)  # older: all but --scaling
     args = parser.parse_args()

@@ -288,8 +288,59 @@ def lab08() -> list[tuple[str, str]]:
     ]
 
 
+def lab09() -> list[tuple[str, str]]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from helpers import checks, roofline
+
+    def forward_only(model, x):
+        total = 0
+
+        def count(layer, args, _out):
+            nonlocal total
+            total += 2 * (args[0].numel() // layer.in_features) * layer.in_features * layer.out_features
+
+        hooks = [mod.register_forward_hook(count) for mod in model.modules() if isinstance(mod, nn.Linear)]
+        with torch.no_grad():
+            model(x)
+        for h in hooks:
+            h.remove()
+        return total
+
+    def batch_rows_only(model, x):
+        return 3 * forward_only(model, x[..., 0, :] if x.dim() == 3 else x)
+
+    def share_of_peak(flops, nbytes, seconds, peak, bw):
+        ai = flops / nbytes
+        return {"intensity": ai, "achieved_flops": flops / seconds, "achieved_bytes_per_s": nbytes / seconds,
+                "attainable_flops": min(peak, ai * bw), "bound": "compute" if ai >= peak / bw else "memory",
+                "share_of_roof": flops / seconds / peak}
+
+    step_ms = {"fp32": 25.782, "bf16": 5.578}
+    fp32_peak = {v: 1237453897728 / (ms / 1e3) / roofline.RECORDED.flops("fp32") for v, ms in step_ms.items()}
+
+    def no_slice(model, multiple):
+        model.head = nn.Linear(model.head.in_features, 16)
+        return model
+
+    def no_transpose(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return [
+        ("FLOPs of forward only", _said(checks.check_matmul_flops, forward_only)),
+        ("tokens = batch rows, the sequence dimension forgotten", _said(checks.check_matmul_flops, batch_rows_only)),
+        ("share of the roof taken against the compute peak on a memory-bound kernel",
+         _said(checks.check_roofline_point, share_of_peak)),
+        ("MFU against the fp32 peak", _said(checks.check_mfu, fp32_peak, step_ms, roofline.RECORDED)),
+        ("the head padded without slicing the logits back", _said(checks.check_padded_head, no_slice)),
+        ("SDPA called on (batch, T, heads, head_dim) as it comes", _said(checks.check_sdpa_attention, no_transpose, "cpu")),
+    ]
+
+
 LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07,
-        "08": lab08}
+        "08": lab08, "09": lab09}
 
 
 def main(argv: list[str] | None = None) -> int:
