@@ -82,7 +82,7 @@ def _phase_color(name: str) -> str:
             return color
     if low.startswith("profilerstep"):
         return PHASE_COLORS["step"]
-    return "#937860"
+    return OTHER_RANGE_COLOR
 
 
 def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
@@ -106,6 +106,48 @@ def time_origin_us(trace: Trace) -> float:
     """The timelines' time zero: the first step's start, the steady state's first kept repeat on a trace
     without step markers (the windows ``diagnose`` reports are on the same axis)."""
     return m.time_origin_us(m.stepped(trace))
+
+
+def time_origin_text(trace: Trace) -> str:
+    """What time 0 of :func:`time_origin_us` is, in words, for the axis (a host that runs ahead puts its own work
+    at negative times: the reader needs to know which start 0 is)."""
+    trace = m.stepped(trace)
+    win = m.windows(trace)
+    win = win[win["step"] >= 0]
+    if win.empty:
+        return "0 = the trace's first event (no steps found)"
+    first = win.loc[win["start_us"].idxmin()]
+    step, rank = int(first["step"]), int(first["rank"])
+    if trace.metadata.get("steps_inferred"):
+        return f"0 = the start of the first repeat taken as a step (step {step}; the trace marks no steps)"
+    ev = trace.events
+    marked = trace.steps
+    host = marked[(marked["step"] == step) & (marked["rank"] == rank)]
+    if host.empty:
+        return f"0 = the start of the first profiled step (step {step})"
+    host_start = float(host["start_us"].iat[0])
+    ranges = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (np.abs(ev["start_us"] - host_start) < 1e-3)]
+    what = f"step {step}, {ranges['name'].iat[0]}" if not ranges.empty else f"step {step}"
+    late = (float(first["start_us"]) - host_start) / 1e3
+    if late > 0.05:  # the window starts on the GPU's time, after its host range began
+        return (f"0 = the start of the first profiled step ({what}) on the GPU; the host began it {late:.1f} ms "
+                "earlier (it runs ahead of the GPU)")
+    return f"0 = the start of the first profiled step ({what})"
+
+
+#: What each range colour stands for, in the legend's order.
+PHASE_WORDS = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "data": "data",
+               "logging": "logging", "step": "step (ProfilerStep#N)"}
+OTHER_RANGE_COLOR = "#937860"
+
+
+def phase_legend(names) -> list[list[str]]:
+    """``[words, colour]`` for each range colour the names get (:func:`_phase_color`), in a fixed order."""
+    used = {_phase_color(n) for n in names}
+    out = [[PHASE_WORDS[k], c] for k, c in PHASE_COLORS.items() if c in used]
+    if OTHER_RANGE_COLOR in used:
+        out.append(["other ranges", OTHER_RANGE_COLOR])
+    return out
 
 
 def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
@@ -217,7 +259,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     ax.set_ylim(len(lanes) - 0.5, -1.0)
     lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
     ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel("time (ms); " + time_origin_text(trace) if x_origin is None else "time (ms)", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     title = title if title is not None else trace_name(trace)
     if outside:

@@ -601,7 +601,9 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
                 for step in (-600, -600, 600):  # two zooms in at the pointer, one out
                     shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
                     t0 = time.perf_counter()
+                    page.keyboard.down("Control")  # a plain wheel scrolls the page; Ctrl-wheel zooms
                     page.mouse.wheel(0, step)
+                    page.keyboard.up("Control")
                     page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
                                            timeout=30_000, polling=10)
                     page.wait_for_function(drawn, timeout=60_000, polling=10)
