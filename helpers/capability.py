@@ -11,7 +11,8 @@ a device-to-device copy for memory bandwidth) and turn that into what the learne
 Layers as elsewhere: :func:`probe` measures (GPU only), :class:`DeviceProfile` holds the figures,
 :func:`precision_expectation` and :func:`tensor_core_expectation` are pure functions of them, and the
 checks in :mod:`helpers.checks.lab08` call those. Tests inject profiles (:func:`reference_profiles`:
-a T4-, an A100- and an H100/H200-class device, from ``data/device_profiles.json``, each with its source).
+a T4-, an A100- and an H100-class device from the datasheets in :mod:`helpers.roofline`, and the H200 of the
+recordings from ``data/device_profiles.json``, each with its source).
 """
 
 from __future__ import annotations
@@ -199,20 +200,40 @@ def device_profile(device: object = None) -> DeviceProfile:
 
 
 # --- the figures other devices give (tests, the CPU track) -----------------------------------------
+#: GPU classes lab 08 shows beside the recording and the tests judge against: (key, the name helpers.roofline's
+#: datasheet table knows it by, its compute capability from NVIDIA's CUDA GPUs list).
+CLASSES = (("t4", "NVIDIA T4", (7, 5)), ("a100", "NVIDIA A100 80GB SXM", (8, 0)), ("h100", "NVIDIA H100 SXM", (9, 0)))
+
+
 @lru_cache(maxsize=1)
-def _profiles_doc() -> dict:
+def _recorded_doc() -> dict:
     return json.loads((DATA / "device_profiles.json").read_text())
 
 
+def published_profile(name: str, compute_capability: tuple[int, int]) -> DeviceProfile | None:
+    """A GPU's datasheet figures (helpers.roofline's table: dense peaks) as a profile, or None if it is not there.
+    Peaks, not what a GEMM reaches (60-80% of them): their ratios are what the precision judgement uses."""
+    from .roofline import device_peaks
+
+    peaks = device_peaks(name)
+    if peaks is None:
+        return None
+    tflops = {k: float(v) for k in PRECISIONS if (v := getattr(peaks, k)) is not None}
+    return DeviceProfile(peaks.name, compute_capability, tflops, peaks.memory_tb_s * 1000, "published", peaks.source)
+
+
 def reference_profiles() -> dict[str, DeviceProfile]:
-    """Device classes the course knows figures of, by key (``t4``, ``a100``, ``h100``, ``h200``): the H200's read
-    off its recordings (:func:`recorded_gemm_tflops`), the others the vendors' published dense peaks, cited."""
-    return {k: DeviceProfile.from_dict(v) for k, v in _profiles_doc()["devices"].items()}
+    """Device classes the course knows figures of, by key (``t4``, ``a100``, ``h100``, ``h200``): the H200's read off
+    its recordings (:func:`recorded_gemm_tflops`), the others the datasheets' dense peaks (helpers.roofline)."""
+    out = {key: published_profile(name, cc) for key, name, cc in CLASSES}
+    out = {k: v for k, v in out.items() if v is not None}
+    out["h200"] = recorded_profile()
+    return out
 
 
 def recorded_profile() -> DeviceProfile:
     """The H200 the CPU track's recordings were made on, with the GEMM figures its traces show."""
-    return reference_profiles()["h200"]
+    return DeviceProfile.from_dict(_recorded_doc()["devices"]["h200"])
 
 
 def recorded_gemm_tflops(trace, shape: tuple[int, int, int] = PROBE_SHAPE) -> float:  # noqa: ANN001 - a Trace

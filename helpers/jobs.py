@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pandas as pd
 from . import thresholds as th
 from .errors import TraceError
 from .model import build_events, finish
+from .procs import worker_pool
 
 #: Columns of a rank's per-step communication figures, as :func:`helpers.metrics.comm_stats` names them.
 COMM_COLUMNS = ("step", "window_us", "collective_us", "compute_us", "exposed_us")
@@ -155,7 +156,7 @@ def _on_pool(workers: int, args: list[tuple], progress: Progress | None) -> list
     ranks' worth of pending work, and a failed rank stops the job without reading the rest."""
     results: dict[int, RankSummary] = {}
     todo = iter(enumerate(args))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with worker_pool(workers) as pool:
         running = {}
         for i, a in todo:
             running[pool.submit(analyse_rank, *a)] = i

@@ -40,6 +40,8 @@ def test_device_classes_know_what_their_hardware_has():
     assert all(p.cite and p.source in ("published", "recorded") for p in PROFILES.values())
     assert "compute capability 7.5" in t4.describe() and "fp16 65.0" in t4.describe()
     assert DeviceProfile.from_dict(t4.to_dict()) == t4
+    from helpers import roofline  # one home for datasheet figures: the profiles are roofline's table
+    assert h100.gemm_tflops["bf16"] == roofline.device_peaks("NVIDIA H100 80GB HBM3").bf16
 
 
 def test_the_h200_bar_is_where_the_recordings_put_it():

@@ -72,3 +72,17 @@ def test_the_dlrm_job_has_a_late_rank_that_everyone_waits_for(dlrm):
 def test_the_dlrm_job_is_diagnosed_as_waiting_for_a_late_rank(dlrm):
     findings = helpers.diagnose(dlrm)
     assert findings and findings[0].pattern == "load_imbalance"
+
+
+def test_the_ranks_command_reads_the_dlrm_job_rank_by_rank():
+    from helpers import jobs
+    report = jobs.analyse_job(DLRM, workers=1)
+    assert report["ranks"] == 8 and report["has_gpu"] and report["has_collectives"]
+    assert 0.2 < report["comm_exposed_share"] < 0.6  # by hand: 1.6-11.1 ms of 12.5-19.9 ms steps exposed
+
+
+@pytest.mark.xfail(strict=True, reason="ranks names no straggler ('stragglers: none', 'slowest rank 1'): rank 1 is the "
+                   "rank that waited longest; the late ranks are 7 (forward all-to-all) and 4-5 (backward)")
+def test_the_ranks_command_names_the_late_rank():
+    from helpers import jobs
+    assert 7 in jobs.analyse_job(DLRM, workers=1)["stragglers"]

@@ -5,6 +5,7 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -15,15 +16,16 @@ import subprocess
 import tempfile
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..interrupts import temporary_dir
 from ..model import MAX_RANK, Trace, assign_steps, build_events, find_steps, times_problem
-from ..procs import run_bounded
+from ..paths import working_folder
+from ..procs import run_bounded, worker_pool
 from . import kineto, nsys
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -74,7 +76,11 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     except OSError as exc:
         raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path") from None
     if not exists:
-        raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {Path.cwd()})")
+        folder = working_folder()
+        if folder is None and not p.is_absolute():
+            raise TraceError(f"{p}: not found, and the current folder no longer exists (it was deleted or moved), so "
+                             "no relative path can be found; cd into a folder that exists, or give the full path")
+        raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {folder})")
     if is_dir:
         return _load_directory(p, step_pattern, max_bytes, max_events)
     events, metadata, fmt = read_file(p, max_bytes, max_events)
@@ -297,11 +303,15 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
 def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: decompressed block by block into a private temporary copy (never beside
     the input, never whole in memory), and read from there."""
-    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
-        copy = Path(tmp) / "trace.sqlite"
-        with open(copy, "wb") as out:
-            for block in blocks:
-                out.write(block)
+    with _scratch(p, "decompress it") as tmp:  # mode 0700: private to this user
+        copy = tmp / "trace.sqlite"
+        try:
+            with open(copy, "wb") as out:
+                for block in blocks:
+                    out.write(block)
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot decompress it into the temporary folder {tmp.parent} ({exc.strerror}); "
+                             "free some space there, or point TMPDIR at a disk with room") from None
         events, metadata = _renamed(lambda: nsys.read(copy, max_events), copy, p)
     return events, metadata, "nsys-sqlite"
 
@@ -313,8 +323,8 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
             f"{p}: an Nsight Systems report, and nsys is not on PATH to convert it; "
             f"export it where nsys is installed: nsys export --type sqlite -o {p.with_suffix('.sqlite')} {p}"
         )
-    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:
-        out = Path(tmp) / "trace.sqlite"
+    with _scratch(p, "convert it") as tmp:
+        out = tmp / "trace.sqlite"
         try:
             r = run_bounded([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
                             NSYS_EXPORT_TIMEOUT_S, cwd=tmp)
@@ -328,6 +338,18 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
         events, metadata = _renamed(lambda: nsys.read(out, max_events), out, p)
     return events, metadata, "nsys-sqlite"
+
+
+@contextlib.contextmanager
+def _scratch(p: Path, purpose: str) -> Iterator[Path]:
+    """A private temporary folder that no signal leaves behind (:func:`helpers.interrupts.temporary_dir`)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(temporary_dir(prefix="helpers-"))
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot make a temporary folder to {purpose} in {tempfile.gettempdir()} "
+                             f"({exc.strerror}); free some space there, or point TMPDIR at a folder you can write") from None
+        yield tmp
 
 
 def _renamed(read, tmp: Path, original: Path):
@@ -380,7 +402,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     workers = _workers(len(files))
     if workers > 1 and total >= _PARALLEL_FROM_BYTES:
         # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with worker_pool(workers) as pool:
             results = list(pool.map(_read_for_folder, files, [max_bytes] * len(files), [max_events] * len(files)))
     else:
         results = [_read_for_folder(f, max_bytes, max_events) for f in files]
