@@ -165,3 +165,15 @@ def test_fp16_needs_a_scaler_and_is_compared_with_the_same_skipped_steps():
     lab08._REFERENCE.clear()
     assert checks.check_same_training(_fp16_step(None, per_optimizer={}), cpu).startswith("passed")
     assert any(k[2] for k in lab08._REFERENCE), "the reference was run with the skipped step"
+
+
+def test_probe_timings_become_figures():
+    """The probe's arithmetic (its timings need a GPU): the H200's fp32 GEMM took 1.331 ms a launch in the recording."""
+    p = capability.profile_from_times("NVIDIA H200", (9, 0), {"fp32": 1.331, "bf16": 0.0876}, 0.1398)
+    assert round(p.gemm_tflops["fp32"], 1) == 51.6 and round(p.gemm_tflops["bf16"], 0) == 784
+    assert round(p.memory_gbps) == 3840 and p.source == "probe" and p.lowp == "bf16"
+    with pytest.raises(Exception, match="CUDA GPU"):
+        if not torch.cuda.is_available():
+            capability.probe()
+        else:
+            raise RuntimeError("a CUDA GPU is here: the probe itself runs in lab 08")
