@@ -116,6 +116,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from . import report
+    from .jobs import stderr_progress
+
+    inputs = [args.trace] + ([args.after] if args.after else [])
+    out = Path(args.output)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"{args.output}: a report is an HTML file; give a name ending in .html, e.g. -o report.html")
+    out = check_output(out, args.force, inputs)
+    progress = stderr_progress("report")
+    total = 2 * len(inputs)
+    traces, shapes = [], []
+    for i, path in enumerate(inputs):
+        traces.append(load(path, args))
+        if progress:
+            progress(2 * i + 1, total + 6)
+        shapes.append(report.input_shapes(path, int(args.max_mb * 2**20)))
+        if progress:
+            progress(2 * i + 2, total + 6)
+    command = "python -m helpers report " + " ".join(inputs)
+    page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
+                        progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
+    written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)
+    print(f"{written} ({len(page.encode('utf-8')) / 1e6:.1f} MB)")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
@@ -212,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     _limits(sp)
     sp.set_defaults(func=cmd_compare)
+    sp = with_trace("report", "one self-contained HTML file: overview, diagnosis, tables, the interactive timeline "
+                    "(and the diff with a second trace)")
+    sp.add_argument("after", nargs="?", help="a second trace (the after of a before/after): the report adds the diff")
+    sp.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    sp.add_argument("--detail-events", type=_positive_int, default=2_000_000, metavar="N",
+                    help="events stored one by one for hover, search and the finest zoom (default 2,000,000); "
+                         "beyond them the timeline is drawn from columns laid out per zoom level")
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
+    sp.set_defaults(func=cmd_report)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
     sp.add_argument("-o", "--output", required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")

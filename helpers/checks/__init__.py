@@ -33,6 +33,7 @@ from .lab06 import *  # noqa: F403
 from .lab08 import *  # noqa: F403
 from .lab09 import *  # noqa: F403
 from .lab10 import *  # noqa: F403
+from .published import *  # noqa: F403
 from .reading import EVIDENCE, Reading, check_reading, describe_window, pattern_intervals  # noqa: F401
 
 #: Self-check item -> track ("gpu"/"cpu") -> the checks that must all have passed to earn it.
