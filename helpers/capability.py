@@ -160,28 +160,34 @@ def probe(device: object = None, shape: tuple[int, int, int] = PROBE_SHAPE) -> D
     device = torch.device(device if device is not None else "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
     m, n, k = shape
-    flops = 2.0 * m * n * k
     dtypes = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     was_tf32 = tf32_enabled()
-    tflops: dict[str, float] = {}
+    gemm_ms: dict[str, float] = {}
     try:
         for precision in PRECISIONS:
             set_tf32(precision == "tf32")
             a = torch.randn(m, k, device=device, dtype=dtypes[precision])
             b = torch.randn(k, n, device=device, dtype=dtypes[precision])
-            ms = _time_ms(lambda a=a, b=b: a @ b, device)
-            tflops[precision] = flops / (ms * 1e-3) / 1e12
+            gemm_ms[precision] = _time_ms(lambda a=a, b=b: a @ b, device)
             del a, b
         src = torch.empty(PROBE_COPY_BYTES // 4, device=device)
         dst = torch.empty_like(src)
-        ms = _time_ms(lambda src=src, dst=dst: dst.copy_(src), device)
-        gbps = 2 * PROBE_COPY_BYTES / (ms * 1e-3) / 1e9
+        copy_ms = _time_ms(lambda src=src, dst=dst: dst.copy_(src), device)
         del src, dst
     finally:
         set_tf32(was_tf32)
-    return DeviceProfile(name=torch.cuda.get_device_name(index), compute_capability=torch.cuda.get_device_capability(index),
-                         gemm_tflops=tflops, memory_gbps=gbps, source="probe",
-                         cite=f"helpers.capability.probe, GEMM {m}x{k} @ {k}x{n}, torch {torch.__version__}")
+    return profile_from_times(torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index), gemm_ms, copy_ms,
+                              shape, f"helpers.capability.probe, GEMM {m}x{k} @ {k}x{n}, torch {torch.__version__}")
+
+
+def profile_from_times(name: str, compute_capability: tuple[int, int], gemm_ms: dict[str, float], copy_ms: float,
+                       shape: tuple[int, int, int] = PROBE_SHAPE, cite: str = "") -> DeviceProfile:
+    """The probe's timings as figures: a GEMM of ``shape`` (m, n, k) is 2mnk FLOP; the copy reads and writes
+    :data:`PROBE_COPY_BYTES` once each."""
+    m, n, k = shape
+    tflops = {p: 2.0 * m * n * k / (ms * 1e-3) / 1e12 for p, ms in gemm_ms.items() if ms > 0}
+    gbps = 2 * PROBE_COPY_BYTES / (copy_ms * 1e-3) / 1e9 if copy_ms > 0 else float("nan")
+    return DeviceProfile(name, tuple(compute_capability), tflops, gbps, "probe", cite)
 
 
 @lru_cache(maxsize=8)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from . import metrics, render
 from .diagnosis import diagnose
 from .errors import Interrupted, TraceError
 from .interrupts import signals_as_exceptions, stopped
+from .model import check_step_pattern
 from .outputs import check_output, write_output
 from .paths import os_error_text, printable, working_folder
 from .readers import MAX_BYTES, MAX_EVENTS
@@ -48,12 +48,7 @@ def load(path: str, args: argparse.Namespace):
 
 
 def _step_pattern(text: str | None) -> str | None:
-    if text is not None:
-        try:
-            re.compile(text)
-        except re.error as exc:
-            raise TraceError(f"--steps {text!r}: not a regular expression ({exc}); e.g. --steps 'train_step'") from None
-    return text
+    return check_step_pattern(text, "--steps")
 
 
 def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:
@@ -118,6 +113,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from . import plots
 
         print(_save_figure(plots.compare(before, after), out, args.force))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from . import report
+    from .jobs import stderr_progress
+
+    inputs = [args.trace] + ([args.after] if args.after else [])
+    out = Path(args.output)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"{args.output}: a report is an HTML file; give a name ending in .html, e.g. -o report.html")
+    out = check_output(out, args.force, inputs)
+    progress = stderr_progress("report")
+    total = 2 * len(inputs)
+    traces, shapes = [], []
+    for i, path in enumerate(inputs):
+        traces.append(load(path, args))
+        if progress:
+            progress(2 * i + 1, total + 6)
+        shapes.append(report.input_shapes(path, int(args.max_mb * 2**20)))
+        if progress:
+            progress(2 * i + 2, total + 6)
+    command = "python -m helpers report " + " ".join(inputs)
+    page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
+                        progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
+    written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)
+    print(f"{written} ({len(page.encode('utf-8')) / 1e6:.1f} MB)")
     return 0
 
 
@@ -217,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     _limits(sp)
     sp.set_defaults(func=cmd_compare)
+    sp = with_trace("report", "one self-contained HTML file: overview, diagnosis, tables, the interactive timeline "
+                    "(and the diff with a second trace)")
+    sp.add_argument("after", nargs="?", help="a second trace (the after of a before/after): the report adds the diff")
+    sp.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    sp.add_argument("--detail-events", type=_positive_int, default=2_000_000, metavar="N",
+                    help="events stored one by one for hover, search and the finest zoom (default 2,000,000); "
+                         "beyond them the timeline is drawn from columns laid out per zoom level")
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
+    sp.set_defaults(func=cmd_report)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
     sp.add_argument("-o", "--output", required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")

@@ -137,30 +137,39 @@ def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: floa
         a = np.minimum(np.floor(xs).astype(np.int64), ncols - 1)
         b = np.minimum(np.maximum(np.ceil(xe).astype(np.int64) - 1, a), ncols - 1)
         one = a == b
-        part_col += [a[one], a[~one], b[~one]]
-        part_amt += [(xe - xs)[one], (a + 1 - xs)[~one], (xe - b)[~one]]
-        part_c.append(np.full(int(one.sum()) + 2 * int((~one).sum()), c, dtype=np.int64))
+        # each interval's first and last pixel, in interval order: already sorted (the union is disjoint)
+        cols = np.empty(2 * a.size, dtype=np.int64)
+        amt = np.empty(2 * a.size)
+        cols[0::2], cols[1::2] = a, b
+        amt[0::2] = np.where(one, xe - xs, a + 1 - xs)
+        amt[1::2] = np.where(one, 0.0, xe - b)
+        real = np.ones(cols.size, dtype=bool)
+        real[1::2] = ~one
+        cols, amt = cols[real], amt[real]
+        if cols.size:
+            first = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
+            part_col.append(cols[first])
+            part_amt.append(np.add.reduceat(amt, first))
+            part_c.append(np.full(first.size, c, dtype=np.int64))
         inner = ~one & (b - a >= 2)
         full_x.append(a[inner] + 1)
         full_n.append(b[inner] - a[inner] - 1)
         full_c.append(np.full(int(inner.sum()), c, dtype=np.int64))
     if not part_c:
         return empty
-    pc, pcol, pamt = np.concatenate(part_c), np.concatenate(part_col), np.concatenate(part_amt)
     fx, fn, fc = np.concatenate(full_x), np.concatenate(full_n), np.concatenate(full_c)
-    # a column's share: what all colours cover of it; its colour: the one covering most of it
-    cols, inv = np.unique(pcol, return_inverse=True)
-    total = np.bincount(inv, weights=pamt, minlength=cols.size)
-    key_cols, key_inv = np.unique(inv * (int(pc.max()) + 1) + pc, return_inverse=True)
-    by_key = np.bincount(key_inv, weights=pamt)
-    kcol, kc = key_cols // (int(pc.max()) + 1), key_cols % (int(pc.max()) + 1)
-    order = np.lexsort((-by_key, kcol))
-    first = np.r_[True, kcol[order][1:] != kcol[order][:-1]]
-    colour_of = kc[order][first]
+    if len(part_c) == 1:  # one colour (most lanes): its pixels are sorted and distinct already
+        cols, total, colour_of = part_col[0], part_amt[0], part_c[0]
+    else:  # a pixel's share: what all colours cover of it; its colour: the one covering most of it
+        pc, pcol, pamt = np.concatenate(part_c), np.concatenate(part_col), np.concatenate(part_amt)
+        order = np.lexsort((-pamt, pcol))
+        pc, pcol, pamt = pc[order], pcol[order], pamt[order]
+        first = np.flatnonzero(np.r_[True, pcol[1:] != pcol[:-1]])
+        cols, total, colour_of = pcol[first], np.add.reduceat(pamt, first), pc[first]
     pct = np.clip(np.round(total * 100), 1, 100).astype(np.int64)
     # a partial column inside another colour's full run is drawn by that run
     if fx.size:
-        fo = np.argsort(fx)
+        fo = np.argsort(fx, kind="stable")
         run_start, run_end = fx[fo], fx[fo] + fn[fo]
         k = np.searchsorted(run_start, cols, side="right") - 1
         inside = (k >= 0) & (cols < run_end[np.clip(k, 0, None)])

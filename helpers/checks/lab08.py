@@ -55,29 +55,49 @@ def check_gemm_reading(answer: dict, trace: Trace) -> str:
 
 
 # --- 2. precision ---------------------------------------------------------------------------------
+class _ScalerWatch:
+    """While active, counts the loss scalings of every ``torch.amp.GradScaler`` and notes each ``update()`` that
+    lowered the scale: what a scaler does after gradients that overflowed, the one reason it skips a step."""
+
+    def __init__(self) -> None:
+        self.scaled = 0
+        self.lowered = 0
+
+    def __enter__(self) -> _ScalerWatch:
+        cls = torch.amp.GradScaler
+        self._originals = scale, update = cls.scale, cls.update
+        watch = self
+
+        def counting_scale(self, outputs):  # noqa: ANN001, ANN202 - GradScaler.scale's own signature
+            watch.scaled += 1
+            return scale(self, outputs)
+
+        def watching_update(self, new_scale=None):  # noqa: ANN001, ANN202 - GradScaler.update's own signature
+            before = self.get_scale() if self.is_enabled() else None
+            update(self, new_scale)
+            if before is not None and self.get_scale() < before:
+                watch.lowered += 1
+
+        cls.scale, cls.update = counting_scale, watching_update
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.amp.GradScaler.scale, torch.amp.GradScaler.update = self._originals
+
+
 def _forward_dtypes(step_fn: Callable, model: torch.nn.Module, opt, x, y) -> tuple[set[torch.dtype], int]:
     """The dtypes the model's Linear layers produced during one call of ``step_fn``, and how many times the
     call scaled a loss with a ``torch.amp.GradScaler`` (fp16 needs one)."""
     seen: set[torch.dtype] = set()
     hooks = [mod.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
              for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
-    scaler_cls = torch.amp.GradScaler
-    original = scaler_cls.scale
-    scaled = 0
-
-    def counting_scale(self, outputs):  # noqa: ANN001, ANN202 - GradScaler.scale's own signature
-        nonlocal scaled
-        scaled += 1
-        return original(self, outputs)
-
-    scaler_cls.scale = counting_scale
     try:
-        step_fn(model, opt, x, y)
+        with _ScalerWatch() as watch:
+            step_fn(model, opt, x, y)
     finally:
-        scaler_cls.scale = original
         for h in hooks:
             h.remove()
-    return seen, scaled
+    return seen, watch.scaled
 
 
 _REFERENCE: dict[tuple[str, int, tuple[int, ...]], tuple[list[float], torch.Tensor]] = {}
@@ -110,24 +130,28 @@ def _fp32_reference(device: torch.device, steps: int, skipped: tuple[int, ...] =
     return _REFERENCE[key]
 
 
-def _learner_run(step_fn: Callable, device: torch.device, steps: int) -> tuple[list[float], torch.Tensor, tuple[int, ...]]:
-    """``gb.run_steps`` of the learner's step, also noting the steps that changed no parameter (skipped by a
-    GradScaler: Adam moves every parameter whose gradient is not zero, the head's bias always has one)."""
+def _learner_run(step_fn: Callable, device: torch.device, steps: int) -> tuple[list[float], torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """``gb.run_steps`` of the learner's step, also noting the steps that changed no parameter (Adam moves every
+    parameter whose gradient is not zero, and the head's bias always has one) and, of those, the ones a GradScaler
+    skipped: it lowered its scale in that step, having found gradients that overflowed."""
     from ..workloads import gpu_bound as gb
 
     skipped: list[int] = []
+    unexplained: list[int] = []
     calls = iter(range(steps))
 
     def watched(model, opt, x, y):  # noqa: ANN001, ANN202 - gb.run_steps' step signature
         i = next(calls)
         before = model.head.bias.detach().clone()
+        lowered = watch.lowered
         loss = step_fn(model, opt, x, y)
         if torch.equal(before, model.head.bias.detach()):
-            skipped.append(i)
+            (skipped if watch.lowered > lowered else unexplained).append(i)
         return loss
 
-    losses, update = gb.run_steps(watched, device, steps=steps)
-    return losses, update, tuple(skipped)
+    with _ScalerWatch() as watch:
+        losses, update = gb.run_steps(watched, device, steps=steps)
+    return losses, update, tuple(skipped), tuple(unexplained)
 
 
 def _guarded_step(step_fn: Callable) -> Callable:
@@ -174,15 +198,16 @@ def _same_training(step_fn: Callable, device: torch.device | str | None, steps: 
                       "your step autocasts to fp16 without a GradScaler: fp16's range ends at 65504 and its smallest "
                       "normal number is 6e-5, so small gradients become zero. Scale the loss with a "
                       "torch.amp.GradScaler (scaler.scale(loss).backward(), scaler.step(opt), scaler.update()).")
-    got, update, skipped = _learner_run(step_fn, device, steps)
-    if len(skipped) == steps:
+    got, update, skipped, unexplained = _learner_run(step_fn, device, steps)
+    if len(skipped) + len(unexplained) == steps:
         return _check("gpu_bound", "check_same_training", False,
                       f"{steps} calls of your step left every parameter as it was: run backward and opt.step()"
                       + (" (scaler.step(opt) with a GradScaler)." if scaled else "."))
-    if skipped and not scaled:
+    if unexplained:
         return _check("gpu_bound", "check_same_training", False,
-                      f"your step left the parameters unchanged at step(s) {list(skipped)} of {steps}: call opt.step() "
-                      "every step (only a GradScaler may skip a step, when fp16 gradients overflowed).")
+                      f"your step left the parameters unchanged at step(s) {list(unexplained)} of {steps}: call "
+                      "opt.step() every step (only a GradScaler may skip a step, when fp16 gradients overflowed; "
+                      "it then lowers its scale, and yours did not).")
     ref, ref_update = _fp32_reference(device, steps, skipped)
     same_steps = f" (with the same step(s) {list(skipped)} skipped, as your GradScaler did)" if skipped else ""
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
@@ -244,6 +269,13 @@ def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool, fp32_tra
         problem = own_capture_problem(fp32_trace)
         if problem:
             return _check("gpu_bound", name, False, problem)
+    from ..thresholds import TENSOR_CORE_GEMM_SHARE
+
+    ffma = m.gemm_math_shares(fp32_trace)["fp32_ffma"]
+    if ffma < TENSOR_CORE_GEMM_SHARE:
+        return _check("gpu_bound", name, False,
+                      f"fp32_trace runs only {ffma:.0%} of its GEMM time on fp32 FFMA kernels: pass the capture of the "
+                      "fp32 loop (TF32 off, no autocast), whose GEMM share says how much of the step precision can shorten")
     exp = capability.precision_expectation(_profile(live), capability.gemm_step_share(fp32_trace))
     ok, message = capability.precision_verdict(exp, float(fp32_ms), float(fast_ms))
     _check("gpu_bound", name, ok, message)
