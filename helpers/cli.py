@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from . import metrics, render
 from .diagnosis import diagnose
 from .errors import Interrupted, TraceError
 from .interrupts import signals_as_exceptions, stopped
+from .model import check_step_pattern
 from .outputs import check_output, write_output
 from .paths import os_error_text, printable, working_folder
 from .readers import MAX_BYTES, MAX_EVENTS
@@ -48,12 +48,7 @@ def load(path: str, args: argparse.Namespace):
 
 
 def _step_pattern(text: str | None) -> str | None:
-    if text is not None:
-        try:
-            re.compile(text)
-        except re.error as exc:
-            raise TraceError(f"--steps {text!r}: not a regular expression ({exc}); e.g. --steps 'train_step'") from None
-    return text
+    return check_step_pattern(text, "--steps")
 
 
 def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,14 +85,22 @@ class Finding:
     fix: str = ""
 
 
+#: Seconds a tool's ``--version`` may take, and may go without using CPU, before doctor stops waiting: the
+#: answer is instant where the tool works; one that hangs (a broken install, a licence prompt) is reported.
+VERSION_TIMEOUT_S = 10.0
+VERSION_IDLE_S = 3.0
+
+
 def _tool_version(tool: str) -> str | None:
     exe = shutil.which(tool)
     if exe is None:
         return None
     try:
-        out = run_bounded([exe, "--version"], 30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "on PATH (its --version did not answer)"
+        out = run_bounded([exe, "--version"], VERSION_TIMEOUT_S, idle_s=VERSION_IDLE_S)
+    except subprocess.TimeoutExpired:
+        return "on PATH (its --version did not answer; it may be a broken install)"
+    except OSError as exc:
+        return f"on PATH (its --version could not be run: {exc.strerror or exc})"
     lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     return lines[-1] if lines else "on PATH"
 
@@ -190,7 +199,8 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
     out.append(Finding("cores", "ok" if cores >= MIN_CORES else "warn", f"{cores} usable",
                        "" if cores >= MIN_CORES else f"labs 01 and 04 need {MIN_CORES} (workers, two ranks): they run, slowly"))
 
-    nsys, ncu = _tool_version("nsys"), _tool_version("ncu")
+    with ThreadPoolExecutor(2) as pool:  # asked at once: a tool that hangs costs its bound once, not twice
+        nsys, ncu = pool.map(_tool_version, ("nsys", "ncu"))
     live = track == "gpu"
     out.append(Finding("nsys", "ok" if nsys and live else "note",
                        (nsys or "not on PATH") + (": lab 00 captures live" if nsys and live

@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import thresholds as th
 from .errors import TraceError
-from .model import build_events, finish
+from .model import build_events, check_step_pattern, finish
 from .procs import worker_pool
 
 #: Columns of a rank's per-step communication figures, as :func:`helpers.metrics.comm_stats` names them.
@@ -128,6 +128,7 @@ def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, schedu
     on instead; its workers need this package installed and the folder at the same path.
     ``progress(done, total)`` is called as ranks finish. Limits apply to each rank's file.
     """
+    step_pattern = check_step_pattern(step_pattern)
     files = job_files(folder)
     args = [(str(f), i, step_pattern, max_bytes, max_events) for i, f in enumerate(files)]
     if scheduler is not None:
@@ -185,11 +186,15 @@ def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout
         from distributed import Client, as_completed
     except ImportError:
         raise TraceError("--scheduler needs Dask's distributed scheduler: pip install 'dask[distributed]'") from None
+    _probe_scheduler(address)
     try:
         client = Client(address, timeout=timeout)  # the default client while it runs: as_completed needs one
     except (OSError, TimeoutError, ValueError) as exc:
         raise TraceError(f"{address}: no Dask scheduler answers there ({exc}); check the address "
                          "(tcp://HOST:8786) and that the scheduler is running") from None
+    except Exception as exc:  # something else answers there (a web server, a proxy), or Dask lacks the protocol
+        raise TraceError(f"{address}: Dask could not talk to a scheduler there ({type(exc).__name__}: "
+                         f"{str(exc)[:120]}); check the address and port, and that a Dask scheduler listens there") from None
     try:
         futures = [client.submit(analyse_rank, *a, key=f"helpers-rank-{i}-{os.getpid()}", pure=False)
                    for i, a in enumerate(args)]
@@ -203,6 +208,38 @@ def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout
         return [results[i] for i in range(len(args))]
     finally:
         client.close()
+
+
+#: Seconds to wait for a TCP connection to the scheduler before saying none answers (Dask itself retries
+#: for its whole time-out, 30 s, even when the port refuses at once).
+SCHEDULER_CONNECT_S = 5.0
+
+
+def _probe_scheduler(address: str) -> None:
+    """Refuse at once an address where nothing listens (Dask would retry for its whole time-out)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme not in ("tcp", "tls"):
+        return  # ucx://, inproc://, ...: Dask's own connection says what is wrong
+    try:
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise TraceError(f"{address}: not a scheduler address ({exc}); write it as tcp://HOST:8786") from None
+    if not host or port is None:
+        raise TraceError(f"{address}: not a scheduler address (a host and a port are needed); write it as tcp://HOST:8786")
+    try:
+        socket.create_connection((host, port), timeout=SCHEDULER_CONNECT_S).close()
+    except socket.gaierror as exc:
+        raise TraceError(f"{address}: the host {host} is not known ({exc.strerror}); check the address") from None
+    except TimeoutError:
+        raise TraceError(f"{address}: no answer within {SCHEDULER_CONNECT_S:g} s; check the address, the port "
+                         "and any firewall between here and the scheduler") from None
+    except OSError as exc:
+        raise TraceError(f"{address}: no Dask scheduler answers there ({exc.strerror or exc}); check the address "
+                         "(tcp://HOST:8786) and that the scheduler is running") from None
 
 
 def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:

@@ -23,9 +23,9 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..interrupts import temporary_dir
-from ..model import MAX_RANK, Trace, assign_steps, build_events, find_steps, times_problem
+from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
 from ..paths import working_folder
-from ..procs import run_bounded, worker_pool
+from ..procs import Hung, run_bounded, worker_pool
 from . import kineto, nsys
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -46,6 +46,10 @@ _PARALLEL_FROM_BYTES = 8 << 20
 #: killed, the temporary folder removed): the course's reports export in seconds, and five minutes leaves
 #: room for reports of gigabytes; a hung nsys is not waited on.
 NSYS_EXPORT_TIMEOUT_S = 300.0
+#: ... and seconds it may go without using any CPU (the whole process group's) before it is taken as hung:
+#: an export reads, converts and writes, all of it CPU work; a tool waiting on something that never comes
+#: (a licence prompt, a lock, a daemon) uses none. See procs.run_bounded.
+NSYS_EXPORT_IDLE_S = 10.0
 _CHUNK = 4 << 20  # bytes read (or decompressed) at a time
 
 
@@ -62,14 +66,7 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     """
     p = _as_path(path)
     max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
-    if step_pattern is not None:
-        try:
-            re.compile(step_pattern)
-        except re.error as exc:
-            raise TraceError(f"step pattern {step_pattern!r}: not a regular expression ({exc})") from None
-        if _nested_repeat(step_pattern):
-            raise TraceError(f"step pattern {step_pattern!r}: a repeat inside a repeat (like (a+)+) can take exponential "
-                             "time on a long name; write it with one repeat, e.g. 'train_step' or 'step \\d+'")
+    step_pattern = check_step_pattern(step_pattern)
     try:
         is_dir = p.is_dir()
         exists = is_dir or p.exists()
@@ -167,39 +164,6 @@ def _refuse_damaged_times(events: pd.DataFrame, p: Path) -> None:
     problem = times_problem(events)
     if problem:
         raise TraceError(f"{p}: {problem}; record or export the trace again")
-
-
-def _nested_repeat(pattern: str) -> bool:
-    """Whether ``pattern`` repeats something that itself repeats (``(a+)+``, ``(a*)*``, ``(a|aa)+``-like
-    nesting): the shape that makes Python's backtracking engine take exponential time on a name."""
-    try:
-        from re import _parser as parser  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    repeats = (parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None))
-
-    def walk(items, inside: bool) -> bool:
-        for op, av in items:
-            if op in repeats:
-                lo, hi, sub = av
-                if (inside and hi > 1) or walk(sub, inside or hi > 1):
-                    return True
-            elif op is parser.SUBPATTERN:
-                found = walk(av[-1], inside)
-            elif op is parser.BRANCH:
-                found = any(walk(b, inside) for b in av[1])
-            elif op in (parser.ASSERT, parser.ASSERT_NOT):
-                found = walk(av[1], inside)
-            else:
-                found = False
-            if found:
-                return True
-        return False
-
-    try:
-        return walk(parser.parse(pattern), False)
-    except Exception:  # the pattern compiled above; a parser detail we do not know is no reason to refuse it
-        return False
 
 
 def limit(value: object, name: str) -> int:
@@ -327,7 +291,10 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
         out = tmp / "trace.sqlite"
         try:
             r = run_bounded([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
-                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp)
+                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp, idle_s=NSYS_EXPORT_IDLE_S)
+        except Hung:
+            raise TraceError(f"{p}: nsys export stopped working (no CPU time for {NSYS_EXPORT_IDLE_S:g} s) and was "
+                             f"stopped; export it by hand to see why: nsys export --type sqlite {p}") from None
         except subprocess.TimeoutExpired:
             raise TraceError(f"{p}: nsys export did not finish within {NSYS_EXPORT_TIMEOUT_S:g} s and was stopped; "
                              f"export it by hand: nsys export --type sqlite {p}") from None
