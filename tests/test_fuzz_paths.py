@@ -46,12 +46,15 @@ def _output(root: Path, place: str, name: bytes, input_path: str) -> str:
     if place == "loop":
         os.symlink(b"loop", base + b"/loop")
         return os.fsdecode(base + b"/loop/" + name)
-    if place == "dangling":
-        os.symlink(b"nowhere/x", base + b"/" + name)
     if place == "missing":
         return os.fsdecode(base + b"/no such folder/" + name)
-    if place == "folder":
-        os.mkdir(base + b"/" + name)
+    try:
+        if place == "dangling":
+            os.symlink(b"nowhere/x", base + b"/" + name)
+        if place == "folder":
+            os.mkdir(base + b"/" + name)
+    except OSError:  # a name the file system refuses (too long): then it is a plain output name
+        pass
     if place == "input":
         return input_path
     return os.fsdecode(base + b"/" + name)
