@@ -611,7 +611,7 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
         else:
             window_ms = (float(lanes.to_ms(lanes.full_us[0])), float(lanes.to_ms(lanes.full_us[1])))
     if critical_path:
-        from .timeline_data import critical_path_overlay
+        from .tracks import critical_path_overlay
 
         track = critical_path_overlay(trace)
         overlays = [*overlays, track] if track else list(overlays)
