@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
+from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .model import Trace
 from .patterns import CATALOGUE, PATTERNS, Pattern, Rule, Signals, get
 
@@ -140,12 +142,7 @@ def signals(trace: Trace) -> Signals:
     return sg
 
 
-#: CUDA / HIP calls of a program's start and end: context creation (it happens inside whichever call
-#: comes first), device queries, allocations, stream / event creation, module loading and unloading.
-_STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
-                           r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
-                           r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
-_UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
+
 #: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device, and
 #: ``record_stream``, which exists for tensors on a device with streams).
 _GPU_ONLY_OP = re.compile(r"cudnn|miopen|_cuda\b|::cuda_|record_stream", re.IGNORECASE)

@@ -15,10 +15,9 @@ the ranks in flight at a time (one per worker), not by the job.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ import pandas as pd
 
 from . import thresholds as th
 from .errors import TraceError
-from .model import build_events, finish
+from .model import build_events, check_step_pattern, finish
+from .procs import worker_pool
 from .readers.budget import Budget
 
 #: Columns of a rank's per-step communication figures, as :func:`helpers.metrics.comm_stats` names them.
@@ -162,6 +162,7 @@ def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, schedu
     """
     from .readers import limit
 
+    step_pattern = check_step_pattern(step_pattern)
     files = job_files(folder)
     total = None
     if max_bytes is not None or max_events is not None:
@@ -213,11 +214,9 @@ _JOB_TOTAL: tuple | None = None
 
 
 def _job_process(total: tuple | None) -> None:
-    """Set up a worker: the job's limits and shared counts, and Ctrl-C left to the parent (which stops the
-    pool), so a worker never prints a traceback of its own."""
+    """Set up a worker: the job's limits and shared counts."""
     global _JOB_TOTAL
     _JOB_TOTAL = total
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _analyse_batch(batch: list[tuple]) -> list[RankSummary]:
@@ -261,29 +260,27 @@ def _on_pool(workers: int, args: list[tuple], progress: Progress | None, total: 
     results: dict[int, list[RankSummary]] = {}
     done_ranks = 0
     todo = iter(enumerate(batches))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_job_process, initargs=(shared,))
     try:
-        running = {}
-        for i, b in todo:
-            running[pool.submit(_analyse_batch, b)] = i
-            if len(running) >= 2 * workers:
-                break
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                i = running.pop(fut)
-                results[i] = fut.result()
-                done_ranks += len(results[i])
-                if progress:
-                    progress(done_ranks, len(args))
-                nxt = next(todo, None)
-                if nxt is not None:
-                    running[pool.submit(_analyse_batch, nxt[1])] = nxt[0]
+        with worker_pool(workers, initializer=_job_process, initargs=(shared,)) as pool:
+            running = {}
+            for i, b in todo:
+                running[pool.submit(_analyse_batch, b)] = i
+                if len(running) >= 2 * workers:
+                    break
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = running.pop(fut)
+                    results[i] = fut.result()
+                    done_ranks += len(results[i])
+                    if progress:
+                        progress(done_ranks, len(args))
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        running[pool.submit(_analyse_batch, nxt[1])] = nxt[0]
     except BrokenProcessPool:
         raise TraceError("a worker process analysing the ranks ended without an answer (killed, most likely for want "
                          "of memory); run with fewer processes (--workers 1)") from None
-    finally:  # on an error, the ranks not yet started are not read
-        pool.shutdown(wait=True, cancel_futures=True)
     return [s for i in range(len(batches)) for s in results[i]]
 
 
@@ -292,11 +289,15 @@ def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout
         from distributed import Client, as_completed
     except ImportError:
         raise TraceError("--scheduler needs Dask's distributed scheduler: pip install 'dask[distributed]'") from None
+    _probe_scheduler(address)
     try:
         client = Client(address, timeout=timeout)  # the default client while it runs: as_completed needs one
     except (OSError, TimeoutError, ValueError) as exc:
         raise TraceError(f"{address}: no Dask scheduler answers there ({exc}); check the address "
                          "(tcp://HOST:8786) and that the scheduler is running") from None
+    except Exception as exc:  # something else answers there (a web server, a proxy), or Dask lacks the protocol
+        raise TraceError(f"{address}: Dask could not talk to a scheduler there ({type(exc).__name__}: "
+                         f"{str(exc)[:120]}); check the address and port, and that a Dask scheduler listens there") from None
     try:
         futures = [client.submit(analyse_rank, *a, key=f"helpers-rank-{i}-{os.getpid()}", pure=False)
                    for i, a in enumerate(args)]
@@ -310,6 +311,38 @@ def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout
         return [results[i] for i in range(len(args))]
     finally:
         client.close()
+
+
+#: Seconds to wait for a TCP connection to the scheduler before saying none answers (Dask itself retries
+#: for its whole time-out, 30 s, even when the port refuses at once).
+SCHEDULER_CONNECT_S = 5.0
+
+
+def _probe_scheduler(address: str) -> None:
+    """Refuse at once an address where nothing listens (Dask would retry for its whole time-out)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    if scheme not in ("tcp", "tls"):
+        return  # ucx://, inproc://, ...: Dask's own connection says what is wrong
+    try:
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise TraceError(f"{address}: not a scheduler address ({exc}); write it as tcp://HOST:8786") from None
+    if not host or port is None:
+        raise TraceError(f"{address}: not a scheduler address (a host and a port are needed); write it as tcp://HOST:8786")
+    try:
+        socket.create_connection((host, port), timeout=SCHEDULER_CONNECT_S).close()
+    except socket.gaierror as exc:
+        raise TraceError(f"{address}: the host {host} is not known ({exc.strerror}); check the address") from None
+    except TimeoutError:
+        raise TraceError(f"{address}: no answer within {SCHEDULER_CONNECT_S:g} s; check the address, the port "
+                         "and any firewall between here and the scheduler") from None
+    except OSError as exc:
+        raise TraceError(f"{address}: no Dask scheduler answers there ({exc.strerror or exc}); check the address "
+                         "(tcp://HOST:8786) and that the scheduler is running") from None
 
 
 def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:

@@ -351,19 +351,54 @@ def times_problem(events: pd.DataFrame | dict[str, Any]) -> str | None:
     return None
 
 
+#: The longest step pattern taken (a pattern for range names; compiling a longer one takes seconds).
+MAX_STEP_PATTERN_CHARS = 10_000
+
+
+def check_step_pattern(pattern: object, label: str = "step pattern") -> str | None:
+    """``pattern`` if it can mark steps (None, or text that compiles as a regular expression), else
+    :class:`~helpers.errors.TraceError` with one line naming ``label`` (``--steps`` on the command line)."""
+    from .errors import TraceError
+
+    if pattern is None:
+        return None
+    example = "e.g. 'train_step' or 'step \\d+'"
+    if not isinstance(pattern, str):
+        raise TraceError(f"{label} {_short(pattern)}: give a regular expression as text, {example}")
+    if len(pattern) > MAX_STEP_PATTERN_CHARS:
+        raise TraceError(f"{label} of {len(pattern):,} characters: over {MAX_STEP_PATTERN_CHARS:,}; a pattern for "
+                         f"range names is short, {example}")
+    try:
+        re.compile(pattern, re.IGNORECASE)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        raise TraceError(f"{label} {_short(pattern)}: not a regular expression ({exc or type(exc).__name__}); "
+                         f"{example}") from None
+    return pattern
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...'"
+
+
 def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame:
     """Training-step windows from annotation ranges.
 
     With no ``pattern``: ``ProfilerStep#N`` ranges when the trace has them, else ranges named
-    like ``step 3`` / ``train_step``. Each rank is numbered on its own, from 0.
+    like ``step 3`` / ``train_step``. Each rank is numbered on its own, from 0. A ``pattern`` (the
+    user's) is matched under a time limit (:func:`helpers.procs.search_bounded`): one that would run for
+    minutes on a long name is refused in one line instead.
     """
+    pattern = check_step_pattern(pattern)
     ann = events[events["kind"] == "annotation"]
-    patterns = [pattern] if pattern else list(DEFAULT_STEP_PATTERNS)
-    for pat in patterns:
-        hits = ann[ann["name"].str.contains(pat, regex=True, case=False)]
-        if not hits.empty:
-            break
+    if pattern:
+        hits = ann[ann["name"].isin(_names_found(pattern, ann["name"].unique()))]
     else:
+        for pat in DEFAULT_STEP_PATTERNS:  # the course's own, which run in linear time on any name
+            hits = ann[ann["name"].str.contains(pat, regex=True, case=False)]
+            if not hits.empty:
+                break
+    if hits.empty:
         return empty_steps()
     rows = []
     for rank, group in hits.groupby("rank", sort=True):
@@ -371,6 +406,25 @@ def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame
         for i, (s, e) in enumerate(zip(group["start_us"], group["end_us"])):
             rows.append((int(rank), i, float(s), float(e), float(e - s)))
     return pd.DataFrame(rows, columns=["rank", "step", "start_us", "end_us", "dur_us"])
+
+
+def _names_found(pattern: str, names: np.ndarray) -> list[str]:
+    import subprocess
+
+    from .errors import TraceError
+    from .procs import PATTERN_TIMEOUT_S, search_bounded
+
+    texts = [n if isinstance(n, str) else str(n) for n in names]
+    try:
+        found = search_bounded(pattern, texts, re.IGNORECASE)
+    except subprocess.TimeoutExpired:
+        longest = max((len(t) for t in texts), default=0)
+        raise TraceError(
+            f"step pattern {_short(pattern)}: matching it against the trace's {len(texts):,} range names (the longest "
+            f"{longest:,} characters) did not finish within {PATTERN_TIMEOUT_S:g} s and was stopped; a pattern whose "
+            "repeats can match the same text in many ways (like (a|a)* or .*.*) takes exponential time on a long "
+            "name: write a simpler one, e.g. 'train_step' or 'step \\d+'") from None
+    return [n for n, hit in zip(names, found) if hit]
 
 
 def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from . import interrupts
 from .errors import TraceError
 
 # Names this module uses for its temporary files; refusing them as outputs keeps the two apart.
@@ -56,7 +57,9 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
     """Call ``write(fh)`` on a private temporary file, then put it at ``path`` (see the module's doc)."""
     p = check_output(path, force, inputs)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
+        with interrupts.deferred():  # a signal cannot fall between making the file and registering it
+            fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
+            interrupts.register(tmp_name)
     except OSError as exc:
         raise TraceError(f"{p}: cannot write in {p.parent} ({exc.strerror}); choose another output folder") from None
     tmp = Path(tmp_name)
@@ -64,22 +67,29 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.chmod(tmp, 0o666 & ~_umask())
-        if force:
-            os.replace(tmp, p)
-        else:
-            try:
-                os.link(tmp, p)  # fails if p appeared meanwhile: never replaces
-            except FileExistsError:
-                raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
-            except OSError:  # a file system without hard links: the check above is the best we have
-                if p.exists() or p.is_symlink():
-                    raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
-                os.replace(tmp, p)
+        with interrupts.deferred():  # the result is put in place whole or not at all
+            _commit(tmp, p, force)
     except OSError as exc:
         raise TraceError(f"{p}: cannot be written ({exc.strerror or exc}); check the free space and permissions") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with interrupts.deferred():
+            tmp.unlink(missing_ok=True)
+            interrupts.unregister(tmp_name)
     return p
+
+
+def _commit(tmp: Path, p: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, p)
+        return
+    try:
+        os.link(tmp, p)  # fails if p appeared meanwhile: never replaces
+    except FileExistsError:
+        raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
+    except OSError:  # a file system without hard links: the check above is the best we have
+        if p.exists() or p.is_symlink():
+            raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
+        os.replace(tmp, p)
 
 
 def _refuse_special(p: Path) -> None:

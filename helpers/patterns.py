@@ -106,6 +106,43 @@ class Signals(TypedDict, total=False):
     host_busy_in: dict[str, float]
 
 
+@dataclass(frozen=True)
+class Cause:
+    """What a stretch of a step's critical path (:func:`helpers.critical_path`) was spent on, or what the
+    host did while the GPU idled (:func:`helpers.metrics.idle_gaps`' labels, the causes with ``idle``)."""
+
+    name: str
+    label: str  # in words, as a clause: "the host waiting for the next batch"
+    on: str  # "gpu": the GPU's own work; "host": the host's
+    colour: str
+    idle: bool = False  # also a label of the GPU's idle gaps (what the host was doing meanwhile)
+
+
+#: Every cause, in the order figures list them. The idle causes come first, in the order the idle
+#: breakdowns have always listed them; the pattern that owns a cause is named in its record below
+#: (:attr:`Pattern.causes`), never here.
+CAUSES: tuple[Cause, ...] = (
+    Cause("sync", "the host in (or just back from) a sync", "host", "#c44e52", idle=True),
+    Cause("data_wait", "the host waiting for the next batch", "host", "#dd8452", idle=True),
+    Cause("collective", "a collective", "gpu", "#9467bd", idle=True),
+    Cause("launch", "the host launching (CUDA calls, framework dispatch, the launch queue)", "host", "#4c72b0", idle=True),
+    Cause("graph", "the GPU between kernels it runs back to back (a CUDA Graph's own gaps)", "gpu", "#8fbc8f", idle=True),
+    Cause("other", "the host in its own code (Python, NumPy, logging)", "host", "#ccb974", idle=True),
+    Cause("gemm", "matrix-multiply kernels", "gpu", "#2e7d32"),
+    Cause("kernel", "other kernels", "gpu", "#55a868"),
+    Cause("copy", "copies and memsets", "gpu", "#ff7f0e"),
+    Cause("compile", "compilation (torch.compile, Triton autotuning)", "host", "#17becf"),
+    Cause("startup", "start-up and teardown calls (context, allocations, module loading)", "host", "#7f7f7f"),
+    Cause("cpu_compute", "the model's own ops on the CPU (no GPU recorded)", "host", "#8c8c8c"),
+)
+#: cause name -> its record.
+CAUSE: dict[str, Cause] = {c.name: c for c in CAUSES}
+#: The labels of the GPU's idle gaps, in order (``helpers.metrics.CAUSES``).
+IDLE_CAUSES: tuple[str, ...] = tuple(c.name for c in CAUSES if c.idle)
+#: The causes of a critical path's stretches, in order.
+PATH_CAUSES: tuple[str, ...] = tuple(c.name for c in CAUSES)
+
+
 def get(s: Signals, key: str) -> float:
     """A signal as a number: 0.0 when absent or NaN (a rule on a missing figure does not fire)."""
     v = s.get(key)  # type: ignore[misc]

@@ -122,3 +122,118 @@ def test_instructor_pages_quote_the_recordings_and_one_definition_of_busy():
     assert figures.count("*GPU busy* has one definition") == 1
     assert "union of kernels, copies and memsets on all streams" in figures and "never its first-to-last-kernel span" in figures
     assert "## Lab 08" in figures
+
+
+# --- issue 31's claims: each figure recomputed by tools/claims.py and quoted by the text it corrects ------------
+def _claims():
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import claims
+
+    return claims
+
+
+def _text(relpath: str) -> str:
+    """A notebook's or page's text with whitespace folded, so a quote may wrap anywhere."""
+    import json
+
+    from conftest import ROOT
+
+    path = ROOT / relpath
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        raw = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells)
+    else:
+        raw = path.read_text(encoding="utf-8")
+    return " ".join(raw.split())
+
+
+LAB08 = "solutions/08_gpu_bound.ipynb"
+
+
+def test_checkpointing_cost_is_mostly_the_hosts():
+    """Lab 08 §5: the GPU's work grew 21%, its busy share fell: the 2.2x is not 'each forward runs twice'."""
+    c = _claims().checkpoint()
+    assert (c["bf16_gpu_ms_per_step"], c["checkpoint_gpu_ms_per_step"], c["gpu_work_growth"]) == (5.3, 6.41, 0.21)
+    assert (c["bf16_gpu_busy"], c["checkpoint_gpu_busy"], c["slowdown_fresh"]) == (0.78, 0.45, 2.2)
+    text = _text(LAB08)
+    for quote in ("2.2x slower (5.6 -> 12.3 ms)", "from 5.3 to 6.4 ms a step (+21%", "from 78% to 45%"):
+        assert quote in text, quote
+    assert "each block's forward runs twice" not in text
+
+
+def test_the_peak_is_twice_the_parameters_in_mib():
+    m_ = _claims().memory()
+    assert m_["twice_param_mib"] == m_["peak_above_start_mib"] == m_["peak_above_start_checkpoint_mib"] == 768.9
+    assert (m_["param_mib"], m_["weights_and_adam_gib"], m_["activations_batch2048_gib"]) == (384.4, 1.13, 0.45)
+    for page in (LAB08, "docs/instructors/08_gpu_bound.md"):
+        text = _text(page)
+        assert "768.9 MiB" in text and "384.4 MiB" in text and "1.13 GiB" in text and "0.45 GiB" in text, page
+        assert "768.9 MB" not in text and "1.6 GB" not in text, page
+
+
+def test_default_compile_makes_the_size_dynamic_after_one_recompile():
+    r = _claims().recompiles()
+    assert (r["compiles_dynamic_None"], r["compiles_dynamic_False"]) == (2, 4), r
+    assert "2 compiles by default and 4 with `dynamic=False`" in _text(LAB08)
+
+
+def test_ncu_stall_and_issue_figures():
+    n = _claims().ncu()
+    assert n["layernorm_top_stall"] == "long_scoreboard" and n["layernorm_long_scoreboard_share"] == 0.36
+    assert (n["layernorm_long_scoreboard_cycles"], n["layernorm_cycles_per_issue"]) == (8.9, 24.8)
+    assert (n["gemm_cycles_per_issue"], n["gemm_warp_issuing_share"], n["gemm_eligible_warps"]) == (2.2, 0.45, 1.6)
+    text = _text(LAB08)
+    assert "8.9 of those cycles, 36%" in text and "issues in 45% of its cycles" in text
+    assert "most of it (`CPIStall`)" not in text and "almost never stalled" not in text
+
+
+def test_fp16_losses_lag_and_catch_up():
+    f = _claims().fp16()
+    diff = f["fp16_vs_fp32"]
+    assert diff[:2] == [0.0, 0.0] and all(d > 0.03 for d in diff[2:6]) and f["largest_step"] == 5
+    assert round(diff[5], 2) == 0.24 and diff[6] < 0 and abs(diff[9]) <= 0.001 and f["bf16_worst"] < 0.001
+    text = _text(LAB08)
+    assert "by up to 24%, at step 5" in text and "within 0.1% at step 9" in text
+    assert "flat start" not in text and "first steps are skipped" not in text
+    assert "so gradients do not underflow" not in text
+
+
+def test_data_stall_idle_and_wait_figures():
+    i = _claims().idle()
+    assert (i["profiler_gpu_idle"], i["profiler_data_wait"]) == (0.979, 0.842)
+    assert (i["nsys_gpu_idle"], i["nsys_data_wait"]) == (0.974, 0.841)
+    assert 14.0 <= i["nsys_median_long_gap_ms"] <= 14.7
+    assert "idle 97% of its steps in the export, 84% of each step waiting for data" in _text("README.md")
+    assert "82% idle" not in _text("README.md")
+    lab06 = _text("solutions/06_nsight_reports.ipynb")
+    assert "gaps of about 14 ms" in lab06 and "about 17 ms" not in lab06
+
+
+def test_triton_launches_are_counted():
+    n = _claims().launches()
+    assert (n["cudaLaunchKernel_per_step"], n["cudaLaunchKernelExC_per_step"], n["cuLaunchKernel_per_step"]) == (94, 47, 109)
+    assert n["all_launch_calls_per_step"] == 250 and n["all_launch_ms_per_step"] == 1.75
+    text = _text("solutions/02_launch_overhead.ipynb")
+    assert "the 250 launch calls a step take 1.75 ms" in text and "109 `cuLaunchKernel`" in text
+
+
+def test_pinning_alone_and_with_overlap():
+    p = _claims().pinning()
+    assert (round(p["broken"], 1), round(p["pinned_blocking"], 1), round(p["fixed"], 1)) == (11.5, 4.3, 2.9)
+    assert "from 11.5 to 4.3 ms a step with pinning alone" in _text("solutions/06_nsight_reports.ipynb")
+    assert "11.5 → 4.3 ms a step from pinning alone" in _text("docs/instructors/01_data_loading_stall.md")
+
+
+def test_wording_claims_stay_corrected():
+    """TF32 through PyTorch 2.9's switch; the profiler table's device column; with_stack; the workers bound."""
+    lab08, lab06 = _text(LAB08), _text("solutions/06_nsight_reports.ipynb")
+    assert 'torch.backends.cuda.matmul.fp32_precision = "tf32"' in lab08 and "allow_tf32 = True`, or" not in lab06
+    lab00 = _text("solutions/00_tools_and_first_profile.ipynb")
+    assert 'SORT_BY = "self_device_time_total"' in lab00 and 'SORT_BY = "self_cuda_time_total"' not in lab00
+    lab01 = _text("solutions/01_data_loading_stall.ipynb")
+    assert "`with_stack=True` does help" in lab01 and "cannot see is worker processes" in lab01
+    assert "That is a lower bound" in lab01 and "need n + 1 cores" in lab01

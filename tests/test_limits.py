@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import jobs, readers
+from helpers import jobs, procs, readers
 from helpers.cli import main
 from helpers.errors import TraceError
 from tests.synth import kineto_doc, two_step_loop, write_json, write_sqlite
@@ -120,12 +120,12 @@ def test_worker_counts_are_capped_by_files_and_cores(tmp_path, monkeypatch, caps
     folder = ranks_of(tmp_path, 3, 10)
     started = []
 
-    class Pool(jobs.ProcessPoolExecutor):
+    class Pool(procs._Pool):
         def __init__(self, max_workers=None, **kw):
             started.append(max_workers)
             super().__init__(max_workers=max_workers, **kw)
 
-    monkeypatch.setattr(jobs, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(procs, "_Pool", Pool)
     assert main(["ranks", str(folder), "--workers", "100000"]) == 0
     assert started and max(started) <= min(3, readers.usable_cores())
     capsys.readouterr()

@@ -120,3 +120,32 @@ def test_capture_prints_no_profiler_log_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "profiler_start" not in r.stderr and "USDT" not in r.stderr
     assert "still-shown" in r.stderr
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_in_jupyterlab_save_format(path):
+    """Byte for byte what JupyterLab writes when the notebook is saved unchanged (tests/test_notebook_format_browser.py
+    saves them in JupyterLab itself): nbformat's layout, no empty last source line, the kernel's own metadata."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_labs import KERNEL_METADATA
+
+    text = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    assert nbformat.writes(nb, version=nbformat.NO_CONVERT) + "\n" == text, f"{path.name}: run python tools/make_labs.py"
+    for key, value in KERNEL_METADATA.items():
+        assert nb.metadata[key] == value, f"{path.name}: {key} is not what the kernel reports; run python tools/make_labs.py"
+    assert all(cell["id"] for cell in nb.cells)
+
+
+def test_make_labs_writes_no_empty_last_line():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_labs import learner_notebook, render
+
+    nb = {"cells": [{"cell_type": "code", "id": "a", "metadata": {}, "execution_count": 3, "outputs": [{"output_type": "stream", "name": "stdout", "text": "x"}],
+                     "source": "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cell = json.loads(render(learner_notebook(nb)))["cells"][0]
+    assert cell["source"] == ["def f():\n", '    raise course.ExerciseNotDone(1, "your code")\n']
+    assert cell["outputs"] == [] and cell["execution_count"] is None

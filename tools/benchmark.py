@@ -11,6 +11,7 @@ synthetic traces of growing size. Results and the commands that made them: docs/
     python tools/benchmark.py --series          # time and memory against size: ranks and single traces
     python tools/benchmark.py --explore-browser --keep PATH   # the widget on the --big trace in JupyterLab, headless Chromium
     python tools/benchmark.py --first-timeline [--install]   # fresh clone -> lab 00's first timeline in JupyterLab
+    python tools/benchmark.py --cloud-setup                  # each lab's setup cell on a notebook image with torch
     python tools/benchmark.py                   # all of the above
 
 Each command-line figure comes from a fresh ``python -m helpers ...`` process: wall time, CPU time
@@ -677,7 +678,9 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
                 for step in (-600, -600, 600):  # two zooms in at the pointer, one out
                     shown = page.eval_on_selector(".gtl-explore", "e => e.dataset.view")
                     t0 = time.perf_counter()
+                    page.keyboard.down("Control")  # a plain wheel scrolls the page; Ctrl-wheel zooms
                     page.mouse.wheel(0, step)
+                    page.keyboard.up("Control")
                     page.wait_for_function(f"() => document.querySelector('.gtl-explore').dataset.view !== '{shown}'",
                                            timeout=30_000, polling=10)
                     page.wait_for_function(drawn, timeout=60_000, polling=10)
@@ -690,7 +693,7 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
 
 # --- the first ten minutes: from a fresh clone to lab 00's first timeline in a browser ------------
 #: The install lines of the README for a Linux machine without a GPU (the CPU wheel first, then the rest).
-README_INSTALL = (["-m", "pip", "install", "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu"],
+README_INSTALL = (["-m", "pip", "install", "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu", "--retries", "1", "--timeout", "15"],
                   ["-m", "pip", "install", "-r", "requirements.txt"])
 LAB00 = "00_tools_and_first_profile.ipynb"
 
@@ -748,6 +751,47 @@ def first_timeline(source: str, install: bool, pip_args: list[str], chromium: st
     result = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "cores": os.cpu_count(), "load": _load(), **marks}
     shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+#: A notebook image's Python before the course: torch and the usual scientific stack already there (as Colab's and
+#: Kaggle's images have them), versions as requirements.txt pins them.
+NOTEBOOK_IMAGE = ("torch", "numpy", "pandas", "matplotlib", "ipykernel", "nbformat", "nbclient")
+
+
+def cloud_setup(source: str, pip_args: list[str]) -> dict:
+    """Each lab's setup cell on a cloud notebook's Python: a venv holding :data:`NOTEBOOK_IMAGE` (made first, not
+    timed), then what the cell does, timed apart: clone ``source``, ``tools/cloud_setup.py`` (install what is
+    missing, keep torch), the doctor's report. The clone from a local path says nothing of a network's speed."""
+    tmp = Path(tempfile.mkdtemp(prefix="cloud-setup-"))
+    try:
+        pins = {}
+        for line in (ROOT / "requirements.txt").read_text().splitlines():
+            name, _, version = line.partition("==")
+            pins[name.strip().lower()] = version.strip()
+        subprocess.run([sys.executable, "-m", "venv", str(tmp / "image")], check=True)
+        python = str(tmp / "image" / "bin" / "python")
+        subprocess.run([python, "-m", "pip", "install", "--quiet", *[f"{n}=={pins[n]}" for n in NOTEBOOK_IMAGE], *pip_args],
+                       check=True)
+        marks: dict[str, object] = {}
+        t = time.monotonic()
+        subprocess.run(["git", "clone", "-q", "--depth", "1", source if "://" in source else f"file://{source}",
+                        str(tmp / "course")], check=True)
+        marks["clone_s"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        done = subprocess.run([python, str(tmp / "course" / "tools" / "cloud_setup.py"), "--no-doctor"], check=True,
+                              capture_output=True, text=True)
+        marks["setup_s"] = round(time.monotonic() - t, 1)
+        marks["setup_said"] = done.stdout.strip().splitlines()
+        t = time.monotonic()
+        # the doctor as in a Colab kernel, which carries COLAB_RELEASE_TAG (its notebook service, not JupyterLab)
+        doc = subprocess.run([python, "-m", "helpers", "doctor", "labs"], cwd=tmp / "course", capture_output=True, text=True,
+                             env={**os.environ, "COLAB_RELEASE_TAG": "benchmark"})
+        marks["doctor_s"] = round(time.monotonic() - t, 1)
+        marks["doctor"] = doc.stdout.strip().splitlines() or doc.stderr.strip()[-300:]
+        marks["clone_git_mib"] = round(sum(f.stat().st_size for f in (tmp / "course" / ".git").rglob("*") if f.is_file()) / 2**20, 1)
+        return {"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "load": _load(), **marks}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _open_lab00(page, port: int, token: str, start: float, marks: dict, out: Path, ms: int) -> None:
@@ -823,8 +867,10 @@ def main() -> int:
     parser.add_argument("--source", default=str(ROOT), help="with --first-timeline: the repository to clone")
     parser.add_argument("--install", action="store_true", help="with --first-timeline: a new venv and the README's install")
     parser.add_argument("--pip-arg", action="append", default=[], help="with --install: passed to each pip line")
+    parser.add_argument("--cloud-setup", action="store_true",
+                        help="each lab's setup cell on a notebook image's Python (torch already there): clone, install, doctor")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    parser.add_argument("--out", type=Path, default=Path("first-timeline"), help="with --first-timeline: screenshots")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "first-timeline", help="with --first-timeline: screenshots (docs/first-timeline/)")
     parser.add_argument("--only-folder", action="store_true", help=argparse.SUPPRESS)  # older name of --folder
     parser.add_argument("--skip-scaling", action="store_true", help=argparse.SUPPRESS)  # older: all but --scaling
     args = parser.parse_args()
@@ -833,6 +879,10 @@ def main() -> int:
         args.big = args.folder = args.real = True
     if args.startup:
         startup(max(args.repeat, 3))
+        return 0
+    if args.cloud_setup:
+        for _ in range(args.repeat):
+            print(json.dumps(cloud_setup(args.source, args.pip_arg)))
         return 0
     if args.first_timeline:
         for _ in range(args.repeat):

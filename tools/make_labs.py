@@ -19,6 +19,16 @@ Exercise conventions (follow them in every solution notebook):
   "exercise N is not done yet" instead of a NameError.
 - Put the check in its own code cell that starts with ``# Check`` and calls one ``checks.check_...``.
 - Everything else is copied as is; outputs and execution counts are stripped from both notebooks.
+
+Both folders are written in JupyterLab's own save format, so that a notebook opened and saved in
+JupyterLab with nothing changed stays byte-identical (no diff in ``git status`` after a look). The
+format was taken from JupyterLab 4.6 itself, saving the labs in headless Chromium (the browser test
+``tests/test_notebook_format_browser.py`` does it again): the server writes ``nbformat.writes`` (keys
+sorted, one-space indent, each source a list of lines with no empty last line, a final newline),
+and the front end replaces the notebook's kernel metadata by what the kernel reports on start, which
+marks the notebook changed unless it is already that. ``KERNEL_METADATA`` is ipykernel's report;
+its one varying field is the Python version, so on a Python other than ``PYTHON_VERSION`` a save
+changes that one line and nothing else.
 """
 
 from __future__ import annotations
@@ -31,6 +41,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tools") not in sys.path:  # cloud_cell, beside this file, when imported from elsewhere
+    sys.path.insert(0, str(ROOT / "tools"))
+PYTHON_VERSION = "3.11.7"  # the Python the course's notebooks are run and recorded with
+KERNEL_METADATA = {  # what ipykernel 7 reports, as JupyterLab 4.6 writes it into the notebook on a kernel's start
+    "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+    "language_info": {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                      "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                      "pygments_lexer": "ipython3", "version": PYTHON_VERSION},
+}
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 ASSIGNMENT = re.compile(r"^(\w+)\s*(?::[^=]+)?=(?!=)")
@@ -73,49 +92,61 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def _lines(text: str) -> list[str]:
-    parts = text.split("\n")
-    return [p + "\n" for p in parts[:-1]] + [parts[-1]]
+def clean_notebook(nb: dict) -> dict:
+    """The notebook as committed: the setup cell after the title (``tools/cloud_cell.py``), no outputs or
+    execution counts, the kernel metadata JupyterLab would write."""
+    from cloud_cell import with_setup_cell
+
+    nb = with_setup_cell(nb)
+    nb["metadata"] = {**nb.get("metadata", {}), **copy.deepcopy(KERNEL_METADATA)}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    return nb
 
 
 def learner_notebook(solution: dict) -> dict:
-    nb = copy.deepcopy(solution)
+    nb = clean_notebook(solution)
     exercise = 0
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             headings = HEADING.findall(_source(cell))
             exercise = int(headings[-1]) if headings else exercise
         if cell["cell_type"] == "code":
-            cell["source"] = _lines(strip_solutions(_source(cell), max(exercise, 1)))
-            cell["outputs"] = []
-            cell["execution_count"] = None
+            cell["source"] = strip_solutions(_source(cell), max(exercise, 1))
     return nb
 
 
 def render(nb: dict) -> str:
-    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    """The file's text exactly as Jupyter's server saves it (nbformat.writes, then one newline)."""
+    import nbformat
+
+    return nbformat.writes(nbformat.from_dict(nb), version=nbformat.NO_CONVERT) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether labs/ is up to date")
+    parser.add_argument("--check", action="store_true", help="only report whether labs/ and solutions/ are up to date")
     args = parser.parse_args(argv)
     stale = []
     for sol in sorted((ROOT / "solutions").glob("*.ipynb")):
-        target = ROOT / "labs" / sol.name
-        text = render(learner_notebook(json.loads(sol.read_text())))
-        if not target.exists() or target.read_text() != text:
-            stale.append(target.name)
-            if not args.check:
-                target.parent.mkdir(exist_ok=True)
-                target.write_text(text)
+        solution = json.loads(sol.read_text(encoding="utf-8"))
+        for target, text in ((sol, render(clean_notebook(solution))),
+                             (ROOT / "labs" / sol.name, render(learner_notebook(solution)))):
+            if not target.exists() or target.read_text(encoding="utf-8") != text:
+                stale.append(f"{target.parent.name}/{target.name}")
+                if not args.check:
+                    target.parent.mkdir(exist_ok=True)
+                    target.write_bytes(text.encode("utf-8"))
     extra = sorted({p.name for p in (ROOT / "labs").glob("*.ipynb")} - {p.name for p in (ROOT / "solutions").glob("*.ipynb")})
     if args.check:
         if stale or extra:
-            print(f"labs/ is out of date: {stale + extra}; run python tools/make_labs.py", file=sys.stderr)
+            print(f"out of date or not in JupyterLab's save format: {stale + extra}; run python tools/make_labs.py",
+                  file=sys.stderr)
             return 1
         return 0
-    print(f"wrote {len(stale)} notebook(s) in labs/" + (f"; labs/ also holds {extra} with no solution" if extra else ""))
+    print(f"wrote {len(stale)} notebook(s): {stale}" + (f"; labs/ also holds {extra} with no solution" if extra else ""))
     return 0
 
 

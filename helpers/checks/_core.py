@@ -37,6 +37,10 @@ SELF_CHECK = {
                "labs/06_nsight_reports.ipynb"),
     "gpu_bound": ("(course) Speed up a GPU-bound loop: precision, torch.compile, Nsight Compute, memory",
                   "labs/08_gpu_bound.ipynb"),
+    "kernels": ("(course) Judge kernels against the device: FLOPs, the roofline, MFU, tensor-core shapes, attention",
+                "labs/09_kernel_efficiency.ipynb"),
+    "memory": ("(course) Read GPU memory: allocated vs reserved, the timeline and its peak, transients, an OOM",
+               "labs/10_gpu_memory.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
 RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything far bigger is not this file

@@ -28,7 +28,7 @@ PARAM_RTOL = 1e-4
 #: A logged loss is the loop's own when it is within this of a true loss (one step's, or a mean or sum
 #: over the last N steps): four printed decimals.
 LOG_ABS = 2e-3
-_FLOAT = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
+_FLOAT = re.compile(r"[-+]?(?<!\d)\d+\.\d+(?:[eE][-+]?\d+)?")  # starts only where a run of digits starts: linear time
 
 
 def _call(fn: Callable, *args: Any, what: str, note: Any = None) -> Any:

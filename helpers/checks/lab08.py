@@ -11,7 +11,7 @@ import torch
 
 from .. import metrics as m
 from ..model import Trace
-from ._core import NUMBER, CheckFailed, _check, _close, _record, learner_trace_problem, run_learner
+from ._core import NUMBER, CheckFailed, _check, _close, _record, learner_trace_problem, own_capture_problem, run_learner
 
 __all__ = [
     "check_gemm_reading", "check_same_training", "check_tensor_cores", "check_precision_speedup",
@@ -55,35 +55,103 @@ def check_gemm_reading(answer: dict, trace: Trace) -> str:
 
 
 # --- 2. precision ---------------------------------------------------------------------------------
-def _forward_dtypes(step_fn: Callable, model: torch.nn.Module, opt, x, y) -> set[torch.dtype]:
-    """The dtypes the model's Linear layers produced during one call of ``step_fn``."""
+class _ScalerWatch:
+    """While active, counts the loss scalings of every ``torch.amp.GradScaler`` and notes each ``update()`` that
+    lowered the scale: what a scaler does after gradients that overflowed, the one reason it skips a step."""
+
+    def __init__(self) -> None:
+        self.scaled = 0
+        self.lowered = 0
+
+    def __enter__(self) -> _ScalerWatch:
+        cls = torch.amp.GradScaler
+        self._originals = scale, update = cls.scale, cls.update
+        watch = self
+
+        def counting_scale(self, outputs):  # noqa: ANN001, ANN202 - GradScaler.scale's own signature
+            watch.scaled += 1
+            return scale(self, outputs)
+
+        def watching_update(self, new_scale=None):  # noqa: ANN001, ANN202 - GradScaler.update's own signature
+            before = self.get_scale() if self.is_enabled() else None
+            update(self, new_scale)
+            if before is not None and self.get_scale() < before:
+                watch.lowered += 1
+
+        cls.scale, cls.update = counting_scale, watching_update
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.amp.GradScaler.scale, torch.amp.GradScaler.update = self._originals
+
+
+def _forward_dtypes(step_fn: Callable, model: torch.nn.Module, opt, x, y) -> tuple[set[torch.dtype], int]:
+    """The dtypes the model's Linear layers produced during one call of ``step_fn``, and how many times the
+    call scaled a loss with a ``torch.amp.GradScaler`` (fp16 needs one)."""
     seen: set[torch.dtype] = set()
     hooks = [mod.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
              for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
     try:
-        step_fn(model, opt, x, y)
+        with _ScalerWatch() as watch:
+            step_fn(model, opt, x, y)
     finally:
         for h in hooks:
             h.remove()
-    return seen
+    return seen, watch.scaled
 
 
-_REFERENCE: dict[tuple[str, int], tuple[list[float], torch.Tensor]] = {}
+_REFERENCE: dict[tuple[str, int, tuple[int, ...]], tuple[list[float], torch.Tensor]] = {}
 
 
-def _fp32_reference(device: torch.device, steps: int) -> tuple[list[float], torch.Tensor]:
-    """The fp32 run from seed 0 (TF32 off), computed once per device and length: it never changes."""
+def _fp32_reference(device: torch.device, steps: int, skipped: tuple[int, ...] = ()) -> tuple[list[float], torch.Tensor]:
+    """The fp32 run from seed 0 (TF32 off), computed once per device, length and set of skipped steps: it never
+    changes. ``skipped``: the steps whose optimizer step is left out, as a GradScaler leaves out a step whose
+    fp16 gradients overflowed, so that an fp16 step is compared with the same training, step for step."""
+    from ..capability import set_tf32, tf32_enabled
     from ..workloads import gpu_bound as gb
 
-    key = (str(device), steps)
+    key = (str(device), steps, skipped)
     if key not in _REFERENCE:
-        prev_tf32 = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False  # the reference is true fp32
+        calls = iter(range(steps))
+
+        def step(model, opt, x, y):  # noqa: ANN001, ANN202 - gb.run_steps' step signature
+            if next(calls) in skipped:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                return loss.detach()
+            return gb.train_step(model, opt, x, y)
+
+        was = tf32_enabled()
+        set_tf32(False)  # the reference is true fp32
         try:
-            _REFERENCE[key] = gb.run_steps(gb.train_step, device, steps=steps)
+            _REFERENCE[key] = gb.run_steps(step, device, steps=steps)
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+            set_tf32(was)
     return _REFERENCE[key]
+
+
+def _learner_run(step_fn: Callable, device: torch.device, steps: int) -> tuple[list[float], torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """``gb.run_steps`` of the learner's step, also noting the steps that changed no parameter (Adam moves every
+    parameter whose gradient is not zero, and the head's bias always has one) and, of those, the ones a GradScaler
+    skipped: it lowered its scale in that step, having found gradients that overflowed."""
+    from ..workloads import gpu_bound as gb
+
+    skipped: list[int] = []
+    unexplained: list[int] = []
+    calls = iter(range(steps))
+
+    def watched(model, opt, x, y):  # noqa: ANN001, ANN202 - gb.run_steps' step signature
+        i = next(calls)
+        before = model.head.bias.detach().clone()
+        lowered = watch.lowered
+        loss = step_fn(model, opt, x, y)
+        if torch.equal(before, model.head.bias.detach()):
+            (skipped if watch.lowered > lowered else unexplained).append(i)
+        return loss
+
+    with _ScalerWatch() as watch:
+        losses, update = gb.run_steps(watched, device, steps=steps)
+    return losses, update, tuple(skipped), tuple(unexplained)
 
 
 def _guarded_step(step_fn: Callable) -> Callable:
@@ -119,30 +187,52 @@ def _same_training(step_fn: Callable, device: torch.device | str | None, steps: 
 
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, opt, xs, ys = gb.setup(device)
-    dtypes = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])  # the learner's step first: its failure is said at once
-    ref, ref_update = _fp32_reference(device, steps)
+    dtypes, scaled = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])  # the learner's step first: its failure is said at once
     if not dtypes & {torch.bfloat16, torch.float16}:
         return _check("gpu_bound", "check_same_training", False,
                       f"your step's Linear layers produced {sorted(map(str, dtypes))}: the matrix products still run in "
-                      "fp32. Put forward and the loss inside torch.autocast(device_type, dtype=torch.bfloat16).")
-    got, update = gb.run_steps(step_fn, device, steps=steps)
-    if float(update.abs().max()) == 0.0:
+                      "fp32. Put forward and the loss inside torch.autocast(device_type, dtype=...) with bf16 (or fp16 "
+                      "and a GradScaler on a GPU without native bf16).")
+    if torch.float16 in dtypes and not scaled:
         return _check("gpu_bound", "check_same_training", False,
-                      f"{steps} calls of your step left every parameter as it was: run backward and opt.step().")
+                      "your step autocasts to fp16 without a GradScaler: fp16's range ends at 65504 and its smallest "
+                      "normal number is 6e-5, so small gradients become zero. Scale the loss with a "
+                      "torch.amp.GradScaler (scaler.scale(loss).backward(), scaler.step(opt), scaler.update()).")
+    got, update, skipped, unexplained = _learner_run(step_fn, device, steps)
+    if len(skipped) + len(unexplained) == steps:
+        return _check("gpu_bound", "check_same_training", False,
+                      f"{steps} calls of your step left every parameter as it was: run backward and opt.step()"
+                      + (" (scaler.step(opt) with a GradScaler)." if scaled else "."))
+    if unexplained:
+        return _check("gpu_bound", "check_same_training", False,
+                      f"your step left the parameters unchanged at step(s) {list(unexplained)} of {steps}: call "
+                      "opt.step() every step (only a GradScaler may skip a step, when fp16 gradients overflowed; "
+                      "it then lowers its scale, and yours did not).")
+    ref, ref_update = _fp32_reference(device, steps, skipped)
+    same_steps = f" (with the same step(s) {list(skipped)} skipped, as your GradScaler did)" if skipped else ""
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
     if not (all(map(math.isfinite, got)) and worst <= LOWP_LOSS_RTOL):
         return _check("gpu_bound", "check_same_training", False,
-                      f"your losses {[round(v, 4) for v in got]} drift from fp32's {[round(v, 4) for v in ref]} by up to "
-                      f"{worst:.1%} (the tolerance is {LOWP_LOSS_RTOL:.0%}): only the matmuls' precision may change.")
+                      f"your losses {[round(v, 4) for v in got]} drift from fp32's {[round(v, 4) for v in ref]}{same_steps} "
+                      f"by up to {worst:.1%} (the tolerance is {LOWP_LOSS_RTOL:.0%}): only the matmuls' precision may change.")
     off = float((update - ref_update).norm() / ref_update.norm())
     return _check("gpu_bound", "check_same_training", off <= LOWP_UPDATE_RTOL,
-                  f"after {steps} steps your parameters moved {off:.0%} away from where fp32's did (the tolerance is "
-                  f"{LOWP_UPDATE_RTOL:.0%}): keep the same optimizer and learning rate, one opt.step() and one "
-                  "zero_grad a step (fp16 needs a GradScaler).")
+                  f"after {steps} steps your parameters moved {off:.0%} away from where fp32's did{same_steps} (the "
+                  f"tolerance is {LOWP_UPDATE_RTOL:.0%}): keep the same optimizer and learning rate, one opt.step() and "
+                  "one zero_grad a step (fp16 needs a GradScaler).")
+
+
+def _profile(live: bool):  # noqa: ANN202 - a capability.DeviceProfile
+    """The device the step ran on: this GPU, probed (live), or the H200 of the recordings."""
+    from .. import capability
+
+    return capability.device_profile() if live else capability.recorded_profile()
 
 
 def check_tensor_cores(fp32_trace: Trace, fast_trace: Trace) -> str:
-    """The fp32 capture's GEMMs run on FFMA pipes and the fixed capture's on tensor cores (by kernel name)."""
+    """The fp32 capture's GEMMs run on FFMA pipes and the fixed capture's on tensor cores (by kernel name). On a
+    GPU without tensor cores (compute capability under 7.0) the fixed capture's GEMMs must have left fp32."""
+    from .. import capability
     from ..thresholds import TENSOR_CORE_GEMM_SHARE
 
     problem = learner_trace_problem(fast_trace)
@@ -152,21 +242,44 @@ def check_tensor_cores(fp32_trace: Trace, fast_trace: Trace) -> str:
     if before["fp32_ffma"] < TENSOR_CORE_GEMM_SHARE:
         return _check("gpu_bound", "check_tensor_cores", False,
                       f"the 'before' capture runs only {before['fp32_ffma']:.0%} of its GEMM time on fp32 FFMA kernels: "
-                      "capture it with TF32 off (torch.backends.cuda.matmul.allow_tf32 = False) and no autocast.")
+                      "capture it with TF32 off (torch.backends.cuda.matmul.fp32_precision = 'ieee') and no autocast.")
+    without = capability.tensor_core_expectation(_profile(torch.cuda.is_available()))
+    if without:
+        return _check("gpu_bound", "check_tensor_cores", after["fp32_ffma"] <= 1 - TENSOR_CORE_GEMM_SHARE,
+                      f"{without}, so the check asks only that your GEMMs left the fp32 FFMA kernels, and "
+                      f"{after['fp32_ffma']:.0%} of your capture's GEMM time is still on them: run your step (autocast "
+                      "on) inside the capture; metrics.gemm_kernels(trace) lists each GEMM and its math.")
     return _check("gpu_bound", "check_tensor_cores", after["tensor_core"] >= TENSOR_CORE_GEMM_SHARE,
                   f"only {after['tensor_core']:.0%} of your capture's GEMM time is on tensor-core kernels: run your "
                   "step (autocast on) inside the capture; metrics.gemm_kernels(trace) lists each GEMM and its math.")
 
 
-def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool) -> str:
-    """Step time without a profiler: the precision fix is at least PRECISION_SPEEDUP times faster."""
-    from ..thresholds import PRECISION_SPEEDUP
+def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool, fp32_trace: Trace | None = None) -> str:
+    """Step time without a profiler, judged against what the device can show (:mod:`helpers.capability`): the
+    probe's low-precision GEMM gain and the GEMM share of the fp32 step (``fp32_trace``) bound the step's gain;
+    the step must reach :data:`~helpers.thresholds.PRECISION_GAIN_SHARE` of it. A device that cannot show the
+    gain is said to, and the step is left to the structural checks. The message gives the figures."""
+    from .. import capability
 
-    ratio = fp32_ms / fast_ms if fast_ms > 0 else float("nan")
     name = "check_precision_speedup" + ("" if live else "[recorded]")
-    return _check("gpu_bound", name, math.isfinite(ratio) and ratio >= PRECISION_SPEEDUP,
-                  f"{fp32_ms:.2f} -> {fast_ms:.2f} ms is {ratio:.2f}x, under {PRECISION_SPEEDUP:g}x: time both steps "
-                  "with helpers.time_steps (no profiler attached), with TF32 off for the fp32 run.")
+    if fp32_trace is None:
+        return _check("gpu_bound", name, False, "pass the fp32 loop's capture as fp32_trace=...: the GEMM share of its "
+                                                "step says how much of the step precision can shorten")
+    if live:
+        problem = own_capture_problem(fp32_trace)
+        if problem:
+            return _check("gpu_bound", name, False, problem)
+    from ..thresholds import TENSOR_CORE_GEMM_SHARE
+
+    ffma = m.gemm_math_shares(fp32_trace)["fp32_ffma"]
+    if ffma < TENSOR_CORE_GEMM_SHARE:
+        return _check("gpu_bound", name, False,
+                      f"fp32_trace runs only {ffma:.0%} of its GEMM time on fp32 FFMA kernels: pass the capture of the "
+                      "fp32 loop (TF32 off, no autocast), whose GEMM share says how much of the step precision can shorten")
+    exp = capability.precision_expectation(_profile(live), capability.gemm_step_share(fp32_trace))
+    ok, message = capability.precision_verdict(exp, float(fp32_ms), float(fast_ms))
+    _check("gpu_bound", name, ok, message)
+    return f"passed: {name}: {message}"
 
 
 # --- 3. torch.compile -----------------------------------------------------------------------------

@@ -53,6 +53,13 @@ DATA_WAIT_OS_CALLS = frozenset({
     "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "sem_wait", "sem_timedwait",
     "sem_clockwait", "poll", "ppoll", "epoll_wait", "epoll_pwait", "read", "recv", "recvfrom", "recvmsg",
 })
+#: CUDA / HIP calls of a program's start and end: context creation (it happens inside whichever call
+#: comes first), device queries, allocations, stream / event creation, module loading and unloading.
+STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
+                           r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
+                           r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
+#: ... of them, the ones that unload modules (a program ending).
+UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
 #: Idle gaps are blamed on one of these causes. ``graph``: a gap between two kernels of one CUDA Graph
 #: replay, the GPU's own per-node cost, which nothing the host does (it launched the whole graph in one
 #: call) can fill.

@@ -6,19 +6,18 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 from __future__ import annotations
 
 import codecs
+import contextlib
 import itertools
 import math
 import multiprocessing
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -27,8 +26,10 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from ..model import MAX_RANK, Trace, assign_steps, build_events, find_steps, times_problem
-from ..procs import run_bounded
+from ..interrupts import temporary_dir
+from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
+from ..paths import working_folder
+from ..procs import Hung, run_bounded, worker_pool
 from . import kineto, nsys
 from .budget import Budget, charge_bytes
 
@@ -50,6 +51,10 @@ _PARALLEL_FROM_BYTES = 8 << 20
 #: killed, the temporary folder removed): the course's reports export in seconds, and five minutes leaves
 #: room for reports of gigabytes; a hung nsys is not waited on.
 NSYS_EXPORT_TIMEOUT_S = 300.0
+#: ... and seconds it may go without using any CPU (the whole process group's) before it is taken as hung:
+#: an export reads, converts and writes, all of it CPU work; a tool waiting on something that never comes
+#: (a licence prompt, a lock, a daemon) uses none. See procs.run_bounded.
+NSYS_EXPORT_IDLE_S = 10.0
 _CHUNK = 4 << 20  # bytes read (or decompressed) at a time
 
 
@@ -66,21 +71,18 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     """
     p = _as_path(path)
     max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
-    if step_pattern is not None:
-        try:
-            re.compile(step_pattern)
-        except re.error as exc:
-            raise TraceError(f"step pattern {step_pattern!r}: not a regular expression ({exc})") from None
-        if _nested_repeat(step_pattern):
-            raise TraceError(f"step pattern {step_pattern!r}: a repeat inside a repeat (like (a+)+) can take exponential "
-                             "time on a long name; write it with one repeat, e.g. 'train_step' or 'step \\d+'")
+    step_pattern = check_step_pattern(step_pattern)
     try:
         is_dir = p.is_dir()
         exists = is_dir or p.exists()
     except OSError as exc:
         raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path") from None
     if not exists:
-        raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {Path.cwd()})")
+        folder = working_folder()
+        if folder is None and not p.is_absolute():
+            raise TraceError(f"{p}: not found, and the current folder no longer exists (it was deleted or moved), so "
+                             "no relative path can be found; cd into a folder that exists, or give the full path")
+        raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {folder})")
     if is_dir:
         return _load_directory(p, step_pattern, max_bytes, max_events)
     events, metadata, fmt = read_file(p, max_bytes, max_events)
@@ -169,39 +171,6 @@ def _refuse_damaged_times(events: pd.DataFrame, p: Path) -> None:
     problem = times_problem(events)
     if problem:
         raise TraceError(f"{p}: {problem}; record or export the trace again")
-
-
-def _nested_repeat(pattern: str) -> bool:
-    """Whether ``pattern`` repeats something that itself repeats (``(a+)+``, ``(a*)*``, ``(a|aa)+``-like
-    nesting): the shape that makes Python's backtracking engine take exponential time on a name."""
-    try:
-        from re import _parser as parser  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    repeats = (parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None))
-
-    def walk(items, inside: bool) -> bool:
-        for op, av in items:
-            if op in repeats:
-                lo, hi, sub = av
-                if (inside and hi > 1) or walk(sub, inside or hi > 1):
-                    return True
-            elif op is parser.SUBPATTERN:
-                found = walk(av[-1], inside)
-            elif op is parser.BRANCH:
-                found = any(walk(b, inside) for b in av[1])
-            elif op in (parser.ASSERT, parser.ASSERT_NOT):
-                found = walk(av[1], inside)
-            else:
-                found = False
-            if found:
-                return True
-        return False
-
-    try:
-        return walk(parser.parse(pattern), False)
-    except Exception:  # the pattern compiled above; a parser detail we do not know is no reason to refuse it
-        return False
 
 
 def limit(value: object, name: str) -> int:
@@ -319,11 +288,15 @@ def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_
                         budget: Budget | None = None) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: decompressed block by block into a private temporary copy (never beside
     the input, never whole in memory), and read from there."""
-    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:  # mode 0700: private to this user
-        copy = Path(tmp) / "trace.sqlite"
-        with open(copy, "wb") as out:
-            for block in blocks:
-                out.write(block)
+    with _scratch(p, "decompress it") as tmp:  # mode 0700: private to this user
+        copy = tmp / "trace.sqlite"
+        try:
+            with open(copy, "wb") as out:
+                for block in blocks:
+                    out.write(block)
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot decompress it into the temporary folder {tmp.parent} ({exc.strerror}); "
+                             "free some space there, or point TMPDIR at a disk with room") from None
         events, metadata = _renamed(lambda: nsys.read(copy, max_events, budget=budget, charged=True), copy, p)
     return events, metadata, "nsys-sqlite"
 
@@ -336,11 +309,14 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
             f"{p}: an Nsight Systems report, and nsys is not on PATH to convert it; "
             f"export it where nsys is installed: nsys export --type sqlite -o {p.with_suffix('.sqlite')} {p}"
         )
-    with tempfile.TemporaryDirectory(prefix="helpers-") as tmp:
-        out = Path(tmp) / "trace.sqlite"
+    with _scratch(p, "convert it") as tmp:
+        out = tmp / "trace.sqlite"
         try:
             r = run_bounded([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
-                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp)
+                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp, idle_s=NSYS_EXPORT_IDLE_S)
+        except Hung:
+            raise TraceError(f"{p}: nsys export stopped working (no CPU time for {NSYS_EXPORT_IDLE_S:g} s) and was "
+                             f"stopped; export it by hand to see why: nsys export --type sqlite {p}") from None
         except subprocess.TimeoutExpired:
             raise TraceError(f"{p}: nsys export did not finish within {NSYS_EXPORT_TIMEOUT_S:g} s and was stopped; "
                              f"export it by hand: nsys export --type sqlite {p}") from None
@@ -355,6 +331,18 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
                              "if the report is really this big raise it with --max-mb (API: max_bytes=)")
         events, metadata = _renamed(lambda: nsys.read(out, max_events, max_bytes, budget=budget), out, p)
     return events, metadata, "nsys-sqlite"
+
+
+@contextlib.contextmanager
+def _scratch(p: Path, purpose: str) -> Iterator[Path]:
+    """A private temporary folder that no signal leaves behind (:func:`helpers.interrupts.temporary_dir`)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(temporary_dir(prefix="helpers-"))
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot make a temporary folder to {purpose} in {tempfile.gettempdir()} "
+                             f"({exc.strerror}); free some space there, or point TMPDIR at a folder you can write") from None
+        yield tmp
 
 
 def _renamed(read, tmp: Path, original: Path):
@@ -374,11 +362,9 @@ _SHARED: tuple | None = None
 
 
 def _reader_process(shared: tuple) -> None:
-    """Set up a process that reads a folder's ranks: the folder's shared counts, and Ctrl-C left to the
-    parent (which stops the pool), so a worker never prints a traceback of its own."""
+    """Set up a process that reads a folder's ranks: the folder's shared counts."""
     global _SHARED
     _SHARED = shared
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _read_for_folder(f: Path, max_bytes: int, max_events: int, folder: Path,
@@ -417,15 +403,13 @@ def _read_ranks(d: Path, files: list[Path], max_bytes: int, max_events: int, wor
         return [_read_for_folder(f, max_bytes, max_events, d, budget) for f in files]
     ctx = multiprocessing.get_context()
     shared = (ctx.Value("q", 0), ctx.Value("q", 0))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_reader_process, initargs=(shared,))
     try:
-        futures = [pool.submit(_read_for_folder, f, max_bytes, max_events, d) for f in files]
-        return [fut.result() for fut in futures]
+        with worker_pool(workers, initializer=_reader_process, initargs=(shared,)) as pool:
+            futures = [pool.submit(_read_for_folder, f, max_bytes, max_events, d) for f in files]
+            return [fut.result() for fut in futures]
     except BrokenProcessPool:
         raise TraceError(f"{d}: a process reading its ranks ended without an answer (killed, most likely for want of "
                          "memory); read fewer ranks at a time: python -m helpers ranks FOLDER") from None
-    finally:  # on an error, the ranks not yet started are not read
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _sizes(d: Path, files: list[Path]) -> list[int]:

@@ -6,7 +6,7 @@ plus a LayerNorm and GELU per block (memory-bound elementwise kernels). The fixe
 kernels compute with, not when they run.
 
 fp32:          the loop as written (the broken one): fp32 GEMMs on the FFMA pipes.
-tf32:          ``torch.backends.cuda.matmul.allow_tf32 = True`` (``set_float32_matmul_precision("high")``):
+tf32:          ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` (PyTorch 2.9+; before it ``allow_tf32 = True``):
                the same fp32 tensors, GEMMs on tensor cores with a 10-bit mantissa.
 bf16:          ``torch.autocast("cuda", dtype=torch.bfloat16)`` around forward and loss.
 fp16:          fp16 autocast with a ``torch.amp.GradScaler`` (fp16's small range needs the scaling).
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..capability import set_tf32
 from ..profiling import annotate
 from .common import StepFn, run_cli
 
@@ -107,9 +108,9 @@ def make_step(variant: str, device: torch.device) -> StepFn:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
     cuda = device.type == "cuda"
-    # Process-wide switches: set both ways so one process can run several variants in turn.
-    torch.backends.cuda.matmul.allow_tf32 = variant == "tf32"
-    torch.backends.cudnn.allow_tf32 = variant == "tf32"
+    # A process-wide switch: set both ways so one process can run several variants in turn (PyTorch 2.9+'s
+    # fp32_precision where it exists: once it is set, the older allow_tf32 can no longer be read).
+    set_tf32(variant == "tf32")
     model, opt, xs, ys = setup(device, ckpt=variant == "checkpoint", item_break=variant == "graph_break")
     dtype = {"fp32": None, "tf32": None, "graph_break": None, "fp16": torch.float16}.get(variant, torch.bfloat16)
     scaler = torch.amp.GradScaler(device.type) if variant == "fp16" else None

@@ -1,0 +1,872 @@
+"""The critical path of each step: what the step waited on, microsecond by microsecond, and what fixing a
+cause would buy ("what if").
+
+A rank's steps (the ones the diagnosis keeps: :func:`helpers.steady_state`) are a dependency graph:
+
+* **the host chain**: the rank's CUDA calls, on the threads that launch or wait, in time order, and the
+  host time between them. Each stretch of it has causes: a launch or other CUDA call (``launch``), a start-up
+  call (``startup``), a sync call (``sync``), and between calls the host's own activity, by what covers it:
+  compilation ranges (``compile``), the DataLoader (``data_wait``), a host collective (``collective``),
+  framework ops dispatching (``launch``), on a trace without GPU rows the model's ops (``cpu_compute``), else
+  its own code (``other``);
+* **GPU work**: every kernel (``gemm`` for matrix products, else ``kernel``), copy or memset (``copy``) and
+  collective (``collective``), each after the call that launched it (by correlation id), after the work
+  before it on its stream, and after the work on another stream it was seen to wait for (it started within
+  :data:`~helpers.thresholds.CROSS_STREAM_TOL_US` of that work's end, later than its launch and its stream
+  allowed: an event record / wait);
+* **waits**: a sync call (explicit syncs, blocking copies, ``.item()``) ends after the GPU work it waited
+  for, and so does any other call that returned only once all the GPU work launched before it had finished
+  (``cudaFree``'s implicit sync): the call's end depends on that work.
+
+The **critical path** is found walking back from the end of the last step: at each node, the dependency that
+finished last is the one it waited on. Every microsecond of the steps lies on exactly one stretch of the path,
+each with one cause; the gap between a launch call and its kernel is ``launch``, a sync's return after the
+work it waited for is ``sync``, the GPU's own gap between kernels it runs back to back is ``graph``.
+
+**What if** scales the causes (``{cause: factor}``, 0 = removed) and replays the graph: each node starts when
+its last dependency allows, with the latencies the trace measured, and the step is measured again. A sync
+scaled to 0 no longer waits (made asynchronous); launches scaled to 0 leave the GPU's own gap between kernels
+(one graph replay). With no factors the replay reproduces the trace's steps exactly.
+
+A trace of several ranks: each rank has its own path; :func:`helpers.jobs.job_path` says which rank and which
+of its work bound each step of the job, and what a straggler running like the median rank, or a collective
+overlapped, would save.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import metrics as m
+from . import thresholds as th
+from .metrics.activity import STARTUP_CALL, _is_launch_call
+from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
+from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from .patterns import PATH_CAUSES
+
+_C = {c: i for i, c in enumerate(PATH_CAUSES)}
+_NC = len(PATH_CAUSES)
+
+#: Host ranges of compilation: torch.compile's (Dynamo's ``dynamo_timed`` ranges, Inductor's and AOT's compile
+#: ranges, the compile of the backward inside the first backward) and Triton's autotuning benchmarks. The ranges
+#: a compiled program *runs* in (``Torch-Compiled Region``, ``CompiledFunction``) are not compilation.
+COMPILE_RANGE = re.compile(
+    r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|entire_backward_compile|inductor_compile|backend_compile|"
+    r"compile_fx(?:_inner)?|fx_codegen_and_compile|async_compile\.\w+|CachingAutotuner\.benchmark_all_configs|"
+    r"TritonTemplateCaller\.benchmark|autotune_select_algorithm|select_algorithm\.\w+)$")
+
+
+_STEP_MARKER = re.compile("|".join(DEFAULT_STEP_PATTERNS), re.IGNORECASE)
+
+
+def _is_step_marker(name: str) -> bool:
+    return bool(_STEP_MARKER.search(name))
+
+
+def _is_compile_range(name: str) -> bool:
+    return bool(COMPILE_RANGE.search(name))
+
+
+# --- interval helpers (vectorised) -------------------------------------------------------------
+def _minus(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union A less union B (each sorted, disjoint), by one sweep over all their ends."""
+    if as_.size == 0 or bs.size == 0:
+        return as_, ae
+    pts = np.concatenate([as_, ae, bs, be])
+    da = np.concatenate([np.ones(as_.size), -np.ones(ae.size), np.zeros(bs.size + be.size)])
+    db = np.concatenate([np.zeros(as_.size + ae.size), np.ones(bs.size), -np.ones(be.size)])
+    # at a tie, ends before starts: half-open intervals that touch do not overlap
+    order = np.lexsort((np.concatenate([np.ones(as_.size), np.zeros(ae.size), np.ones(bs.size), np.zeros(be.size)]), pts))
+    p, ca, cb = pts[order], np.cumsum(da[order]), np.cumsum(db[order])
+    inside = (ca[:-1] > 0) & (cb[:-1] <= 0) & (p[1:] > p[:-1])
+    return m.merge_intervals(p[:-1][inside], p[1:][inside])
+
+
+# --- the graph of one rank ---------------------------------------------------------------------
+@dataclass
+class _Graph:
+    """One rank's dependency graph over its kept steps (real times, microseconds)."""
+
+    rank: int
+    c0: float  # where the host chain starts: the host's first kept step (at or before t0)
+    t0: float  # the first analysis window's start
+    t1: float
+    windows: pd.DataFrame  # the rank's analysis windows (steps)
+    # host chain: items partition [t0, t1)
+    h_start: np.ndarray
+    h_end: np.ndarray
+    comp: dict[int, np.ndarray]  # cause index -> microseconds of each item spent on it
+    h_row: np.ndarray  # event row of the call an item lies in (-1 between calls)
+    w_item: np.ndarray  # items that wait on GPU work (binding waits), ascending
+    w_op: np.ndarray  # ... the GPU op each waits on
+    w_ret: np.ndarray  # ... the return latency after that op's end
+    w_base: np.ndarray  # ... the call's own cost when nothing is left to wait for
+    w_first: np.ndarray  # ... the first item of its call (a call cut by a step's edge lies in several items)
+    # GPU ops, sorted by (stream, start)
+    g_start: np.ndarray
+    g_end: np.ndarray
+    g_cause: np.ndarray  # cause index
+    g_stream: np.ndarray  # stream code
+    g_row: np.ndarray
+    g_launch: np.ndarray  # host item of its launch call (-1: none in the steps)
+    g_prev: np.ndarray  # the op before it on its stream (-1)
+    g_cross: np.ndarray  # the op on another stream it waited for (-1)
+    g_lat: np.ndarray  # (n, 4): after its launch call's start (launch); after its stream predecessor's end, the
+    # GPU's own part (graph) and what eager launching adds (launch); after the cross-stream op's end
+    g_pin: np.ndarray  # a start it cannot move before (-inf, or its real start when nothing explains it)
+    g_bind: np.ndarray  # 0 launch, 1 stream, 2 cross, 3 pinned: which dependency it waited on
+    g_pageable: np.ndarray  # copies to or from pageable host memory
+    g_ffma: np.ndarray  # matrix products on the fp32 FFMA pipes
+    g_seg: np.ndarray  # the last host item that must be placed before it can be (running max along its stream)
+    first_op: int = -1  # the kept steps' first GPU op
+    g_kept: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # ops of the kept steps (not work queued before)
+    streams: list[np.ndarray] = field(default_factory=list)  # op indices of each stream, in order
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _row_positions(trace: Trace, rank: int) -> np.ndarray:
+    return np.flatnonzero(trace.events["rank"].to_numpy() == rank)
+
+
+def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """What covers the host between its calls, highest priority first, as disjoint unions: (cause, starts, ends)."""
+    ev = trace.events
+    pos = _row_positions(trace, rank)
+    host = ev["device"].to_numpy()[pos] < 0
+    kinds = ev["kind"].to_numpy()[pos]
+    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
+    comp_mask = host & np.isin(kinds, ("annotation", "cpu_op", "python")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos]
+    parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
+    parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
+    parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
+    if gpu:
+        parts.append((_C["launch"], *m.host_union(trace, rank, "launch")))
+    else:
+        parts.append((_C["cpu_compute"], *m.host_union(trace, rank, "host_compute")))
+    out, taken_s, taken_e = [], np.zeros(0), np.zeros(0)
+    for cause, s, e in parts:
+        s, e = np.asarray(s, float), np.asarray(e, float)
+        own = _minus(s, e, taken_s, taken_e)
+        out.append((cause, *own))
+        taken_s, taken_e = m.merge_intervals(np.r_[taken_s, s], np.r_[taken_e, e])
+    return out
+
+
+def _gpu_cause(names: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU op's cause index, and whether it is a matrix product on the fp32 FFMA pipes."""
+    cause = np.full(names.size, _C["kernel"], dtype=np.int64)
+    cause[np.isin(kinds, ("memcpy", "memset"))] = _C["copy"]
+    cause[kinds == "collective"] = _C["collective"]
+    ffma = np.zeros(names.size, dtype=bool)
+    kern = np.flatnonzero(kinds == "kernel")
+    if kern.size:
+        codes, uniq = pd.factorize(pd.Series(names[kern], dtype=object))
+        gemm = np.fromiter((bool(GEMM_NAME.search(str(u))) for u in uniq), bool, len(uniq))
+        fp32 = np.fromiter((bool(FP32_FFMA_NAME.search(str(u))) and not TENSOR_CORE_NAME.search(str(u)) for u in uniq),
+                           bool, len(uniq))
+        cause[kern[gemm[codes]]] = _C["gemm"]
+        ffma[kern] = (gemm & fp32)[codes]
+    return cause, ffma
+
+
+def _build(trace: Trace, rank: int) -> _Graph | None:
+    """The rank's graph over its kept steps; None when the rank has no analysis window."""
+    ev = trace.events
+    win = m.windows(trace, rank)
+    if win.empty:
+        return None
+    if (win["step"] >= 0).any():
+        win = win[win["step"] >= 0]
+    win = win.sort_values("start_us").reset_index(drop=True)
+    t0, t1 = float(win["start_us"].min()), float(win["end_us"].max())
+    # the host chain starts with the host's own first kept step: where the GPU paces the loop, its windows begin
+    # later (the GPU still runs earlier work) while the host already launches the steps' work
+    st = trace.steps
+    own = st[(st["rank"] == rank) & st["step"].isin(win["step"])] if len(st) else st
+    c0 = min(t0, float(own["start_us"].min())) if len(own) else t0
+    c1 = float(own["end_us"].max()) if len(own) else t1  # ... and ends with its own last kept step
+    pos = _row_positions(trace, rank)
+    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
+    device = ev["device"].to_numpy()[pos]
+    kinds = ev["kind"].to_numpy()[pos].astype(object)
+    corr = ev["correlation"].to_numpy()[pos]
+    tids = ev["tid"].to_numpy()[pos]
+    host = device < 0
+
+    # --- host calls on the threads that launch or wait ---
+    runtime = host & (kinds == "runtime")
+    is_sync = m.is_sync_call(trace)[pos] & runtime
+    blocking = m.blocking_copy_calls(trace)[pos]
+    is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[pos] & ~blocking
+    is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[pos] & ~is_sync & ~is_launch
+    chain_tids = np.unique(tids[is_sync | is_launch])
+    call = runtime & np.isin(tids, chain_tids) & (end > c0) & (start < t1)
+    call_idx = np.flatnonzero(call)
+
+    # --- GPU ops of the steps ---
+    gpu_kind = (~host) & np.isin(kinds, GPU_WORK_KINDS)
+    step_col = ev["step"].to_numpy()[pos]
+    g_sel = np.flatnonzero(gpu_kind & (end > c0) & ((step_col >= 0) | (start < t1)))
+    streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[pos][g_sel]
+    order = np.lexsort((end[g_sel], start[g_sel], streams_key))
+    g_sel = g_sel[order]
+    skey = streams_key[order]
+    g_stream = pd.factorize(skey)[0].astype(np.int64)
+    gs, ge = start[g_sel].astype(float), end[g_sel].astype(float)
+    names_all = ev["name"].to_numpy()
+    g_names = names_all[pos[g_sel]]
+    g_kinds = kinds[g_sel]
+    g_cause, g_ffma = _gpu_cause(g_names, g_kinds)
+    g_pageable = (g_kinds == "memcpy") & (ev["host_memory"].to_numpy()[pos][g_sel] == "pageable")
+    n_g = g_sel.size
+    has_gpu_rows = n_g > 0
+
+    # --- the host chain's items: cut at every call's start and end and every window's edges; it ends with the
+    # host's own last step (where the GPU paces the loop, the rest of the windows is the GPU's), or without step
+    # rows of its own, with its last recorded activity ---
+    acts = host & (start < t1) & (kinds != "annotation")
+    ann = host & (kinds == "annotation") & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[pos]
+    last_host = float(np.max(np.minimum(end[acts | ann], t1))) if (acts | ann).any() else t1
+    t1h = min(c1, t1) if len(own) else (min(max(last_host, c0), t1) if has_gpu_rows else t1)
+    cs, ce = np.clip(start[call_idx], c0, t1h), np.clip(end[call_idx], c0, t1h)
+    cuts = np.unique(np.concatenate([[c0, min(t0, t1h), t1h], cs, ce, np.clip(win["start_us"].to_numpy(float), c0, t1h),
+                                     np.clip(win["end_us"].to_numpy(float), c0, t1h)]))
+    if cuts.size < 2:  # a host chain of no length (the GPU's windows only): one empty item
+        cuts = np.array([cuts[0], cuts[0]])
+    h_start, h_end = cuts[:-1], cuts[1:]
+    n_h = h_start.size
+    length = h_end - h_start
+
+    def covered(sel: np.ndarray) -> np.ndarray:
+        us, ue = m.merge_intervals(start[sel].astype(float), end[sel].astype(float))
+        return m.overlap(us, ue, h_start, h_end) > 0.5 * length
+
+    classes = np.full(n_h, -1, dtype=np.int64)  # -1: between calls
+    for cls, sel in ((2, call & is_startup), (1, call & ~is_startup & ~is_sync), (0, call & is_sync)):  # priority last
+        if sel.any():
+            classes[covered(sel)] = cls
+    comp: dict[int, np.ndarray] = {}
+
+    def add(cause: int, values: np.ndarray) -> None:
+        if values.any():
+            comp[cause] = comp.get(cause, 0.0) + values
+
+    has_gpu = n_g > 0
+    cover = _host_cover(trace, rank, has_gpu)
+    compile_s, compile_e = cover[0][1], cover[0][2]
+    in_compile = m.overlap(compile_s, compile_e, h_start, h_end) if compile_s.size else np.zeros(n_h)
+    in_compile = np.where(in_compile > 0.5 * length, length, 0.0) if compile_s.size else in_compile
+    rest = length - in_compile
+    add(_C["compile"], in_compile)
+    add(_C["sync"], np.where(classes == 0, rest, 0.0))
+    add(_C["launch"], np.where(classes == 1, rest, 0.0))
+    add(_C["startup"], np.where(classes == 2, rest, 0.0))
+    gap = np.where(classes == -1, rest, 0.0)
+    left = gap.copy()
+    for cause, s, e in cover[1:]:
+        if s.size == 0:
+            continue
+        part = np.minimum(m.overlap(s, e, h_start, h_end), left) * (gap > 0)
+        add(cause, part)
+        left = left - part
+    add(_C["other"], np.clip(left, 0.0, None))
+
+    # the call each item lies in (the last call starting at or before it, if it covers it)
+    h_row = np.full(n_h, -1, dtype=np.int64)
+    if call_idx.size:
+        o = np.argsort(cs, kind="stable")
+        at = np.searchsorted(cs[o], h_start, side="right") - 1
+        okk = at >= 0
+        cand = call_idx[o][np.clip(at, 0, None)]
+        inside = okk & (end[cand] >= h_end - 1e-9) & (classes >= 0)
+        h_row[inside] = pos[cand[inside]]
+
+    # --- GPU ops: launch, stream and cross-stream dependencies ---
+    g_launch = np.full(n_g, -1, dtype=np.int64)
+    launch_time = gs.copy()  # when each op was launched: its call's start (an op with no call: its own start)
+    rt_idx = np.flatnonzero(runtime & (corr >= 0))
+    if n_g and rt_idx.size:
+        keys = pd.Index(corr[rt_idx])
+        first = ~keys.duplicated(keep="first")
+        keys, lc = keys[first], rt_idx[first]
+        found = keys.get_indexer(corr[g_sel])
+        ok = (found >= 0) & (corr[g_sel] >= 0)
+        launch_time[ok] = start[lc[found[ok]]]
+        on_chain = ok.copy()
+        on_chain[ok] = call[lc[found[ok]]] & (start[lc[found[ok]]] >= c0 - 1e-9) & (start[lc[found[ok]]] < t1h)
+        g_launch[on_chain] = np.clip(np.searchsorted(cuts, start[lc[found[on_chain]]], side="right") - 1, 0, n_h - 1)
+    in_compile_op = (g_launch >= 0) & (_item_cause_share(comp, _C["compile"], length, g_launch) > 0.5)
+    g_cause = np.where(in_compile_op, _C["compile"], g_cause)
+    same_prev = np.r_[False, g_stream[1:] == g_stream[:-1]]
+    g_prev = np.where(same_prev, np.arange(n_g) - 1, -1)
+    r_launch = np.where(g_launch >= 0, h_start[np.clip(g_launch, 0, None)] if n_h else -np.inf, -np.inf)
+    r_stream = np.where(g_prev >= 0, ge[np.clip(g_prev, 0, None)] if n_g else -np.inf, -np.inf)
+    raw_launch, raw_stream = r_launch, r_stream  # their latencies may be negative (clocks; ops that overlap on a stream)
+    r_launch, r_stream = np.minimum(r_launch, gs), np.minimum(r_stream, gs)
+    g_cross = np.full(n_g, -1, dtype=np.int64)
+    r_cross = np.full(n_g, -np.inf)
+    late = np.flatnonzero(np.maximum(r_launch, r_stream) < gs - th.CROSS_STREAM_TOL_US)
+    if late.size and np.unique(g_stream).size > 1:
+        dev_of = (skey >> 32)
+        by_end = np.lexsort((ge, dev_of))
+        e_sorted, d_sorted = ge[by_end], dev_of[by_end]
+        key = d_sorted * 1e15 + e_sorted  # one search over (device, end)
+        at = np.searchsorted(key, dev_of[late] * 1e15 + gs[late] + 1e-6, side="right") - 1
+        for k, j in zip(late.tolist(), at.tolist()):  # walk back past the op's own stream (few ops are late)
+            while j >= 0 and d_sorted[j] == dev_of[k] and g_stream[by_end[j]] == g_stream[k]:
+                j -= 1
+            if j < 0 or d_sorted[j] != dev_of[k]:
+                continue
+            o = int(by_end[j])
+            if ge[o] >= gs[k] - th.CROSS_STREAM_TOL_US and ge[o] > max(r_launch[k], r_stream[k]):
+                g_cross[k], r_cross[k] = o, min(ge[o], gs[k])
+    ready = np.stack([r_launch, r_stream, r_cross], axis=1)
+    best = np.argmax(ready, axis=1)
+    best_val = ready[np.arange(n_g), best] if n_g else np.zeros(0)
+    pinned = ~np.isfinite(best_val)
+    g_bind = np.where(pinned, 3, best)
+    # the latencies the trace measured on the binding dependency; typical ones on the others
+    lat_launch = np.where(np.isfinite(raw_launch), gs - raw_launch, 0.0)
+    lat_stream = np.where(np.isfinite(raw_stream), gs - raw_stream, 0.0)
+    graph_rows = m.name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")))
+    in_graph = np.zeros(n_g, dtype=bool)  # an op whose stream predecessor came from the same graph launch
+    if n_g and call_idx.size and graph_rows.any():
+        graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[pos])])
+        gc = corr[g_sel]
+        in_graph = np.isin(gc, graph_corr) & same_prev & np.r_[False, gc[1:] == gc[:-1]]
+    a_typ = float(np.median(lat_launch[g_bind == 0])) if (g_bind == 0).any() else 0.0
+    # a gap on a stream: the GPU's own part (a graph node's, GRAPH_NODE_GAP_US; all of it inside a graph replay)
+    # and what eager launching adds (launch)
+    own_gap = np.where(in_graph, lat_stream, np.minimum(lat_stream, th.GRAPH_NODE_GAP_US))
+    extra = lat_stream - own_gap
+    bound_extra = extra[g_bind == 1]
+    extra_typ = float(np.median(bound_extra)) if bound_extra.size else 0.0
+    g_lat = np.zeros((n_g, 4))
+    g_lat[:, 0] = np.where(g_bind == 0, lat_launch, np.minimum(lat_launch, a_typ))
+    g_lat[:, 1] = own_gap
+    g_lat[:, 2] = np.where(g_bind == 1, extra, np.minimum(extra, extra_typ))
+    g_lat[:, 3] = np.where(g_bind == 2, np.where(np.isfinite(r_cross), gs - r_cross, 0.0), 0.0)
+    g_cross = np.where(g_bind == 2, g_cross, -1)
+    g_pin = np.where(pinned, gs, -np.inf)
+
+    # --- waits: sync calls, and calls that ended only once the GPU work before them had ---
+    own_op = np.full(call_idx.size, -1, dtype=np.int64)  # the copy or memset each call launched itself
+    copies = np.flatnonzero(np.isin(g_kinds, ("memcpy", "memset")) & (corr[g_sel] >= 0))
+    if copies.size and call_idx.size:
+        first_copy = pd.Series(copies, index=corr[g_sel][copies])
+        first_copy = first_copy[~first_copy.index.duplicated(keep="first")]
+        at = first_copy.index.get_indexer(corr[call_idx])
+        own_op = np.where((at >= 0) & (corr[call_idx] >= 0), first_copy.to_numpy()[np.clip(at, 0, None)], -1)
+    own_pageable = np.where(own_op >= 0, g_pageable[np.clip(own_op, 0, None)], False) if n_g else own_op >= 0
+    w_item, w_op, w_ret, w_base, w_first = _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op,
+                                                  own_pageable, in_compile, length)
+
+    # the host item each op must wait for before it can be placed: its launch, kept in stream order
+    g_seg = np.where(g_launch >= 0, g_launch, -1)
+    streams = []
+    for s in range(int(g_stream.max()) + 1 if n_g else 0):
+        idx = np.flatnonzero(g_stream == s)
+        g_seg[idx] = np.maximum.accumulate(g_seg[idx])
+        streams.append(idx)
+    kept_ops = np.flatnonzero(step_col[g_sel] >= 0)
+    first_op = int(kept_ops[np.argmin(gs[kept_ops])]) if kept_ops.size else (int(np.argmin(gs)) if n_g else -1)
+    info = {"launch_latency_us": a_typ, "stream_gap_extra_us": extra_typ, "cross_stream_edges": int((g_bind == 2).sum()),
+            "waits": int(w_item.size), "host_items": int(n_h), "gpu_ops": int(n_g)}
+    return _Graph(rank, c0, t0, t1, win, h_start, h_end, comp, h_row, w_item, w_op, w_ret, w_base, w_first,
+                  gs, ge, g_cause, g_stream, pos[g_sel], g_launch, g_prev, g_cross, g_lat, g_pin, g_bind,
+                  g_pageable, g_ffma, g_seg, first_op, step_col[g_sel] >= 0, streams, info)
+
+
+def _work(g: _Graph) -> tuple[np.ndarray, float]:
+    """What each cause took over the rank's kept steps, on the path or off it (host items' time, GPU ops'
+    durations), and the number of binding waits."""
+    tot = np.zeros(_NC)
+    for cause, values in g.comp.items():
+        tot[cause] += float(values.sum())
+    kept = g.g_kept
+    np.add.at(tot, g.g_cause[kept], (g.g_end - g.g_start)[kept])
+    return tot, float(g.w_item.size)
+
+
+def _item_cause_share(comp: dict[int, np.ndarray], cause: int, length: np.ndarray, items: np.ndarray) -> np.ndarray:
+    if cause not in comp or items.size == 0:
+        return np.zeros(items.size)
+    i = np.clip(items, 0, None)
+    return comp[cause][i] / np.maximum(length[i], 1e-12)
+
+
+def _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op, own_pageable, in_compile, length):
+    """The binding waits of the host chain, by item: (item, op waited on, return latency, own cost, first item).
+
+    A call waits on the copy it launched itself when it returned within IMPLICIT_SYNC_RETURN_US of that copy's end
+    (a blocking copy; a copy to or from pageable memory that lasted most of the call, whose call returns once the
+    last chunk is staged); a named sync
+    on the work launched before it that it saw finish last (within SYNC_RETURN_US); any other call when it returned
+    within IMPLICIT_SYNC_RETURN_US of the moment all the work launched before it had finished."""
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int64))
+    if call_idx.size == 0 or ge.size == 0:
+        return empty
+    by_launch = np.argsort(launch_time, kind="stable")
+    lt_sorted = launch_time[by_launch]
+    run_end = np.maximum.accumulate(ge[by_launch])
+    run_arg = by_launch[_running_argmax(ge[by_launch])]
+    named = is_sync[call_idx]
+    dur = ce - cs
+    k = np.searchsorted(lt_sorted, cs, side="left") - 1  # the ops launched before the call began
+    have = k >= 0
+    last_end = np.where(have, run_end[np.clip(k, 0, None)], -np.inf)
+    last_op = np.where(have, run_arg[np.clip(k, 0, None)], -1)
+    tol = th.IMPLICIT_SYNC_RETURN_US
+    has_own = own_op >= 0
+    own_end = np.where(has_own, ge[np.clip(own_op, 0, None)], -np.inf)
+    own_start = np.where(has_own, gs[np.clip(own_op, 0, None)], np.inf)
+    # the call lasted as long as its copy did: a blocking copy (named), or one to or from pageable memory, which
+    # CUDA returns from once the last chunk is staged; a copy that started after the call returned was not waited for
+    covered = (np.minimum(ce, own_end) - np.maximum(cs, own_start)) >= 0.5 * dur
+    own_wait = (has_own & (own_end > cs) & (own_start < ce) & (np.abs(ce - own_end) <= tol) & (own_end >= last_end)
+                & (named | (own_pageable & covered & (dur >= th.IMPLICIT_SYNC_MIN_US))))
+    ret_last = ce - last_end
+    named_wait = ~own_wait & named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= th.SYNC_RETURN_US)
+    implicit = (~own_wait & ~named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= tol)
+                & (dur >= th.IMPLICIT_SYNC_MIN_US))
+    op = np.where(own_wait, own_op, last_op)
+    ret = np.where(own_wait, ce - own_end, ret_last)
+    item = np.clip(np.searchsorted(cuts, ce, side="left") - 1, 0, cuts.size - 2)
+    binding = (own_wait | named_wait | implicit) & (in_compile[item] < 0.5 * length[item])
+    if not binding.any():
+        return empty
+    items, ops = item[binding], op[binding]
+    firsts = np.clip(np.searchsorted(cuts, cs[binding], side="right") - 1, 0, cuts.size - 2)
+    rets = ret[binding]
+    base = np.minimum(np.clip(rets, 0.0, None), dur[binding])
+    order = np.argsort(items, kind="stable")
+    items, ops, rets, base, firsts = items[order], ops[order], rets[order], base[order], firsts[order]
+    keep = np.r_[True, items[1:] != items[:-1]]  # one wait per item (two threads' syncs ending together)
+    items, ops, rets, base, firsts = items[keep], ops[keep], rets[keep], base[keep], firsts[keep]
+    firsts = np.maximum(firsts, np.r_[0, items[:-1] + 1])  # a wait never reaches back over the one before it
+    return items, ops.astype(np.int64), rets, base, np.minimum(firsts, items)
+
+
+def _running_argmax(x: np.ndarray) -> np.ndarray:
+    """Index of the running maximum of ``x`` at each position."""
+    if x.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    run = np.maximum.accumulate(x)
+    new = np.r_[True, x[1:] >= run[:-1]]
+    idx = np.where(new, np.arange(x.size), 0)
+    return np.maximum.accumulate(idx)
+
+
+# --- replay with scaled causes -------------------------------------------------------------------
+def _factors(factors: dict[str, float] | None) -> np.ndarray:
+    f = np.ones(_NC)
+    for cause, value in (factors or {}).items():
+        if cause not in _C:
+            raise ValueError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
+        value = float(value)
+        if not (value >= 0 and np.isfinite(value)):
+            raise ValueError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
+        f[_C[cause]] = value
+    return f
+
+
+def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replay the graph with causes scaled by ``f`` (and GPU ops by ``op_scale``): new host item starts and
+    ends, GPU op starts and ends."""
+    n_h, n_g = g.h_start.size, g.g_start.size
+    d_host = np.zeros(n_h)
+    for cause, values in g.comp.items():
+        d_host += values * f[cause]
+    d_gpu = (g.g_end - g.g_start) * f[g.g_cause]
+    if op_scale is not None:
+        d_gpu = d_gpu * op_scale
+    fl, fg = f[_C["launch"]], f[_C["graph"]]
+    lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * fl, g.g_lat[:, 3]], axis=1)
+    hs, he = np.empty(n_h), np.empty(n_h)
+    gs_, ge_ = np.full(n_g, np.nan), np.full(n_g, np.nan)
+    ptr = [0] * len(g.streams)
+    seg_of = [g.g_seg[idx] for idx in g.streams]
+    keep = _kept_waits(g.w_item.size, f[_C["sync"]])
+    scale = max(f[_C["sync"]], 1.0)
+    for first, w in zip(g.w_first.tolist(), g.w_item.tolist()):  # a wait's call is one wait, however it is cut
+        if w > first:
+            d_host[first:w] = 0.0
+    t = g.c0
+    i0 = 0
+    waits = list(zip(g.w_item.tolist(), g.w_op.tolist(), g.w_ret.tolist(), g.w_base.tolist(), keep.tolist()))
+    for w, op, ret, base, kept in [*waits, (n_h, -1, 0.0, 0.0, False)]:
+        seg = d_host[i0:w]
+        if seg.size:
+            ends = t + np.cumsum(seg)
+            hs[i0:w] = np.r_[t, ends[:-1]]
+            he[i0:w] = ends
+            t = float(ends[-1])
+        if w < n_h:
+            hs[w] = t
+        _place_gpu(g, min(w, n_h - 1), ptr, seg_of, hs, d_gpu, lat, gs_, ge_)
+        if w >= n_h:
+            break
+        if kept:
+            target = ge_[op] if np.isfinite(ge_[op]) else g.g_end[op]
+            t = t + scale * max(base, target + ret - t)
+        he[w] = t
+        i0 = w + 1
+    return hs, he, gs_, ge_
+
+
+def _kept_waits(n: int, f: float) -> np.ndarray:
+    """Which of ``n`` waits a sync factor keeps: all at 1 (and above, where each wait is scaled), none at 0, and
+    in between that share of them, evenly spread (``0.25``: one sync in four, "sync every 4 steps")."""
+    if f >= 1:
+        return np.ones(n, dtype=bool)
+    j = np.arange(n)
+    return np.floor((j + 1) * f + 1e-9) > np.floor(j * f + 1e-9)
+
+
+def _place_gpu(g: _Graph, upto: int, ptr: list[int], seg_of: list[np.ndarray], hs: np.ndarray, d: np.ndarray,
+               lat: np.ndarray, gs_: np.ndarray, ge_: np.ndarray) -> None:
+    """Place every GPU op whose launch item is at or before ``upto`` (in stream order), iterating over the
+    streams while an op waits on another stream's op placed in the same round."""
+    blocks = []
+    for s in range(len(g.streams)):
+        q = int(np.searchsorted(seg_of[s], upto, side="right"))
+        if q > ptr[s]:
+            blocks.append((s, ptr[s], q))
+    if not blocks:
+        return
+    launch_start = hs  # the item starts placed so far (every launch item of these ops is among them)
+    for _round in range(8):
+        changed = False
+        for s, p, q in blocks:
+            idx = g.streams[s][p:q]
+            launch = g.g_launch[idx]
+            rl = np.where(launch >= 0, launch_start[np.clip(launch, 0, None)], -np.inf) + lat[idx, 0]
+            rl = np.where(np.isfinite(g.g_pin[idx]) | (launch < 0), -np.inf, rl)
+            cross = g.g_cross[idx]
+            cross_end = ge_[np.clip(cross, 0, None)] if cross.size else cross
+            cross_end = np.where(np.isnan(cross_end), g.g_end[np.clip(cross, 0, None)], cross_end)
+            rc = np.where(cross >= 0, cross_end + lat[idx, 2], -np.inf)
+            x = np.maximum(np.maximum(rl, rc), g.g_pin[idx])
+            dd = d[idx]
+            bb = lat[idx, 1]
+            prev_end = ge_[g.streams[s][p - 1]] if p > 0 else -np.inf
+            steps = bb + dd
+            steps[0] = (bb[0] if p > 0 else 0.0) + dd[0]
+            P = np.cumsum(steps)
+            y = np.maximum.accumulate(np.r_[prev_end, x + dd - P])[1:]
+            e = P + y
+            if not np.array_equal(e, ge_[idx]):
+                changed = True
+                ge_[idx] = e
+                gs_[idx] = e - dd
+        if not changed or all(not (g.g_cross[g.streams[s][p:q]] >= 0).any() for s, p, q in blocks):
+            break
+    for s, _, q in blocks:
+        ptr[s] = q
+
+
+def _overlapped(g: _Graph, causes: tuple[int, ...]) -> _Graph:
+    """The graph with the GPU work of ``causes`` moved off the path: it runs in order on a stream of its own
+    beside the rest, and nothing waits for it (copies prefetched a step ahead on a side stream, a collective
+    overlapped with the backward pass). The work after it on its stream follows the work before it."""
+    hid = np.isin(g.g_cause, causes)
+    comp = {k: v for k, v in g.comp.items() if k not in causes}  # host time of it: another thread's now
+    if not hid.any():
+        return _Graph(**{**g.__dict__, "comp": comp})
+    n = g.g_start.size
+    n_streams = len(g.streams)
+    stream = np.where(hid, g.g_stream + n_streams, g.g_stream)
+    order = np.lexsort((g.g_start, stream))  # the ops stay in place; only their stream order changes
+    prev = np.full(n, -1, dtype=np.int64)
+    same = np.r_[False, stream[order][1:] == stream[order][:-1]]
+    prev[order[same]] = order[np.flatnonzero(same) - 1]
+    streams = [order[stream[order] == k] for k in np.unique(stream)]
+    seg = np.where(g.g_launch >= 0, g.g_launch, -1)
+    for idx in streams:
+        seg[idx] = np.maximum.accumulate(seg[idx])
+    cross = np.where(hid[np.clip(g.g_cross, 0, None)] & (g.g_cross >= 0), -1, g.g_cross)
+    keep = ~hid[g.w_op] if g.w_op.size else np.zeros(0, bool)
+    return _Graph(g.rank, g.c0, g.t0, g.t1, g.windows, g.h_start, g.h_end, comp, g.h_row, g.w_item[keep], g.w_op[keep],
+                  g.w_ret[keep], g.w_base[keep], g.w_first[keep], g.g_start, g.g_end, g.g_cause, stream, g.g_row,
+                  g.g_launch, prev, cross, g.g_lat, g.g_pin, g.g_bind, g.g_pageable, g.g_ffma, seg, g.first_op, g.g_kept,
+                  streams, g.info)
+
+
+# --- the path --------------------------------------------------------------------------------------
+_PATH_COLUMNS = ["rank", "start_us", "end_us", "dur_us", "cause", "row"]
+
+
+def _walk(g: _Graph) -> pd.DataFrame:
+    """The critical path of the rank's kept steps as stretches (``rank, start_us, end_us, dur_us, cause, row``),
+    each with one cause and the event row it is (or lies in; -1 for host time between calls), in time order."""
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, cause, row
+    host_runs: list[tuple[int, int, float]] = []  # (first item, last item, the time the last item is cut at)
+
+    def emit(s, e, c, r) -> None:
+        s, e = np.atleast_1d(np.asarray(s, float)), np.atleast_1d(np.asarray(e, float))
+        pieces.append((s, e, np.broadcast_to(np.asarray(c, np.int64), s.shape), np.broadcast_to(np.asarray(r, np.int64), s.shape)))
+
+    n_h, n_g = g.h_start.size, g.g_start.size
+    wait_of = dict(zip(g.w_item.tolist(), g.w_op.tolist()))
+    run_start = np.maximum.accumulate(np.where((g.g_bind == 1) & (g.g_prev >= 0), 0, np.arange(n_g))) if n_g else np.zeros(0, int)
+    last_gpu = int(np.argmax(g.g_end)) if n_g else -1
+    host_end = float(g.h_end[-1]) if n_h else g.t0
+    if n_g and g.g_end[last_gpu] > host_end - 1e-9:
+        node, i, t = "g", last_gpu, float(g.g_end[last_gpu])
+    else:
+        node, i, t = "h", n_h - 1, host_end
+    t_end = t
+    for _ in range(2 * (n_h + n_g) + 10):
+        if t <= g.t0 + 1e-9 or i < 0:
+            break
+        if node == "h":
+            op = wait_of.get(i)
+            if op is not None and t >= g.h_end[i] - 1e-9 and g.g_end[op] > g.h_start[i] - 1e-9:
+                emit(max(float(g.g_end[op]), g.t0), t, _C["sync"], g.h_row[i])  # the sync's return after the work
+                node, i, t = "g", op, min(float(g.g_end[op]), t)
+                continue
+            k = int(np.searchsorted(g.w_item, i, side="left")) - 1  # back to the previous binding wait, or the start
+            lo = min(int(g.w_item[k]) + 1 if k >= 0 else 0, i)
+            host_runs.append((lo, i, t))
+            node, i, t = "h", lo - 1, float(g.h_start[lo])
+            continue
+        lo = int(run_start[i])  # the run of ops each bound by the op before it on its stream
+        idx = np.arange(lo, i + 1)
+        emit(g.g_start[idx], np.minimum(g.g_end[idx], np.r_[g.g_start[idx[1:]], t]), g.g_cause[idx], g.g_row[idx])
+        if idx.size > 1:  # the gaps between them: the GPU's own part, then what eager launching added
+            gap_s, own = g.g_end[idx[:-1]], g.g_lat[idx[1:], 1]
+            emit(gap_s, np.minimum(gap_s + own, g.g_start[idx[1:]]), _C["graph"], g.g_row[idx[1:]])
+            emit(np.minimum(gap_s + own, g.g_start[idx[1:]]), g.g_start[idx[1:]], _C["launch"], g.g_row[idx[1:]])
+        bind, s0 = int(g.g_bind[lo]), min(float(g.g_start[lo]), t)
+        if bind == 0:
+            li = int(g.g_launch[lo])
+            ready = min(float(g.h_start[li]), s0)
+            emit(ready, s0, _C["launch"], g.g_row[lo])
+            node, i, t = "h", li - 1, ready
+            if ready < g.h_start[li] - 1e-9:  # a clock that put the kernel before its call: go on inside the call
+                node, i = "h", li
+        elif bind == 1:
+            prev = int(g.g_prev[lo])
+            ready = min(float(g.g_end[prev]), s0)
+            mid = min(ready + float(g.g_lat[lo, 1]), s0)
+            emit(ready, mid, _C["graph"], g.g_row[lo])
+            emit(mid, s0, _C["launch"], g.g_row[lo])
+            node, i, t = "g", prev, ready
+        elif bind == 2:
+            cross = int(g.g_cross[lo])
+            ready = min(float(g.g_end[cross]), s0)
+            emit(ready, s0, g.g_cause[lo], g.g_row[lo])
+            node, i, t = "g", cross, ready
+        else:  # nothing recorded explains its start: go on with the host where it started
+            node, i, t = "h", int(np.searchsorted(g.h_start, s0, side="right")) - 1, s0
+    if host_runs:
+        pieces.append(_lay_out(g, host_runs))
+    if not pieces:
+        return _empty_path()
+    s, e, c, r = (np.concatenate([p[k] for p in pieces]) for k in range(4))
+    s = np.maximum(s, g.t0)  # the steps start at the first window's (the host may have begun them before)
+    keep = e > s + 1e-9
+    s, e, c, r = s[keep], e[keep], c[keep], r[keep]
+    order = np.argsort(s, kind="stable")
+    s, e, c, r = s[order], e[order], c[order], r[order]
+    out = pd.DataFrame({"rank": np.full(s.size, g.rank, dtype=np.int64), "start_us": s, "end_us": e, "dur_us": e - s,
+                        "cause": np.asarray(PATH_CAUSES, dtype=object)[c], "row": r})
+    out.attrs["end_us"] = t_end
+    return out
+
+
+def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Host items of the path as stretches: each item's causes one after another inside it, in cause order; an
+    item entered part-way (the path came to it from GPU work that started inside it) is cut there."""
+    items = np.concatenate([np.arange(lo, hi + 1) for lo, hi, _ in runs])
+    length = g.h_end - g.h_start
+    cut = np.ones(items.size)
+    at = np.cumsum([hi - lo + 1 for lo, hi, _ in runs]) - 1
+    for pos_, (_, hi, t) in zip(at, runs):
+        if t < g.h_end[hi] - 1e-9:
+            cut[pos_] = max(t - g.h_start[hi], 0.0) / max(length[hi], 1e-12)
+    it, cs, vs = [], [], []
+    for cause, values in sorted(g.comp.items()):
+        v = values[items] * cut
+        nz = v > 0
+        it.append(items[nz])
+        cs.append(np.full(int(nz.sum()), cause, dtype=np.int64))
+        vs.append(v[nz])
+    it, cs, vs = np.concatenate(it), np.concatenate(cs), np.concatenate(vs)
+    order = np.lexsort((cs, it))
+    it, cs, vs = it[order], cs[order], vs[order]
+    before = np.cumsum(vs) - vs
+    first = np.r_[True, it[1:] != it[:-1]]
+    base = np.maximum.accumulate(np.where(first, before, 0.0))
+    s = g.h_start[it] + (before - base)
+    return s, s + vs, cs, g.h_row[it]
+
+
+def _empty_path() -> pd.DataFrame:
+    return pd.DataFrame({"rank": pd.Series(dtype="int64"), "start_us": pd.Series(dtype="float64"),
+                         "end_us": pd.Series(dtype="float64"), "dur_us": pd.Series(dtype="float64"),
+                         "cause": pd.Series(dtype="object"), "row": pd.Series(dtype="int64")})
+
+
+# --- the steps' span before and after a replay -----------------------------------------------------
+def _span(g: _Graph, hs: np.ndarray, he: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> float:
+    """The kept steps' span: the larger of the host's (its own steps: the chain's start to its end) and the GPU's
+    (the first window's start to the end of the last GPU work; where the GPU paces the loop that start moves with
+    the steps' first op, since the GPU began the steps when it finished what it ran before). Over the number of
+    steps it is the mean step: with the host ahead of its GPU, the GPU's pace."""
+    host = (float(he[-1]) - float(hs[0])) if he.size else 0.0
+    if not ge.size:
+        return host
+    if g.t0 > g.c0 + 1e-6 and g.first_op >= 0:  # the GPU's windows, behind the host's steps
+        start = g.t0 + float(gs[g.first_op] - g.g_start[g.first_op])
+    else:
+        start = float(hs[0]) if hs.size else g.t0
+    return max(host, float(np.nanmax(ge)) - start)
+
+
+# --- public API ---------------------------------------------------------------------------------------
+def _graphs(trace: Trace) -> dict[int, _Graph]:
+    """Each rank's graph over the trace's steps (the steady state's where none are marked), kept with the trace."""
+    memo = m._memo(trace)
+    if "critical_graphs" not in memo:
+        stepped = m.stepped(trace)
+        graphs = {}
+        for rank in stepped.ranks:
+            g = _build(stepped, rank)
+            if g is not None:
+                graphs[rank] = g
+        memo["critical_graphs"] = (graphs, stepped)
+    return memo["critical_graphs"][0]
+
+
+@dataclass
+class CriticalPath:
+    """The critical path of a trace's steps.
+
+    ``stretches``: one row per stretch of the path (``rank, step, start_us, end_us, dur_us, cause, name, row``),
+    every microsecond of the steps on exactly one, in time order per rank (``row``: the event it is, or the call
+    the host was in; -1 for host time between calls). ``steps``: one row per (rank, step): its time and the
+    milliseconds of it on each cause. ``ms_per_step``: milliseconds a step by cause on the path, of the rank whose
+    steps are longest (the one ``step_ms``, the mean step, is measured on); they add up to ``step_ms``.
+    ``work_ms_per_step``: what each cause took a step on that rank, on the path or hidden beside it, and
+    ``waits_per_step`` the host's waits for the GPU that bound it (syncs, blocking copies, implicit syncs).
+    """
+
+    stretches: pd.DataFrame
+    steps: pd.DataFrame
+    step_ms: float
+    ms_per_step: dict[str, float]
+    rank: int = 0
+    work_ms_per_step: dict[str, float] = field(default_factory=dict)
+    waits_per_step: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, stretches: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {"step_ms": self.step_ms, "ms_per_step": dict(self.ms_per_step), "rank": self.rank,
+                             "work_ms_per_step": dict(self.work_ms_per_step), "waits_per_step": self.waits_per_step,
+                             "steps": self.steps.to_dict("records")}
+        if stretches:
+            d["stretches"] = self.stretches.to_dict("records")
+        return d
+
+
+def critical_path(trace: Trace) -> CriticalPath:
+    """The critical path of each step of ``trace`` (over the steps :func:`helpers.steady_state` keeps): every
+    stretch with one cause, the steps' milliseconds by cause, and the mean step they add up to."""
+    memo = m._memo(trace)
+    if "critical_path" in memo:
+        return memo["critical_path"]
+    graphs = _graphs(trace)
+    stepped = memo["critical_graphs"][1]
+    names = stepped.events["name"].to_numpy()
+    frames, step_rows = [], []
+    spans, totals, work = {}, {}, {}
+    for rank, g in graphs.items():
+        path = _walk(g)
+        t_end = float(path.attrs.get("end_us", g.t1))
+        win = g.windows
+        ws, we = win["start_us"].to_numpy(float), win["end_us"].to_numpy(float).copy()
+        if we.size:
+            we[-1] = max(we[-1], t_end)  # the last step ends with the last of its work
+        step_of = np.searchsorted(ws, path["start_us"].to_numpy(), side="right") - 1
+        path["step"] = np.where(step_of >= 0, win["step"].to_numpy()[np.clip(step_of, 0, None)], -1)
+        frames.append(path)
+        per = np.zeros((len(win), _NC))
+        tot = np.zeros(_NC)
+        cause_col = path["cause"].to_numpy()
+        for ci, cause in enumerate(PATH_CAUSES):
+            sel = path[cause_col == cause]
+            if sel.empty:
+                continue
+            us, ue = m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+            per[:, ci] = m.overlap(us, ue, ws, we)
+            tot[ci] = float((ue - us).sum())
+        n = max(len(win), 1)
+        spans[rank] = (t_end - g.t0) / n
+        totals[rank] = tot / n
+        w_tot, waits = _work(g)
+        work[rank] = ({c: float(w_tot[ci] / n / 1e3) for ci, c in enumerate(PATH_CAUSES)}, waits / n)
+        for k in range(len(win)):
+            row = {"rank": rank, "step": int(win["step"].iat[k]), "start_us": ws[k], "end_us": we[k],
+                   "dur_us": we[k] - ws[k]}
+            row.update({f"{c}_ms": per[k, ci] / 1e3 for ci, c in enumerate(PATH_CAUSES)})
+            row["bound_by"] = PATH_CAUSES[int(np.argmax(per[k]))] if per[k].any() else ""
+            step_rows.append(row)
+    stretches = pd.concat(frames, ignore_index=True) if frames else _empty_path().assign(step=pd.Series(dtype="int64"))
+    if len(stretches):
+        r = stretches["row"].to_numpy()
+        stretches["name"] = np.where(r >= 0, names[np.clip(r, 0, None)] if names.size else "", "")
+    else:
+        stretches["name"] = pd.Series(dtype="object")
+    stretches = stretches[["rank", "step", "start_us", "end_us", "dur_us", "cause", "name", "row"]]
+    steps = pd.DataFrame(step_rows, columns=["rank", "step", "start_us", "end_us", "dur_us",
+                                             *(f"{c}_ms" for c in PATH_CAUSES), "bound_by"])
+    if not spans:
+        out = CriticalPath(stretches, steps, float("nan"), {c: 0.0 for c in PATH_CAUSES})
+    else:
+        rank = max(spans, key=lambda r: spans[r])
+        ms = {c: float(totals[rank][ci] / 1e3) for ci, c in enumerate(PATH_CAUSES)}
+        out = CriticalPath(stretches, steps, float(spans[rank] / 1e3), ms, rank, work[rank][0], work[rank][1],
+                           {"ranks": {r: dict(g.info) for r, g in graphs.items()},
+                            "step_ms_by_rank": {r: v / 1e3 for r, v in spans.items()},
+                            "work_ms_per_step_by_rank": {r: w[0] for r, w in work.items()},
+                            "waits_per_step_by_rank": {r: w[1] for r, w in work.items()}})
+    memo["critical_path"] = out
+    return out
+
+
+def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarray] | None = None,
+                       overlapped: tuple[str, ...] = ()) -> float:
+    graphs = _graphs(trace)
+    means = []
+    hide = tuple(_C[c] for c in overlapped)
+    for rank, g in graphs.items():
+        if hide:
+            g = _overlapped(g, hide)
+        hs, he, gs_, ge_ = _simulate(g, f, None if op_scale is None else op_scale.get(rank))
+        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+    return max(means) / 1e3 if means else float("nan")
+
+
+def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...] | list[str] = ()) -> float:
+    """The predicted mean step (ms) of ``trace`` when each named cause's time is scaled by its factor (0 removes
+    it; causes: :data:`helpers.patterns.PATH_CAUSES`), the graph replayed with everything else as measured.
+    ``what_if(trace, {})`` is the measured step (:func:`critical_path`'s ``step_ms``).
+
+    ``sync`` is the host's waits for the GPU: a factor below 1 keeps that share of them (evenly spread; 0: every
+    sync made asynchronous), above 1 makes each wait that much longer. ``overlapped`` names causes whose work is
+    moved off the path: it runs beside the rest (on a stream, or for host work a thread, of its own) and nothing
+    waits for it, as copies prefetched on a side stream or a collective overlapped with the backward pass."""
+    for c in overlapped:
+        if c not in _C:
+            raise ValueError(f"unknown cause {c!r}; the causes are {', '.join(PATH_CAUSES)}")
+    return _predicted_step_ms(trace, _factors(factors), overlapped=tuple(overlapped))
+
+
+__all__ = ["COMPILE_RANGE", "CriticalPath", "critical_path", "what_if"]
