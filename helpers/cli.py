@@ -139,7 +139,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         traces.append(load(path, args))
         if progress:
             progress(2 * i + 1, total + 6)
-        shapes.append(report.input_shapes(path, int(args.max_mb * 2**20)))
+        shapes.append(report.input_shapes(path, _limits_given(args)[0] or MAX_BYTES))
         if progress:
             progress(2 * i + 2, total + 6)
     command = "python -m helpers report " + " ".join(inputs)

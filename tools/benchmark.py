@@ -259,6 +259,55 @@ def training_steps_like(n_events: int, path: Path) -> int:
     return written
 
 
+def kineto_like(n_events: int, path: Path) -> int:
+    """A light launch-bound trace of exactly ``n_events`` trace events (the benchmark's big trace before
+    :func:`training_steps_like`, kept for the tests that draw it): per launch an operator, a
+    cudaLaunchKernel, its kernel (with Kineto's kernel args) and the two flow events that link them; a
+    ProfilerStep#N range every 1,000 launches; no nesting, one thread. Returns the bytes written."""
+    rng = random.Random(0)
+    out = []
+    written, n, t, corr, step = 0, 0, 5375593353828.372, 0, 0
+    with (gzip.open(path, "wb", compresslevel=1) if path.name.endswith(".gz") else open(path, "wb")) as fh:
+        head = ('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109880320, '
+                '"computeMajor": 9, "computeMinor": 0, "numSms": 132}], "distributedInfo": {"backend": "nccl", "rank": 0, '
+                '"world_size": 1}, "displayTimeUnit": "ms", "traceEvents": [\n')
+        fh.write(head.encode())
+        written += len(head)
+        step_start, launches = t, 0
+        while n < n_events:
+            if launches == 1000 or n_events - n < 5:
+                e = (f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 1319, "tid": 1319, '
+                     f'"ts": {step_start:.3f}, "dur": {t - step_start:.3f}, "args": {{"External id": {corr}, "Record function id": 0}}}}')
+                out.append(e)
+                n, step, step_start, launches = n + 1, step + 1, t, 0
+                continue
+            corr += 1
+            launches += 1
+            k = rng.randrange(len(_KERNELS))
+            kd = rng.uniform(1, 4)
+            out.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1319, "tid": 1319, "ts": {t:.3f}, '
+                       f'"dur": 6.120, "args": {{"External id": {corr}, "Record function id": 0, "Ev Idx": {corr}}}}}')
+            out.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1319, "tid": 1319, '
+                       f'"ts": {t + 1:.3f}, "dur": 4.211, "args": {{"External id": {corr}, "cbid": 211, "correlation": {corr}}}}}')
+            out.append(f'{{"ph": "s", "id": {corr}, "pid": 1319, "tid": 1319, "ts": {t + 1:.3f}, "cat": "ac2g", "name": "ac2g"}}')
+            out.append(f'{{"ph": "X", "cat": "kernel", "name": "{_KERNELS[k]}", "pid": 0, "tid": 7, "ts": {t + 8:.3f}, '
+                       f'"dur": {kd:.3f}, "args": {{"External id": {corr}, "device": 0, "context": 1, "stream": 7, '
+                       f'"correlation": {corr}, "registers per thread": 16, "shared memory": 0, '
+                       f'"grid": [128, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 6}}}}')
+            out.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": 7, "ts": {t + 8:.3f}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            n += 5
+            t += 9.0
+            if len(out) >= 50_000:
+                text = ",\n".join(out) + ",\n"
+                fh.write(text.encode())
+                written += len(text)
+                out = []
+        tail = ",\n".join(out) + '\n], "traceName": "kineto_like"}\n'
+        fh.write(tail.encode())
+        written += len(tail)
+    return written
+
+
 def _load() -> str:
     one, five, _ = os.getloadavg()
     return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
