@@ -42,7 +42,8 @@ from .diagnosis import diagnose
 from .lanes import KIND_COLORS, trace_name
 from .model import Trace
 from .overview import CATEGORIES, CATEGORY_WORDS, kernel_table, op_table, step_categories
-from .timeline_data import DETAIL_EVENTS, critical_path_overlay, timeline_payload
+from .timeline_data import DETAIL_EVENTS, timeline_payload
+from .tracks import critical_path_overlay
 
 STATIC = Path(__file__).parent / "static"
 #: Rows shown in the operator and kernel tables (the rest are counted, not listed).
@@ -267,13 +268,10 @@ def _diagnosis(trace: Trace, findings, timeline: int) -> str:
 
 def _critical(trace: Trace) -> str:
     """The critical path's milliseconds a step by cause, when it can be found."""
-    try:
-        from .critical import critical_path
-        from .patterns import CAUSE
+    from .critical import critical_path
+    from .patterns import CAUSE
 
-        path = critical_path(m.stepped(trace))
-    except (ImportError, ValueError, KeyError, IndexError):
-        return ""
+    path = critical_path(m.stepped(trace))
     ms = {c: v for c, v in path.ms_per_step.items() if v > 0}
     if not ms or not math.isfinite(path.step_ms):
         return ""

@@ -227,30 +227,4 @@ def full_ms0(lanes: Lanes) -> float:
     return float(lanes.to_ms(lanes.full_us[0]))
 
 
-def critical_path_overlay(trace: Trace) -> dict[str, Any] | None:
-    """The critical path (:func:`helpers.critical.critical_path`) as an overlay track for the timeline: each stretch
-    coloured by its cause, labelled with the cause and named by the event it is. None where it cannot be found."""
-    from .critical import critical_path
-    from .patterns import CAUSE
-
-    trace = m.stepped(trace)
-    try:
-        path = critical_path(trace)
-    except (ValueError, KeyError, IndexError):  # a trace the path cannot be built for: no track, not a failure
-        return None
-    st = path.stretches
-    if st.empty:
-        return None
-    st = st[st["rank"] == path.rank]
-    origin = m.time_origin_us(trace)
-    causes = st["cause"].astype(str).tolist()
-    used = [c for c in CAUSE if c in set(causes)]
-    return {"name": f"critical path (rank {path.rank})" if len(trace.ranks) > 1 else "critical path",
-            "x0": np.round((st["start_us"].to_numpy() - origin) / 1e3, 6).tolist(),
-            "x1": np.round((st["end_us"].to_numpy() - origin) / 1e3, 6).tolist(),
-            "c": [CAUSE[c].colour if c in CAUSE else "#999999" for c in causes], "label": causes,
-            "detail": [str(n) for n in st["name"].tolist()],
-            "legend": [[c, CAUSE[c].colour] for c in used]}
-
-
-__all__ = ["COLUMNS", "DETAIL_EVENTS", "critical_path_overlay", "timeline_payload", "varints"]
+__all__ = ["COLUMNS", "DETAIL_EVENTS", "timeline_payload", "varints"]

@@ -10,6 +10,7 @@ synthetic traces of growing size. Results and the commands that made them: docs/
     python tools/benchmark.py --ranks 256 --scheduler local          # the same on a local Dask cluster
     python tools/benchmark.py --series          # time and memory against size: ranks and single traces
     python tools/benchmark.py --explore-browser --keep PATH   # the widget on the --big trace in JupyterLab, headless Chromium
+    python tools/benchmark.py --report --keep PATH   # python -m helpers report: time, size, first draw in headless Chromium
     python tools/benchmark.py --first-timeline [--install]   # fresh clone -> lab 00's first timeline in JupyterLab
     python tools/benchmark.py --cloud-setup                  # each lab's setup cell on a notebook image with torch
     python tools/benchmark.py                   # all of the above
@@ -636,13 +637,14 @@ def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
             a, b = (float(lanes.to_ms(t)) for t in lanes.full_us)
             first = lanes.bins(a, b, width)
             draw = time.perf_counter() - t0
-            line = f"  first draw {draw:5.2f} s ({sum(len(ln['x0']) for ln in first):,} bars)"
+            line = f"  first draw {draw:5.2f} s ({sum(len(ln.get('x', ln.get('x0', []))) for ln in first):,} bars)"
             mid = (a + b) / 2
             for share in (50, 5000):  # a zoom to 1/50 of the trace, and one deep enough to show single kernels
                 span = (b - a) / share
                 t0 = time.perf_counter()
                 zoom = lanes.bins(mid - span / 2, mid + span / 2, width)
-                line += f"   zoom to 1/{share} {time.perf_counter() - t0:5.3f} s ({sum(len(ln['x0']) for ln in zoom):,} bars)"
+                line += (f"   zoom to 1/{share} {time.perf_counter() - t0:5.3f} s "
+                         f"({sum(len(ln.get('x', ln.get('x0', []))) for ln in zoom):,} bars)")
             print(f"{line}   ({_load()})")
 
 
@@ -737,6 +739,43 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
                 print(f"{line}   ({_load()})")
                 page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:shutdown')")
                 page.close()
+            browser.close()
+
+
+def report_costs(n_events: int, repeat: int, keep: Path | None, chromium: str) -> None:
+    """``python -m helpers report`` on the --big trace, the recorded launch-bound trace and an 8-rank job: the
+    command's wall time, CPU and peak memory (a fresh process), the file's size, and in headless Chromium (offline,
+    from disk) the first draw: milliseconds from the page's start to the timeline drawn, as the page records it."""
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        big = keep if keep is not None else tmp / "big.json.gz"
+        if not big.exists():
+            kineto_like(n_events, big)
+        job = tmp / "job"
+        job.mkdir()
+        job_folder(job, 8, 50_000)
+        cases = [(f"{n_events / 1e6:.0f}M events ({big.name})", big), (BENCH_TRACE.name, BENCH_TRACE), ("8 ranks x 50k events", job)]
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+            for label, path in cases:
+                for i in range(repeat):
+                    out = tmp / f"r{i}.html"
+                    out.unlink(missing_ok=True)
+                    before = _load()
+                    wall, cpu, rss, status = run_cli(["report", str(path), "-o", str(out)])
+                    if status != 0:
+                        continue
+                    page = browser.new_context(offline=True).new_page()
+                    page.goto(out.as_uri())
+                    page.wait_for_function("() => document.body.dataset.drawnAt !== undefined", timeout=120_000)
+                    drawn = float(page.evaluate("document.body.dataset.drawnAt"))
+                    unpacked = float(page.evaluate("document.body.dataset.timelinesMs"))
+                    page.close()
+                    print(f"  {label:34s} report {wall:5.1f} s wall, {cpu:5.1f} s CPU, {rss:5.0f} MB   "
+                          f"{out.stat().st_size / 1e6:5.1f} MB   first draw {drawn / 1e3:4.2f} s after the page's start "
+                          f"({unpacked / 1e3:4.2f} s unpacking and drawing)   ({before} before)")
             browser.close()
 
 
@@ -899,6 +938,9 @@ def main() -> int:
     parser.add_argument("--explore", action="store_true", help="plots.explore on the --big trace: first draw and a zoom")
     parser.add_argument("--explore-browser", action="store_true",
                         help="plots.explore on the --big trace in JupyterLab in headless Chromium: first draw and zooms")
+    parser.add_argument("--report", action="store_true",
+                        help="python -m helpers report on the --big trace, the recorded trace and an 8-rank job: time, "
+                             "size, first draw in headless Chromium")
     parser.add_argument("--folder", action="store_true", help="the 8-rank folder")
     parser.add_argument("--real", action="store_true", help="the recorded trace, helpers vs HTA")
     parser.add_argument("--scaling", action="store_true", help="10k, 100k and 1M synthetic events")
@@ -951,6 +993,9 @@ def main() -> int:
         return 0
     if args.explore_browser:
         explore_in_browser(args.events, max(args.repeat, 1), args.keep)
+        return 0
+    if args.report:
+        report_costs(args.events, max(args.repeat, 1), args.keep, args.chromium)
         return 0
     if args.costs:
         if args.keep is None or not args.keep.exists():

@@ -387,8 +387,52 @@ def lab10() -> list[tuple[str, str]]:
     ]
 
 
+def lab11() -> list[tuple[str, str]]:
+    import tempfile
+
+    import torch
+
+    from helpers import checks
+    from helpers.profiling import capture
+    from helpers.workloads import callsite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broken = capture(callsite.make_step("broken", torch.device("cpu")), steps=2, warmup=1, with_stack=True, out_dir=tmp)
+
+    def outermost(trace):
+        ev = trace.events
+        frames = ev[ev["kind"] == "python"]
+        out = {}
+        for _, r in checks.sync_rows(trace).iterrows():
+            above = frames[(frames["tid"] == r["tid"]) & (frames["start_us"] <= r["start_us"]) & (frames["end_us"] >= r["end_us"])]
+            k = above.sort_values("start_us")["name"].iloc[0]
+            out[k] = out.get(k, 0) + 1 / len(trace.steps)
+        return out
+
+    def any_blocking_variable(s):  # the rules, except that any CUDA_LAUNCH_BLOCKING counts, "0" too
+        found = {"launch_blocking"} if "CUDA_LAUNCH_BLOCKING" in s["env"] else set()
+        lo = s["loader"]
+        if lo["num_workers"] and s["dev_shm_free_bytes"] is not None and \
+                s["dev_shm_free_bytes"] < lo["num_workers"] * lo["prefetch_factor"] * lo["batch_bytes"]:
+            found.add("shm_too_small")
+        if s["torch_threads"] * s["processes_per_node"] > s["cores"]:
+            found.add("oversubscribed")
+        if s["gpu"] and {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                         "hw_power_brake_slowdown"} & set(s["gpu"]["clock_reasons"]):
+            found.add("throttled")
+        return found
+
+    command = ("nsys profile --trace=cuda,nvtx,osrt --cudabacktrace=sync --python-backtrace=cuda --sample=none "
+               "-o callsite_broken python -m helpers.workloads.callsite --variant broken")
+    return [
+        ("each sync put on the outermost frame", _said(checks.check_sync_sites, outermost, broken)),
+        ("the backtrace command with CPU sampling off", _said(checks.check_backtrace_command, command)),
+        ("CUDA_LAUNCH_BLOCKING=0 flagged", _said(checks.check_environment_pitfalls, any_blocking_variable)),
+    ]
+
+
 LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07,
-        "08": lab08, "09": lab09, "10": lab10}
+        "08": lab08, "09": lab09, "10": lab10, "11": lab11}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from pandas.api.types import union_categoricals
 from ..errors import TraceError
 from ..interrupts import temporary_dir
 from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
-from ..paths import working_folder
+from ..paths import unreachable, working_folder
 from ..procs import Hung, run_bounded, worker_pool
 from . import kineto, nsys
 from .budget import Budget, charge_bytes
@@ -78,6 +78,9 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
     except OSError as exc:
         raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path") from None
     if not exists:
+        why = unreachable(p)
+        if why:
+            raise TraceError(f"{p}: {why}")
         folder = working_folder()
         if folder is None and not p.is_absolute():
             raise TraceError(f"{p}: not found, and the current folder no longer exists (it was deleted or moved), so "

@@ -69,7 +69,8 @@ def readonly_uri(path: Path) -> str:
     The path is percent-quoted so ``#``, ``?`` and ``%`` in a file name are not URI syntax, and
     ``immutable=1`` stops SQLite from creating ``-wal``/``-shm`` files or taking locks beside it.
     """
-    return "file:" + urllib.parse.quote(str(Path(path).absolute())) + "?mode=ro&immutable=1"
+    # quoted from the name's bytes: a name that is not UTF-8 (surrogate-escaped) is quoted byte for byte
+    return "file:" + urllib.parse.quote(os.fsencode(Path(path).absolute())) + "?mode=ro&immutable=1"
 
 
 def read(path: Path, max_events: int | None = None, max_bytes: int | None = None, *,
