@@ -61,6 +61,8 @@ STATIC = Path(__file__).parent / "static"
 MAX_RANGE_DEPTH = 2
 #: Hover tolerance in pixels either side of the pointer: a 1-px kernel is still hittable.
 HOVER_PX = 3
+#: Views of at most this many columns are computed densely (prefix sums per column edge); wider ones sparsely.
+DENSE_COLUMNS = 65_536
 #: Matches a search sends at most (the count says how many there are).
 SEARCH_LIMIT = 5000
 
@@ -126,6 +128,8 @@ def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: floa
     empty = {k: np.zeros(0, dtype=np.int64) for k in ("x", "n", "c", "f")}
     if start.size == 0 or ncols <= 0 or not px > 0:
         return empty
+    if ncols <= DENSE_COLUMNS:
+        return _dense_column_runs(start, end, colour, t0, px, ncols)
     lo, hi = t0, t0 + ncols * px
     full_x, full_n, full_c = [], [], []
     part_col, part_c, part_amt = [], [], []
@@ -137,30 +141,39 @@ def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: floa
         a = np.minimum(np.floor(xs).astype(np.int64), ncols - 1)
         b = np.minimum(np.maximum(np.ceil(xe).astype(np.int64) - 1, a), ncols - 1)
         one = a == b
-        part_col += [a[one], a[~one], b[~one]]
-        part_amt += [(xe - xs)[one], (a + 1 - xs)[~one], (xe - b)[~one]]
-        part_c.append(np.full(int(one.sum()) + 2 * int((~one).sum()), c, dtype=np.int64))
+        # each interval's first and last pixel, in interval order: already sorted (the union is disjoint)
+        cols = np.empty(2 * a.size, dtype=np.int64)
+        amt = np.empty(2 * a.size)
+        cols[0::2], cols[1::2] = a, b
+        amt[0::2] = np.where(one, xe - xs, a + 1 - xs)
+        amt[1::2] = np.where(one, 0.0, xe - b)
+        real = np.ones(cols.size, dtype=bool)
+        real[1::2] = ~one
+        cols, amt = cols[real], amt[real]
+        if cols.size:
+            first = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
+            part_col.append(cols[first])
+            part_amt.append(np.add.reduceat(amt, first))
+            part_c.append(np.full(first.size, c, dtype=np.int64))
         inner = ~one & (b - a >= 2)
         full_x.append(a[inner] + 1)
         full_n.append(b[inner] - a[inner] - 1)
         full_c.append(np.full(int(inner.sum()), c, dtype=np.int64))
     if not part_c:
         return empty
-    pc, pcol, pamt = np.concatenate(part_c), np.concatenate(part_col), np.concatenate(part_amt)
     fx, fn, fc = np.concatenate(full_x), np.concatenate(full_n), np.concatenate(full_c)
-    # a column's share: what all colours cover of it; its colour: the one covering most of it
-    cols, inv = np.unique(pcol, return_inverse=True)
-    total = np.bincount(inv, weights=pamt, minlength=cols.size)
-    key_cols, key_inv = np.unique(inv * (int(pc.max()) + 1) + pc, return_inverse=True)
-    by_key = np.bincount(key_inv, weights=pamt)
-    kcol, kc = key_cols // (int(pc.max()) + 1), key_cols % (int(pc.max()) + 1)
-    order = np.lexsort((-by_key, kcol))
-    first = np.r_[True, kcol[order][1:] != kcol[order][:-1]]
-    colour_of = kc[order][first]
+    if len(part_c) == 1:  # one colour (most lanes): its pixels are sorted and distinct already
+        cols, total, colour_of = part_col[0], part_amt[0], part_c[0]
+    else:  # a pixel's share: what all colours cover of it; its colour: the one covering most of it
+        pc, pcol, pamt = np.concatenate(part_c), np.concatenate(part_col), np.concatenate(part_amt)
+        order = np.lexsort((-pamt, pcol))
+        pc, pcol, pamt = pc[order], pcol[order], pamt[order]
+        first = np.flatnonzero(np.r_[True, pcol[1:] != pcol[:-1]])
+        cols, total, colour_of = pcol[first], np.add.reduceat(pamt, first), pc[first]
     pct = np.clip(np.round(total * 100), 1, 100).astype(np.int64)
     # a partial column inside another colour's full run is drawn by that run
     if fx.size:
-        fo = np.argsort(fx)
+        fo = np.argsort(fx, kind="stable")
         run_start, run_end = fx[fo], fx[fo] + fn[fo]
         k = np.searchsorted(run_start, cols, side="right") - 1
         inside = (k >= 0) & (cols < run_end[np.clip(k, 0, None)])
@@ -176,6 +189,30 @@ def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: floa
     group = np.cumsum(~same) - 1
     starts = np.flatnonzero(~same)
     return {"x": x[starts], "n": np.bincount(group, weights=n).astype(np.int64), "c": c[starts], "f": f[starts]}
+
+
+def _dense_column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: float, px: float,
+                       ncols: int) -> dict[str, np.ndarray]:
+    """:func:`column_runs` for a view of few columns: each colour's union covered up to every column edge (prefix
+    sums, one bisection per edge), so the cost is the events' once and the columns' log(events)."""
+    edges = t0 + px * np.arange(ncols + 1)
+    per, keys = [], []
+    for c in np.unique(colour[colour >= 0]).tolist():
+        us, ue = m.merge_intervals(start[colour == c], end[colour == c])
+        per.append(np.diff(m.covered_before(us, ue, edges)) / px)
+        keys.append(c)
+    if not per:
+        return {k: np.zeros(0, dtype=np.int64) for k in ("x", "n", "c", "f")}
+    share = np.vstack(per)
+    total = np.clip(share.sum(axis=0), 0.0, 1.0)
+    best = np.asarray(keys, dtype=np.int64)[np.argmax(share, axis=0)]
+    cols = np.flatnonzero(total > 1e-9)
+    pct = np.clip(np.round(total[cols] * 100), 1, 100).astype(np.int64)
+    c = best[cols]
+    same = np.r_[False, (cols[1:] == cols[:-1] + 1) & (c[1:] == c[:-1]) & (pct[1:] == pct[:-1])]
+    first = np.flatnonzero(~same)
+    n = np.diff(np.r_[first, cols.size])
+    return {"x": cols[first].astype(np.int64), "n": n.astype(np.int64), "c": c[first], "f": pct[first]}
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -544,7 +581,7 @@ _EXPLORER = None
 
 def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
             ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True, causes: bool = True,
-            overlays: Sequence[dict] = ()):
+            overlays: Sequence[dict] = (), critical_path: bool = False):
     """An interactive timeline of ``trace``: Ctrl/Cmd-wheel or W/S to zoom, drag or A/D to pan, shift-drag to
     select, hover for an event's details and click to pin them, search by name; double-click shows the whole
     trace again. A plain wheel scrolls the page.
@@ -554,7 +591,9 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     ``causes=False`` leaves out of a selection's figures what the host was doing while the GPU idled: the
     labs' views before a reading, where naming the cause would answer the exercise.
     ``overlays``: tracks drawn above the lanes, each ``{"name", "x0", "x1", "c", "label"}`` (ms on the
-    timeline's axis, a colour per stretch, a label per stretch).
+    timeline's axis, a colour per stretch, a label per stretch); ``critical_path=True`` adds the critical path's
+    track (:func:`helpers.critical.critical_path`: each stretch of the steps by the one thing it waited on), which
+    names causes, so the labs leave it off before a reading.
     The returned widget's ``window_ms`` is the selected stretch (else the visible range).
     """
     global _EXPLORER
@@ -571,6 +610,11 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
             window_ms = (float(lanes.to_ms(row["start_us"].min())), float(lanes.to_ms(row["end_us"].max())))
         else:
             window_ms = (float(lanes.to_ms(lanes.full_us[0])), float(lanes.to_ms(lanes.full_us[1])))
+    if critical_path:
+        from .tracks import critical_path_overlay
+
+        track = critical_path_overlay(trace)
+        overlays = [*overlays, track] if track else list(overlays)
     return _EXPLORER(lanes, window_ms, title if title is not None else trace_name(trace), fallback, causes, overlays)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,19 @@ def _frame_text(frames: list[dict], skip: tuple[str, ...]) -> str:
     return ""
 
 
+#: The ``frame`` of an allocation made by autograd's engine thread (backward's outputs: the gradients), which has
+#: no Python frame above it.
+AUTOGRAD_ENGINE = "<autograd engine: backward>"
+
+
 def snapshot_events(snap: dict, device: int = 0) -> pd.DataFrame:
     """The allocator's history on ``device``, oldest first: ``time_us`` (from the first event), ``action``
     (``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``, ``oom``, ...),
     ``addr, size, stream``, and ``frame``: the innermost Python frame that asked (``file.py:line function``;
-    empty when the snapshot kept no Python stack), and ``stack``: every Python frame, innermost first."""
+    :data:`AUTOGRAD_ENGINE` for backward's allocations, which have none; empty when the snapshot kept no stack),
+    and ``stack``: every Python frame, innermost first. A tensor's memory is taken at ``alloc`` and can be used
+    again from its ``free_completed`` (``free_requested`` is when the program let go of it; the two differ
+    when another stream still used it)."""
     traces = snap.get("device_traces") or []
     events = traces[device] if 0 <= device < len(traces) else []
     rows = []
@@ -108,9 +117,15 @@ def snapshot_events(snap: dict, device: int = 0) -> pd.DataFrame:
         frames = e.get("frames") or []
         py = [f"{Path(str(f.get('filename', ''))).name}:{f.get('line', 0)} {f.get('name', '')}"
               for f in frames if str(f.get("filename", "")).endswith(".py")]
+        if py:
+            frame = py[0]
+        elif any("autograd::Engine" in str(f.get("name", "")) for f in frames):
+            frame = AUTOGRAD_ENGINE  # backward runs on autograd's own thread: no Python frame above it
+        else:
+            frame = ""
         rows.append({"time_us": float(e.get("time_us", 0)), "action": str(e.get("action", "")),
                      "addr": int(e.get("addr", 0) or 0), "size": int(e.get("size", 0) or 0),
-                     "stream": int(e.get("stream", 0) or 0), "frame": py[0] if py else "", "stack": tuple(py)})
+                     "stream": int(e.get("stream", 0) or 0), "frame": frame, "stack": tuple(py)})
     df = pd.DataFrame(rows, columns=["time_us", "action", "addr", "size", "stream", "frame", "stack"])
     if len(df):
         df["time_us"] -= df["time_us"].iloc[0]
@@ -131,6 +146,54 @@ def phases(snap: dict) -> pd.DataFrame:
         elif a.get("stage") == "END" and name in open_at:
             rows.append({"name": name, "start_us": open_at.pop(name), "end_us": t})
     return pd.DataFrame(rows, columns=["name", "start_us", "end_us"]).sort_values("start_us").reset_index(drop=True)
+
+
+def record_snapshot(fn: Any, steps: int = 2, warmup: int = 1, max_entries: int = 100_000) -> dict:
+    """Run ``fn(i)`` ``warmup`` times, then ``steps`` times while the CUDA allocator records its history, and return
+    the snapshot (``torch.cuda.memory._snapshot()``, what ``_dump_snapshot`` would write). GPU only."""
+    import torch
+
+    from .errors import NoGPUError
+
+    if not torch.cuda.is_available():
+        raise NoGPUError("a CUDA memory snapshot needs a CUDA GPU; the CPU track reads the recorded one")
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    try:
+        for i in range(warmup, warmup + steps):
+            fn(i)
+        torch.cuda.synchronize()
+        return torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def figure(allocated: pd.Series, phase_table: pd.DataFrame | None = None, title: str = "memory allocated"):
+    """A memory timeline: ``allocated`` (bytes, indexed by microseconds) as a step line in MiB, with the phases
+    of ``phase_table`` (:func:`phases`) shaded behind it. Returns a matplotlib Figure."""
+    from .lanes import PHASE_COLORS, _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9.5, 3.2), dpi=100)
+    if phase_table is not None and len(phase_table):
+        top = phase_table[~phase_table["name"].str.contains("#")]  # Optimizer.step#... sits inside "optimizer"
+        seen: set[str] = set()
+        for _, p in top.iterrows():
+            colour = PHASE_COLORS.get(p["name"], "#dddddd")
+            ax.axvspan(p["start_us"] / 1e3, p["end_us"] / 1e3, color=colour, alpha=0.25,
+                       label=None if p["name"] in seen else p["name"])
+            seen.add(p["name"])
+    ax.step(allocated.index.to_numpy() / 1e3, allocated.to_numpy() / 2**20, where="post", color="0.15", lw=1.4)
+    ax.set_xlabel("ms from the first recorded event")
+    ax.set_ylabel("MiB allocated (above the start)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if phase_table is not None and len(phase_table):
+        ax.legend(loc="upper left", fontsize=8, ncols=4)
+    fig.tight_layout()
+    return fig
 
 
 # --- profiler traces made with profile_memory=True ------------------------------------------------------
@@ -169,3 +232,52 @@ def allocations(trace: Any) -> pd.DataFrame:
                      "addr": int(a.get("Addr", 0)), "total_allocated": int(a.get("Total Allocated", 0))})
     df = pd.DataFrame(rows, columns=["time_us", "bytes", "device", "addr", "total_allocated"])
     return df.sort_values("time_us", kind="stable").reset_index(drop=True)
+
+
+# --- an out-of-memory error, as PyTorch words it ------------------------------------------------------
+_UNIT = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB)"
+
+
+def _bytes(number: str, unit: str) -> int:
+    return int(round(float(number) * _UNIT[unit]))
+
+
+def parse_oom(text: str) -> dict | None:
+    """The figures of a CUDA out-of-memory message, in bytes, or None when ``text`` holds none.
+
+    Reads both wordings PyTorch has used: since 2.1 (``Tried to allocate X. GPU 0 has a total capacity of C of
+    which F is free. [Process P has M memory in use.] [Including non-PyTorch memory, this process has T memory in
+    use.] Of the allocated memory A is allocated by PyTorch, [with G allocated in private pools ...,] and R is
+    reserved by PyTorch but unallocated.``) and before (``Tried to allocate X (GPU 0; C total capacity; A already
+    allocated; F free; R reserved in total by PyTorch)``). Returns ``requested, capacity, free, allocated,
+    reserved_unallocated, this_process`` (None when the message does not say: before 2.1, or when another line
+    names the process by number) and ``processes``: ``{pid: bytes}`` of the processes the message lists.
+    """
+    t = " ".join(str(text).split())
+    req = re.search(r"Tried to allocate " + _SIZE, t)
+    if not req:
+        return None
+    new = re.search(r"total capac\w* of " + _SIZE + r" of which " + _SIZE + r" is free", t)
+    if new:
+        alloc = re.search(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch", t)
+        unalloc = re.search(_SIZE + r" is reserved by PyTorch but unallocated", t)
+        mine = re.search(r"this process has " + _SIZE + r" memory in use", t)
+        if not (alloc and unalloc):
+            return None
+        out = {"requested": _bytes(*req.groups()), "capacity": _bytes(*new.groups()[:2]),
+               "free": _bytes(*new.groups()[2:]), "allocated": _bytes(*alloc.groups()),
+               "reserved_unallocated": _bytes(*unalloc.groups()),
+               "this_process": _bytes(*mine.groups()) if mine else None}
+    else:
+        old = re.search(r"\(GPU \d+; " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE
+                        + r" free; " + _SIZE + r" reserved in total by PyTorch\)", t)
+        if not old:
+            return None
+        g = old.groups()
+        reserved = _bytes(*g[6:8])
+        out = {"requested": _bytes(*req.groups()), "capacity": _bytes(*g[0:2]), "free": _bytes(*g[4:6]),
+               "allocated": _bytes(*g[2:4]), "reserved_unallocated": max(reserved - _bytes(*g[2:4]), 0),
+               "this_process": None}
+    out["processes"] = {int(pid): _bytes(n, u) for pid, n, u in re.findall(r"Process (\d+) has " + _SIZE + r" memory in use", t)}
+    return out

@@ -24,7 +24,6 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
-from .metrics.intervals import subtract
 from .model import Trace
 
 #: TensorBoard's step-time categories, in the order each claims an instant before the next.
@@ -75,7 +74,7 @@ def step_categories(trace: Trace) -> pd.DataFrame:
                 sel = masks[cat] & (rank_col == rank)
                 us, ue = m.merge_intervals(start[sel], end[sel])
             if covered[0].size and us.size:
-                us, ue = subtract(np.asarray(us, float), np.asarray(ue, float), *covered)
+                us, ue = _minus(np.asarray(us, float), np.asarray(ue, float), *covered)
             us, ue = np.asarray(us, float), np.asarray(ue, float)
             got[cat] = m.overlap(us, ue, ws, we) if us.size else np.zeros(ws.size)
             covered = m.merge_intervals(np.r_[covered[0], us], np.r_[covered[1], ue])
@@ -86,6 +85,18 @@ def step_categories(trace: Trace) -> pd.DataFrame:
             rows.append(row)
     cols = ["rank", "step", "step_us", *(f"{c}_us" for c in CATEGORIES)]
     return pd.DataFrame(rows, columns=cols)
+
+
+def _minus(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union ``(as_, ae)`` less the union ``(bs, be)`` (each sorted and disjoint), by one vectorised sweep."""
+    pts = np.concatenate([as_, ae, bs, be])
+    da = np.concatenate([np.ones(as_.size), -np.ones(ae.size), np.zeros(bs.size + be.size)])
+    db = np.concatenate([np.zeros(as_.size + ae.size), np.ones(bs.size), -np.ones(be.size)])
+    ends_first = np.concatenate([np.ones(as_.size), np.zeros(ae.size), np.ones(bs.size), np.zeros(be.size)])
+    order = np.lexsort((ends_first, pts))  # at a tie, ends before starts: touching intervals do not overlap
+    p, ca, cb = pts[order], np.cumsum(da[order]), np.cumsum(db[order])
+    inside = (ca[:-1] > 0) & (cb[:-1] <= 0) & (p[1:] > p[:-1])
+    return m.merge_intervals(p[:-1][inside], p[1:][inside])
 
 
 def _nest(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -204,17 +215,20 @@ def _gpu_time_by_op(tree: dict[str, pd.DataFrame]) -> tuple[pd.Series, pd.Series
     g = gpu[(gpu["op"] >= 0) & (gpu["step"] >= 0)]
     own = g.groupby("op")["dur_us"].sum()
     count = g.groupby("op").size()
-    parent = dict(zip(ops["row"].tolist(), ops["parent"].tolist()))
-    total: dict[int, float] = {}
-    n_total: dict[int, int] = {}
-    for op, us in own.items():  # each op's own GPU time counts for every op above it too
-        n = int(count[op])
-        node = int(op)
-        while node >= 0:
-            total[node] = total.get(node, 0.0) + float(us)
-            n_total[node] = n_total.get(node, 0) + n
-            node = parent.get(node, -1)
-    return own, pd.Series(total, dtype=float), pd.Series(n_total, dtype=float)
+    rows = ops["row"].to_numpy()
+    pos = pd.Series(np.arange(rows.size), index=rows)
+    parent = pos.reindex(ops["parent"].to_numpy()).to_numpy()  # NaN: no parent
+    total = np.zeros(rows.size)
+    n_total = np.zeros(rows.size)
+    total[pos.loc[own.index].to_numpy()] = own.to_numpy()
+    n_total[pos.loc[count.index].to_numpy()] = count.to_numpy()
+    # a parent sorts before its children (same thread, earlier or equal start, longer): add up from the back
+    has = np.flatnonzero(~np.isnan(parent))
+    par = parent[has].astype(np.int64)
+    for i, p in zip(has[::-1].tolist(), par[::-1].tolist()):
+        total[p] += total[i]
+        n_total[p] += n_total[i]
+    return own, pd.Series(total, index=rows), pd.Series(n_total, index=rows)
 
 
 def op_table(trace: Trace, shapes: dict[str, list[tuple[str, int]]] | None = None) -> pd.DataFrame:
@@ -224,17 +238,25 @@ def op_table(trace: Trace, shapes: dict[str, list[tuple[str, int]]] | None = Non
     first), joined into a ``shapes`` column. An op nested in an op of the same name counts once."""
     trace = m.stepped(trace)
     tree = call_tree(trace)
-    ops = tree["ops"]
-    ops = ops[ops["step"] >= 0]
+    all_ops = tree["ops"]
     n = steps_of(trace)
     own, total, n_kernels = _gpu_time_by_op(tree)
-    rows = ops["row"]
-    parent_name = ops["parent"].map(dict(zip(tree["ops"]["row"], tree["ops"]["name"])))
-    outer = parent_name.to_numpy(dtype=object) != ops["name"].to_numpy(dtype=object)  # recursion counts once
-    df = pd.DataFrame({"name": ops["name"], "kind": np.where(trace.events["kind"].to_numpy()[rows] == "annotation", "range", "op"),
-                       "host": np.where(outer, ops["dur_us"], 0.0), "self": ops["self_us"],
-                       "gpu": np.where(outer, rows.map(total).fillna(0.0), 0.0), "gpu_self": rows.map(own).fillna(0.0),
-                       "kernels": np.where(outer, rows.map(n_kernels).fillna(0.0), 0.0)})
+    codes = pd.factorize(all_ops["name"].to_numpy(dtype=object))[0]
+    pos = pd.Series(np.arange(len(all_ops)), index=all_ops["row"].to_numpy())
+    parent_pos = pos.reindex(all_ops["parent"].to_numpy()).to_numpy()
+    has_parent = ~np.isnan(parent_pos)
+    outer = np.ones(len(all_ops), dtype=bool)  # recursion (an op inside one of its name) counts once
+    outer[has_parent] = codes[parent_pos[has_parent].astype(np.int64)] != codes[has_parent]
+    in_steps = all_ops["step"].to_numpy() >= 0
+    ops = all_ops[in_steps]
+    outer = outer[in_steps]
+    rows = ops["row"].to_numpy()
+    kind = np.where(trace.events["kind"].to_numpy()[rows] == "annotation", "range", "op")
+    df = pd.DataFrame({"name": ops["name"].to_numpy(dtype=object), "kind": kind,
+                       "host": np.where(outer, ops["dur_us"].to_numpy(), 0.0), "self": ops["self_us"].to_numpy(),
+                       "gpu": np.where(outer, total.reindex(rows).fillna(0.0).to_numpy(), 0.0),
+                       "gpu_self": own.reindex(rows).fillna(0.0).to_numpy(),
+                       "kernels": np.where(outer, n_kernels.reindex(rows).fillna(0.0).to_numpy(), 0.0)})
     g = df.groupby(["name", "kind"], sort=False)
     out = pd.DataFrame({"calls": g.size() / n, "host_ms": g["host"].sum() / n / 1e3, "self_ms": g["self"].sum() / n / 1e3,
                         "gpu_ms": g["gpu"].sum() / n / 1e3, "gpu_self_ms": g["gpu_self"].sum() / n / 1e3,

@@ -16,15 +16,19 @@ from typing import Any
 import pandas as pd
 
 from .diagnosis import PATTERNS, Finding, SteadyState
+from .paths import printable
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
 
 
 def clean(obj: Any) -> Any:
-    """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
+    """JSON-safe: NaN -> null, numpy scalars -> Python numbers, text printable (a file name's undecodable
+    bytes as ``\\xNN``, not a lone surrogate that strict JSON readers refuse)."""
+    if isinstance(obj, str):
+        return printable(obj)
     if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
+        return {printable(str(k)): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [clean(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
@@ -71,11 +75,12 @@ def summary_text(s: dict[str, Any]) -> str:
     if s["step_time_ms"] is not None:
         lines.append(f"  {'step time (mean)' if s['steps'] else 'capture (no step markers)'}: {s['step_time_ms']:.3f} ms")
     if s["has_gpu"]:
-        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%}")
-        idle = s["idle_by_cause_us"]
-        total = sum(idle.values()) or 1.0
-        lines.append("  GPU idle, by the cause a fix would remove: "
-                     + ", ".join(f"{k} {v / total:.0%}" for k, v in idle.items() if v))
+        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%} of step time")
+        shares = s.get("idle_share_by_cause") or {}
+        if shares:  # the shares diagnose's costs are: of step time, not of the idle time
+            lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
+                         "(the costs diagnose ranks by, % of step time): "
+                         + ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005))
         k = s["kernels"]
         lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
         for c in s["copies"]:
@@ -84,7 +89,8 @@ def summary_text(s: dict[str, Any]) -> str:
         lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
     else:
         lines.append(f"  {CPU_ONLY_NOTE}")
-    lines.append(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
+    lines.append(f"  data wait (the host's own time in the DataLoader or data ranges): {s['data_wait_us_per_step'] / 1e3:.2f} "
+                 f"ms/step, {s['data_wait_share']:.0%} of step time")
     if "communication" in s:
         c = s["communication"]
         lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} "

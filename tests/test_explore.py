@@ -235,4 +235,41 @@ def test_the_axis_names_time_zero(trace):
     text = plots.explore(gpu_bound, fallback=False).origin
     assert "on the GPU; the host began it" in text  # lab 08's first figure: why host work sits at negative times
     fig = plots.timeline(gpu_bound)
-    assert fig.axes[0].get_xlabel() == "time (ms); " + text
+    assert fig.axes[0].get_xlabel().replace("\n", " ") == "time (ms); " + text
+
+
+def test_dense_and_sparse_columns_agree(trace, lanes, monkeypatch):
+    """A view of few columns is computed densely (prefix sums), a level of millions sparsely: the same pixels."""
+    import helpers.explore as ex
+
+    def expand(runs, ncols):
+        out = np.zeros(ncols)
+        colour = np.full(ncols, -1)
+        for x, n, c, f in zip(runs["x"], runs["n"], runs["c"], runs["f"]):
+            out[x:x + n] = f
+            colour[x:x + n] = c
+        return out, colour
+
+    t0, t1 = lanes.full_us
+    for ln in lanes.lanes:
+        if ln.is_ranges:
+            continue
+        px = (t1 - t0) / 3000
+        dense = ex.column_runs(ln.start, ln.end, ln.colour, t0, px, 3000)
+        monkeypatch.setattr(ex, "DENSE_COLUMNS", 0)
+        sparse = ex.column_runs(ln.start, ln.end, ln.colour, t0, px, 3000)
+        monkeypatch.setattr(ex, "DENSE_COLUMNS", 65_536)
+        (fd, cd), (fs, cs) = expand(dense, 3000), expand(sparse, 3000)
+        assert np.abs(fd - fs).max() <= 1, ln.lane  # rounding of a share to whole percent
+        assert (fd > 0).tolist() == (fs > 0).tolist()
+        full = (fd == 100) & (fs == 100)
+        assert (cd[full] == cs[full]).all()  # a pixel one colour fills is that colour either way
+
+
+def test_the_critical_path_track(trace):
+    view = plots.explore(trace, step=1, fallback=False, critical_path=True)
+    (track,) = view.overlays
+    assert track["name"] == "critical path" and len(track["x0"]) == len(track["x1"]) == len(track["c"]) > 0
+    assert all(a <= b for a, b in zip(track["x0"], track["x1"]))
+    assert {c for c, _ in track["legend"]} == set(track["label"])
+    assert plots.explore(trace, step=1, fallback=False).overlays == []  # off unless asked: it names causes

@@ -67,7 +67,7 @@ import re  # noqa: E402
 DOCS = ROOT / "docs"
 GUIDE = DOCS / "INSTRUCTORS.md"
 PAGES = sorted((DOCS / "instructors").glob("[0-9][0-9]_*.md"))
-STUDY_ORDER = ["00", "01", "02", "03", "04", "05", "07", "06", "08", "09"]
+STUDY_ORDER = ["00", "01", "02", "03", "04", "05", "07", "06", "08", "09", "10", "11"]
 
 
 def _slug(heading: str) -> str:

@@ -187,6 +187,7 @@ def test_workers_raised_but_copies_pageable_fails():
     """Workers prefetch, but the loader hands over pageable batches: the copies run at a third of the speed."""
     ev = _fixed_gpu_events()
     h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev["host_memory"] = ev["host_memory"].astype(str)  # plain text takes a value the recording does not hold
     ev.loc[h2d, "host_memory"] = "pageable"
     ev.loc[h2d, "dur_us"] *= 3.0
     ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]
@@ -350,6 +351,7 @@ def _pinned_blocking_events() -> pd.DataFrame:
     """The second loop with its batches pinned but copied as first written: plain .to(device), one stream."""
     ev = recorded("h2d_copy", "broken").events.copy()
     h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev["host_memory"] = ev["host_memory"].astype(str)  # plain text takes a value the recording does not hold
     ev.loc[h2d, "host_memory"] = "pinned"
     ev.loc[h2d, "dur_us"] = ev.loc[h2d, "bytes"] / 55.3e3  # the bandwidth of the recorded pinned copies
     ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]

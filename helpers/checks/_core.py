@@ -38,6 +38,10 @@ SELF_CHECK = {
                   "labs/08_gpu_bound.ipynb"),
     "kernels": ("(course) Judge kernels against the device: FLOPs, the roofline, MFU, tensor-core shapes, attention",
                 "labs/09_kernel_efficiency.ipynb"),
+    "memory": ("(course) Read GPU memory: allocated vs reserved, the timeline and its peak, transients, an OOM",
+               "labs/10_gpu_memory.ipynb"),
+    "callsites": ("(course) Find the code behind a hidden sync, or the setting in the environment behind a slow timeline",
+                  "labs/11_call_sites_and_environment.ipynb"),
 }
 RESULTS_FILE = ".selfcheck.json"
 RESULTS_LIMIT = 1 << 20  # the eleven items' results are about 2 KB; anything far bigger is not this file

@@ -28,7 +28,7 @@ PARAM_RTOL = 1e-4
 #: A logged loss is the loop's own when it is within this of a true loss (one step's, or a mean or sum
 #: over the last N steps): four printed decimals.
 LOG_ABS = 2e-3
-_FLOAT = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?")
+_FLOAT = re.compile(r"[-+]?(?<!\d)\d+\.\d+(?:[eE][-+]?\d+)?")  # starts only where a run of digits starts: linear time
 
 
 def _call(fn: Callable, *args: Any, what: str, note: Any = None) -> Any:
@@ -430,6 +430,7 @@ class _StepRecord:
         self.back_sq = 0.0  # squared norm of the gradients backward delivered to the parameters
         self.step_sq: float | None = None  # ... and of those the optimizer stepped on (None: it did not step)
         self.moved = False  # whether the head's bias changed (Adam moves every parameter with a gradient)
+        self.lowered = False  # whether a GradScaler lowered its scale: it found overflowed gradients and skipped
 
 
 @contextmanager
@@ -465,7 +466,7 @@ def _instrumented(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Iterato
                                                      for p in params if p.grad is not None)
 
     scaler_cls = torch.amp.GradScaler
-    original_scale = scaler_cls.scale
+    original_scale, original_update = scaler_cls.scale, scaler_cls.update
 
     def scale(self: Any, outputs: Any) -> Any:  # GradScaler.scale's own signature
         out = original_scale(self, outputs)
@@ -473,6 +474,13 @@ def _instrumented(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Iterato
         if rec is not None and self.is_enabled():
             rec.scale, rec.scaler = float(self.get_scale()), self
         return out
+
+    def update(self: Any, new_scale: Any = None) -> None:  # GradScaler.update's own signature
+        before = self.get_scale() if self.is_enabled() else None
+        original_update(self, new_scale)
+        rec = current()
+        if rec is not None and before is not None and self.get_scale() < before:
+            rec.lowered = True
 
     handles = [mod.register_forward_hook(on_linear) for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
     head = getattr(model, "head", None)
@@ -485,11 +493,11 @@ def _instrumented(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Iterato
         records.append(_StepRecord(y))
         return records[-1]
 
-    scaler_cls.scale = scale
+    scaler_cls.scale, scaler_cls.update = scale, update
     try:
         yield start
     finally:
-        scaler_cls.scale = original_scale
+        scaler_cls.scale, scaler_cls.update = original_scale, original_update
         for h in handles:
             h.remove()
 
@@ -688,10 +696,11 @@ def lowp_step_problem(step_fn: Callable, device: torch.device, steps: int = 4) -
     if not any(r.moved for r in mine):
         return (f"{steps} calls of your step left every parameter as it was: run backward and opt.step()"
                 + (" (scaler.step(opt) with a GradScaler)." if scaled else "."), "")
-    skipped = [k for k, r in enumerate(mine) if not r.moved]
-    if skipped and not scaled:
-        return (f"your step left the parameters unchanged at step(s) {skipped} of {steps}: call opt.step() every step "
-                "(only a GradScaler may skip a step, when fp16 gradients overflowed)."), ""
+    unexplained = [k for k, r in enumerate(mine) if not r.moved and not r.lowered]
+    if unexplained:
+        return (f"your step left the parameters unchanged at step(s) {unexplained} of {steps}: call opt.step() every step "
+                "(only a GradScaler may skip a step, when fp16 gradients overflowed; it then lowers its scale, and "
+                f"{'yours did not' if scaled else 'your step has none'})."), ""
     settings = None
     if kind == "fp16" or scaled:
         s = scaled[0].scaler

@@ -136,6 +136,13 @@ def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool, fp32_tra
         problem = own_capture_problem(fp32_trace)
         if problem:
             return _check("gpu_bound", name, False, problem)
+    from ..thresholds import TENSOR_CORE_GEMM_SHARE
+
+    ffma = m.gemm_math_shares(fp32_trace)["fp32_ffma"]
+    if ffma < TENSOR_CORE_GEMM_SHARE:
+        return _check("gpu_bound", name, False,
+                      f"fp32_trace runs only {ffma:.0%} of its GEMM time on fp32 FFMA kernels: pass the capture of the "
+                      "fp32 loop (TF32 off, no autocast), whose GEMM share says how much of the step precision can shorten")
     exp = capability.precision_expectation(_profile(live), capability.gemm_step_share(fp32_trace))
     ok, message = capability.precision_verdict(exp, float(fp32_ms), float(fast_ms))
     _check("gpu_bound", name, ok, message)

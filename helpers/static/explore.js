@@ -29,6 +29,13 @@ function fmtDur(us) {
   return us.toFixed(us < 10 ? 2 : 1) + " µs";
 }
 
+function fmtBytes(b) {
+  if (b >= 1e9) return (b / 1e9).toFixed(2) + " GB";
+  if (b >= 1e6) return (b / 1e6).toFixed(2) + " MB";
+  if (b >= 1e3) return (b / 1e3).toFixed(1) + " kB";
+  return b.toFixed(0) + " B";
+}
+
 function cut(name, n = TIP_NAME) {
   const s = String(name);
   if (s.length <= n) return s;
@@ -139,6 +146,7 @@ export function mount(el, model, opts = {}) {
     root.dataset.binsView = (b.view || []).map((v) => v.toFixed(6)).join(",");
     const p = model.get("pinned") || {};
     root.dataset.pinnedRow = p.name ? String(p.row) : "";
+    root.dataset.pinnedMs = p.name ? `${p.start_ms},${p.end_ms}` : "";
     root.dataset.matches = String(matches.length);
     root.dataset.matchIndex = String(matchIndex);
   }
@@ -315,8 +323,15 @@ export function mount(el, model, opts = {}) {
     g.font = "12px sans-serif";
   }
 
+  function overlayData(index) {
+    // a track's stretches: as the model gives them for this view (thinned, in a report), else all of them
+    const ov = (model.get("overlays") || [])[index] || {};
+    const inView = ((model.get("bins") || {}).overlays || [])[index];
+    return inView ? { ...ov, ...inView } : ov;
+  }
+
   function drawOverlay(g, r, pw) {
-    const ov = (model.get("overlays") || [])[r.index] || {};
+    const ov = overlayData(r.index);
     const x0s = ov.x0 || [], x1s = ov.x1 || [], cs = ov.c || [], labels = ov.label || [];
     g.textAlign = "center";
     g.textBaseline = "middle";
@@ -507,7 +522,7 @@ export function mount(el, model, opts = {}) {
   }
 
   function overlayTip(r, x) {
-    const ov = (model.get("overlays") || [])[r.index] || {};
+    const ov = overlayData(r.index);
     const t = tOf(x), tol = (3 * (view[1] - view[0])) / plotW();
     const x0s = ov.x0 || [];
     for (let k = 0; k < x0s.length; k++) {
@@ -527,7 +542,7 @@ export function mount(el, model, opts = {}) {
     const what = `${esc(info.kind)}${info.copy ? " " + esc(info.copy) : ""} · ${esc(info.where)}`
       + (info.rank !== undefined && (model.get("lane_info") || []).some((l) => l.rank !== info.rank) ? ` · rank ${info.rank}` : "");
     let html = `<b class="gtl-name">${esc(name)}</b><br>${what}<br>start ${info.start_ms.toFixed(3)} ms · ${fmtDur(info.dur_us)}`;
-    if (info.bytes !== undefined) html += ` · ${(info.bytes / 1e6).toFixed(3)} MB`;
+    if (info.bytes !== undefined) html += ` · ${fmtBytes(info.bytes)}`;
     if (info.shapes) html += `<br>input shapes ${esc(long ? info.shapes : cut(info.shapes, 80))}`;
     return html;
   }
@@ -724,6 +739,7 @@ export function mount(el, model, opts = {}) {
   return {
     root,
     setView: (a, b) => setView(a, b),
+    expandRank: (rank) => { if (groupsCollapsed.delete(rank)) draw(); },
     view: () => view.slice(),
     onView: (f) => viewListeners.push(f),
     destroy: () => {
