@@ -132,3 +132,46 @@ def test_capstone_slower_beyond_noise_is_refused_and_too_few_cores_is_said(machi
     machine(cores=1, load=0.5)  # one core for both: the gain cannot show, and the verdict says so
     assert "step time not judged: 1 loader worker process and the training process share 1 core here" in \
         checks.check_capstone(before, slower, 1.3, real_mystery_step)
+
+
+# --- fixes that add no process: slower than the machine's own drift -----------------------------------
+def _stretched(t, factor: float, model_ops_too: bool):
+    """``t`` with every step ``factor`` times as long; the model's compute ops stretched with it (a busier machine)
+    or not (the same ops, something else in the step taking the time: a slower fix)."""
+    from helpers.checks.behaviour import SAME_WORK_OPS
+
+    out = _scaled(t, factor)
+    if not model_ops_too:
+        ev = out.events.copy()
+        ops = ev["name"].isin(SAME_WORK_OPS).to_numpy()
+        ev.loc[ops, "dur_us"] = t.events.loc[ops, "dur_us"].to_numpy()
+        ev.loc[ops, "end_us"] = ev.loc[ops, "start_us"] + ev.loc[ops, "dur_us"]
+        out = mine((type(out)(ev, out.source, out.format, dict(out.metadata)),))[0]
+        out.metadata["steps"] = _scaled(t, factor).steps
+    return out
+
+
+def test_the_machines_drift_is_measured_on_the_same_work():
+    from helpers.checks import behaviour
+
+    before, fixed = mine((recorded("launch_overhead", "broken", "cpu"), recorded("launch_overhead", "foreach", "cpu")))
+    drift = behaviour.machine_drift(before, fixed)
+    assert drift == pytest.approx(1.0, abs=0.35)  # the same model on one machine: its ops took as long
+    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=True)
+    assert behaviour.machine_drift(before, busier) == pytest.approx(4.0 * drift, rel=0.01)
+    assert speed.slower_problem(before, busier) and behaviour.slower_than_the_machine(before, busier) == ""
+    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=False)  # a longer step, the same ops
+    assert "your step is slower" in behaviour.slower_than_the_machine(before, slower)
+
+
+def test_a_launch_fix_that_makes_the_step_slower_is_refused():
+    """Lab 02 (CPU track): fewer calls, the same update as Adam, but the step slower beyond the noise band with the
+    model's own ops as fast as before: refused. The same slowdown with the model's ops slower too is the machine."""
+    from test_fake_fixes import _adam
+
+    before = mine((recorded("launch_overhead", "broken", "cpu"),))[0]
+    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=False)
+    with pytest.raises(checks.CheckFailed, match="(?i)your trace shows: your step is slower"):
+        checks.check_launch_fixed(before, slower, 1.5, update=_adam)
+    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=True)
+    assert checks.check_launch_fixed(before, busier, 1.5, update=_adam).startswith("passed")  # the machine, not the fix

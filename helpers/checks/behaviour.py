@@ -830,3 +830,64 @@ def kept_statistic_problem(mine: torch.nn.Module, want: list[float], run: Callab
         return (f"your model records {[round(v, 4) for v in values]} where gpu_bound.Net records {where} "
                 f"{[round(v, 4) for v in want]}: keep the same statistic, only as a tensor")
     return None
+
+
+# --- speed: slower than the machine's own drift between two captures ----------------------------------
+#: The model's own compute: the same work in a loop before and after a fix that changes its logging, its
+#: optimizer or its copies (not its model). How long these took in each capture says how fast the machine was then.
+SAME_WORK_OPS = ("aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::conv2d",
+                 "aten::layer_norm", "aten::native_layer_norm", "aten::gelu", "aten::relu")
+
+
+def machine_drift(before: Any, after: Any) -> float:
+    """How many times longer the same work took in ``after`` than in ``before``: the model's compute ops
+    (:data:`SAME_WORK_OPS`) that both traces run the same number of times a step, their total time a step in
+    ``after`` over ``before``. Other work on a shared machine changes between two captures minutes apart, and a
+    CPU op's time says by how much (on a GPU track its host time: launch calls). NaN when no op is shared."""
+    import numpy as np
+
+    def per_step(t: Any) -> dict[str, tuple[float, float]]:
+        ev = t.events
+        steps = max(int((ev["step"] >= 0).any() and ev.loc[ev["step"] >= 0, "step"].nunique()), 1)
+        sel = ev[(ev["kind"] == "cpu_op") & ev["name"].isin(SAME_WORK_OPS) & (ev["step"] >= 0)]
+        grouped = sel.groupby("name")["dur_us"]
+        return {str(k): (float(n) / steps, float(s) / steps) for (k, n), s in zip(grouped.count().items(), grouped.sum())}
+
+    b, a = per_step(before), per_step(after)
+    common = [k for k in b if k in a and np.isclose(b[k][0], a[k][0], rtol=0.01)]
+    tb, ta = sum(b[k][1] for k in common), sum(a[k][1] for k in common)
+    return ta / tb if tb > 0 and ta > 0 else float("nan")
+
+
+def slower_than_the_machine(before: Any, after: Any) -> str:
+    """A line when ``after``'s median step is slower than ``before``'s beyond the noise band and beyond the
+    machine's own drift between the two captures (:func:`machine_drift`: the same model ops took that much
+    longer), else ''. For fixes that add no process of their own (a loader's workers compete with the training
+    process for the cores, so their drift is the fix's, and :func:`helpers.checks.speed.slower_problem` judges
+    those): a busier machine slows the same work in both loops alike; a slower fix slows the step more."""
+    import math
+
+    import numpy as np
+
+    from .. import metrics as m
+    from .. import thresholds as th
+    from .speed import slower_problem
+
+    drift = machine_drift(before, after)
+    if not (math.isfinite(drift) and drift > 1):
+        return slower_problem(before, after)
+    b_t, a_t = m.step_times(before) * drift, m.step_times(after)
+    if not (len(b_t) and len(a_t)):
+        return ""
+    b, a = float(np.median(b_t)), float(np.median(a_t))
+    spread = m.report._spread
+    band = (th.NOISE_BAND_SE * float(np.hypot(1.2533 * spread(b_t) / np.sqrt(len(b_t)), 1.2533 * spread(a_t) / np.sqrt(len(a_t))))
+            if min(len(b_t), len(a_t)) >= th.NOISE_MIN_STEPS else th.SPEED_NO_BAND_REL * b)
+    allowed = max(band, th.SPEED_SLOWER_FLOOR * b)
+    if a - b <= allowed:
+        return ""
+    was = b / drift
+    return (f"your step is slower: median {was:.1f} -> {a:.1f} ms ({was / a:.2f}x), beyond the noise band (+/- {allowed:.1f} ms "
+            f"from both runs' own spread) even with the machine {drift:.2f}x slower during your capture (the model's own "
+            f"ops, the same work in both loops, took that much longer: {b:.1f} ms is what the loop as first written would "
+            "have taken then); a fix never makes the step slower, on any machine")

@@ -296,7 +296,8 @@ def _copy_streams(trace: Trace) -> tuple[set[int], set[int]]:
 
 def check_h2d_fixed(before: Trace, after: Trace | None, min_bandwidth_gain: float = 3.0) -> str:
     """Your step's copies: from pinned memory, at least ``min_bandwidth_gain`` x the broken loop's bandwidth,
-    and hidden behind compute (no h2d_copy finding left), judged from your own GPU trace.
+    and hidden behind compute (no h2d_copy finding left), judged from your own GPU trace; and the step not slower than
+    ``before`` beyond the noise band of the two captures.
 
     ``after=None`` on a machine without a CUDA GPU: not judged (there is no copy engine to use), and
     nothing is recorded; on the CPU track the item is earned by the readings.
@@ -343,6 +344,9 @@ def check_h2d_fixed(before: Trace, after: Trace | None, min_bandwidth_gain: floa
                      "the compute uses, so each waits for the previous batch's compute and the compute waits for it: "
                      "copy batch i+1 on a side stream while batch i computes")
         problems.append(line)
+    slower = behaviour.slower_than_the_machine(before, after)  # a copy hidden behind compute never makes it slower
+    if slower:
+        problems.insert(0, slower)
     _check("h2d", "check_h2d_fixed", not problems, "Your trace shows: " + " | ".join(problems) + ".")
     return (f"passed: check_h2d_fixed (H2D {bw_b:.1f} -> {bw_a:.1f} GB/s, pinned, "
             f"{ha['overlap_with_compute']:.0%} of copy time overlapped by compute)")

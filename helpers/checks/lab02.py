@@ -264,7 +264,8 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
     the graph), launch idle below ``thresholds.LAUNCH_IDLE_SHARE`` and no ``launch_overhead``
     finding. CPU: first the learner's ``update`` itself, run here next to ``torch.optim.Adam`` on the
     model's own parameters and on random shapes (:func:`adam_update_problem`); then at least
-    ``min_gain`` x fewer top-level PyTorch ops per step. Step times are reported, never judged.
+    ``min_gain`` x fewer top-level PyTorch ops per step. Last, the step may not be slower than ``before`` beyond
+    the noise band of the two captures (:func:`helpers.checks.speed.slower_problem`); the speed-up is reported.
     """
     problem = own_capture_problem(after, before)
     if problem is None and not before.has_gpu:
@@ -281,7 +282,12 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
     else:
         ok, msg = _cpu_verdict(before, after, min_gain)
     band = m.step_time_band(before, after)  # the medians the comparison table shows
-    timing = f" Median step time {band['before_ms']:.2f} -> {band['after_ms']:.2f} ms under the profiler (reported, not judged)."
+    slower = behaviour.slower_than_the_machine(before, after) if ok else ""  # fewer calls that cost more time are no fix
+    ok = ok and not slower
+    if slower:
+        msg = "your trace shows: " + slower
+    timing = (f" Median step time {band['before_ms']:.2f} -> {band['after_ms']:.2f} ms under the profiler"
+              + (" (not slower beyond the noise band)." if ok else "."))
     msg = msg.rstrip(".")
     _check("launch", "check_launch_fixed", ok, msg[0].upper() + msg[1:] + "." + timing)
     return "passed: check_launch_fixed. " + msg + "." + timing

@@ -75,7 +75,8 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
 
 def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> str:
     """The learner's trace ``after``: at most ``max_per_step`` syncs per step (two or three reads every 10 steps are fine)
-    and no ``sync_stall`` finding. Names what still syncs, and where, when it fails."""
+    and no ``sync_stall`` finding. Names what still syncs, and where, when it fails. Last, the step may not be slower
+    than ``before`` beyond the noise band of the two captures (:func:`helpers.checks.speed.slower_problem`)."""
     problem = own_capture_problem(after, before)
     if problem:
         _record("sync", "check_sync_fixed", False)
@@ -91,10 +92,13 @@ def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> 
     ok = sa[key] <= max_per_step and "sync_stall" not in found
     what = key.replace("_", " ")
     if ok:
+        slower = behaviour.slower_than_the_machine(before, after)  # never slower beyond noise and the machine's drift
+        if slower:
+            return _check("sync", "check_sync_fixed", False, "Your trace shows: " + slower + ".")
         band = m.step_time_band(before, after)  # the medians the comparison table shows
         return _check("sync", "check_sync_fixed", True, "") + (
             f". {what}: {sb[key]:.1f} -> {sa[key]:.1f}; median step time {band['before_ms']:.2f} -> "
-            f"{band['after_ms']:.2f} ms under the profiler (reported, not judged).")
+            f"{band['after_ms']:.2f} ms under the profiler (not slower beyond the noise band).")
     left = sorted(remaining_syncs(after).items(), key=lambda kv: -kv[1])[:3]
     named = "; ".join(f"{k} {v:.1f} per step ({_looks(k.split(' in ')[0])})" for k, v in left) or "no single op"
     cpu_note = "" if after.has_gpu else " (a CPU does not wait, but these ops are the ones that would sync on a GPU)"
