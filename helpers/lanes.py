@@ -17,6 +17,7 @@ import pandas as pd
 from . import metrics as m
 from .diagnosis import Finding
 from .model import Trace
+from .paths import printable
 from .patterns import colour as pattern_colour
 
 KIND_COLORS = {
@@ -288,7 +289,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     if outside:
         note = textwrap.shorten("findings' windows outside this one: " + "; ".join(outside), 200)
         title += "\n" + textwrap.fill(note, 92)
-    ax.set_title(title, fontsize=11, loc="left")
+    ax.set_title(printable(title), fontsize=11, loc="left", parse_math=False)  # a file name is text, not TeX
     _tidy(fig)
     if handles and len(fig.axes) == 1:  # room under the axes for the legend (tight_layout counts only the label)
         height = fig.get_size_inches()[1]
@@ -318,7 +319,7 @@ def trace_name(trace: Trace) -> str:
     name = path.name
     for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
         name = name.removesuffix(suffix)
-    return path.parent.name if name in ("trace", "") and path.parent.name else name
+    return printable(path.parent.name if name in ("trace", "") and path.parent.name else name)
 
 
 #: The gid of a range's name drawn on its bar (see _tidy).
@@ -345,8 +346,8 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
         if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            label = ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
-                            clip_on=True, gid=RANGE_LABEL)
+            label = ax.text((s + e) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
+                            color="black", clip_on=True, gid=RANGE_LABEL, parse_math=False)
             label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
         ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,

@@ -37,6 +37,27 @@ def shown(path: str | os.PathLike | bytes) -> str:
     return printable(os.fspath(path))
 
 
+def unreachable(path: str | os.PathLike) -> str | None:
+    """Why an existing-looking ``path`` cannot be opened, in words, when the reason is not simply that
+    nothing is there: a symbolic link loop, a link to nothing, a file where a folder should be. None
+    when ``path`` is reachable or plainly absent."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is, or goes through, a symbolic link that points back at itself; fix or remove the link"
+        if exc.errno == errno.ENOENT and os.path.lexists(path):
+            return "is a symbolic link to nothing (its target is gone); fix the link or give the file itself"
+        if exc.errno == errno.ENOTDIR:
+            return "goes through a file as if it were a folder; check the path"
+        if exc.errno == errno.ENAMETOOLONG:
+            return "is too long a path for this file system"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"cannot be reached ({exc.strerror}); check the permissions of the folders on the way"
+        return None
+
+
 def working_folder() -> str | None:
     """The current folder as printed, or None when it is gone (a shell left inside a folder that was deleted)."""
     try:
@@ -66,4 +87,4 @@ def os_error_text(exc: OSError) -> str:
     return f"{where + ': ' if where else ''}{what}; {hint}"
 
 
-__all__ = ["os_error_text", "printable", "shown", "working_folder"]
+__all__ = ["os_error_text", "printable", "shown", "unreachable", "working_folder"]

@@ -16,15 +16,19 @@ from typing import Any
 import pandas as pd
 
 from .diagnosis import PATTERNS, Finding, SteadyState
+from .paths import printable
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
 
 
 def clean(obj: Any) -> Any:
-    """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
+    """JSON-safe: NaN -> null, numpy scalars -> Python numbers, text printable (a file name's undecodable
+    bytes as ``\\xNN``, not a lone surrogate that strict JSON readers refuse)."""
+    if isinstance(obj, str):
+        return printable(obj)
     if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
+        return {printable(str(k)): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [clean(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):

@@ -86,6 +86,14 @@ def device_peaks(device_name: str) -> Peaks | None:
     return None
 
 
+def measured_peaks(profile) -> Peaks:  # noqa: ANN001 - a helpers.capability.DeviceProfile
+    """Ceilings from a device probe (:func:`helpers.capability.probe`: a large GEMM in each precision, a device copy)
+    for a GPU the table does not know: what this GPU reached, a lower roof than its datasheet's."""
+    t = profile.gemm_tflops
+    return Peaks(profile.name + " (measured)", t.get("fp32", float("nan")), t.get("tf32"), t.get("bf16"), t.get("fp16"),
+                 profile.memory_gbps / 1000, f"measured on this machine: {profile.cite}")
+
+
 #: The device the course's GPU recordings were made on (data/manifest.json: "NVIDIA H200").
 RECORDED = device_peaks("NVIDIA H200")
 

@@ -302,3 +302,12 @@ def test_snapshot_reader_reads_plain_data_and_refuses_code(tmp_path):
     junk.write_bytes(gzip.compress(b"not a pickle"))
     with pytest.raises(helpers.TraceError, match="not a memory snapshot"):
         memory.load_snapshot(junk)
+
+
+def test_a_gpu_the_table_does_not_know_is_judged_by_its_measured_roof():
+    from helpers import capability
+
+    measured = roofline.measured_peaks(capability.recorded_profile())
+    assert measured.tensor_flops == pytest.approx(capability.recorded_profile().gemm_tflops["bf16"] * 1e12)
+    assert measured.bytes_per_s == pytest.approx(capability.recorded_profile().memory_gbps * 1e9)
+    assert "measured" in measured.name and measured.tensor_flops < roofline.RECORDED.tensor_flops

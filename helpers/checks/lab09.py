@@ -342,8 +342,12 @@ def check_mfu(answer: dict, step_ms: dict, peaks: Any) -> str:
         flops = _reference_matmul_flops(gb.Net(gb.WIDTH, gb.DEPTH), torch.empty(gb.BATCH, gb.WIDTH))
     if not isinstance(answer, dict):
         return _check(ITEM, name, False, "mfu must be a dict {'bf16': ..., 'fp32': ...}")
+    try:
+        step_s = {v: float(step_ms[v]) / 1e3 for v in ("bf16", "fp32")}
+    except (KeyError, TypeError, ValueError):
+        return _check(ITEM, name, False, "step_ms must be {'fp32': ms, 'bf16': ms}, the step times section 1 measured")
     for variant in ("bf16", "fp32"):
-        want = flops / (float(step_ms[variant]) / 1e3) / peaks.tensor_flops
+        want = flops / step_s[variant] / peaks.tensor_flops
         try:
             got = float(answer.get(variant, float("nan")))
         except (TypeError, ValueError):
@@ -472,11 +476,21 @@ def check_padded_head(fn: Callable[[nn.Module, int], nn.Module], multiple: int =
 
 
 # --- 5. attention ---------------------------------------------------------------------------------------
+def _memory_device(trace: Trace, allocations: Any) -> int:
+    """The device whose memory a step's reading is about: the GPU's (the one with the most bytes allocated) on a GPU
+    trace, the host's (-1) on a CPU one."""
+    gpu = allocations[allocations["device"] >= 0]
+    if trace.has_gpu and len(gpu):
+        return int(gpu[gpu["bytes"] > 0].groupby("device")["bytes"].sum().idxmax())
+    return -1
+
+
 def _peak_above_start(trace: Trace) -> float:
     """The most memory allocated above a step's start, the largest over the trace's steps (NaN: none recorded)."""
     from ..memory import allocations
 
     a = allocations(trace)
+    a = a[a["device"] == _memory_device(trace, a)]
     peaks = []
     for _, s in trace.steps.iterrows():
         inside = a[(a["time_us"] >= s["start_us"]) & (a["time_us"] <= s["end_us"])]
@@ -514,7 +528,8 @@ def check_attention_reading(answer: dict, trace: Trace, shape: tuple[int, int, i
     if not _close(p, peak, 0.05):
         return _check(ITEM, name, False, f"peak_bytes={p:,.0f}, your capture gives {peak:,.0f}: within each step, add up "
                       "the allocations' bytes in time order (frees are negative) and take the largest running total; the "
-                      "largest over the steps" + unit_slip(p, peak))
+                      "largest over the steps; only the allocations on the step's device (mem['device']: -1 the host, "
+                      "0 the first GPU)" + unit_slip(p, peak))
     return _check(ITEM, name, _close(r, peak / scores, 0.05),
                   f"matrices={r:.3g}: peak_bytes over scores_bytes is {peak / scores:.3g}")
 
