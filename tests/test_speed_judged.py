@@ -135,19 +135,24 @@ def test_capstone_slower_beyond_noise_is_refused_and_too_few_cores_is_said(machi
 
 
 # --- fixes that add no process: slower than the machine's own drift -----------------------------------
-def _stretched(t, factor: float, model_ops_too: bool):
-    """``t`` with every step ``factor`` times as long; the model's compute ops stretched with it (a busier machine)
-    or not (the same ops, something else in the step taking the time: a slower fix)."""
-    from helpers.checks.behaviour import SAME_WORK_OPS
-
-    out = _scaled(t, factor)
-    if not model_ops_too:
-        ev = out.events.copy()
-        ops = ev["name"].isin(SAME_WORK_OPS).to_numpy()
-        ev.loc[ops, "dur_us"] = t.events.loc[ops, "dur_us"].to_numpy()
-        ev.loc[ops, "end_us"] = ev.loc[ops, "start_us"] + ev.loc[ops, "dur_us"]
-        out = mine((type(out)(ev, out.source, out.format, dict(out.metadata)),))[0]
-        out.metadata["steps"] = _scaled(t, factor).steps
+def _stretched(t, factor: float, ops_too: bool):
+    """``t`` with every step ``factor`` times as long: all of it stretched (a busier machine: its ops take longer
+    too), or the same events, as long as before, with the extra time idle at the end of each step (``time.sleep``
+    in the step: a slower fix)."""
+    if ops_too:
+        return _scaled(t, factor)
+    steps = t.steps.sort_values("start_us").reset_index(drop=True)
+    extra = (factor - 1) * steps["dur_us"].to_numpy()
+    shift = dict(zip(steps["step"], extra.cumsum() - extra))  # what the steps before this one added
+    ev = t.events.copy()
+    move = ev["step"].map(shift).fillna(0.0).to_numpy()
+    ev["start_us"] = ev["start_us"] + move
+    ev["end_us"] = ev["end_us"] + move
+    out = mine((type(t)(ev, t.source, t.format, dict(t.metadata)),))[0]
+    steps["start_us"] = steps["start_us"] + steps["step"].map(shift).to_numpy()
+    steps["dur_us"] = steps["dur_us"] * factor
+    steps["end_us"] = steps["start_us"] + steps["dur_us"]
+    out.metadata["steps"] = steps
     return out
 
 
@@ -157,10 +162,10 @@ def test_the_machines_drift_is_measured_on_the_same_work():
     before, fixed = mine((recorded("launch_overhead", "broken", "cpu"), recorded("launch_overhead", "foreach", "cpu")))
     drift = behaviour.machine_drift(before, fixed)
     assert drift == pytest.approx(1.0, abs=0.35)  # the same model on one machine: its ops took as long
-    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=True)
+    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, ops_too=True)
     assert behaviour.machine_drift(before, busier) == pytest.approx(4.0 * drift, rel=0.01)
     assert speed.slower_problem(before, busier) and behaviour.slower_than_the_machine(before, busier) == ""
-    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=False)  # a longer step, the same ops
+    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, ops_too=False)  # a longer step, the same ops
     assert "your step is slower" in behaviour.slower_than_the_machine(before, slower)
 
 
@@ -170,8 +175,8 @@ def test_a_launch_fix_that_makes_the_step_slower_is_refused():
     from test_fake_fixes import _adam
 
     before = mine((recorded("launch_overhead", "broken", "cpu"),))[0]
-    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=False)
+    slower = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, ops_too=False)
     with pytest.raises(checks.CheckFailed, match="(?i)your trace shows: your step is slower"):
         checks.check_launch_fixed(before, slower, 1.5, update=_adam)
-    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, model_ops_too=True)
+    busier = _stretched(recorded("launch_overhead", "foreach", "cpu"), 4.0, ops_too=True)
     assert checks.check_launch_fixed(before, busier, 1.5, update=_adam).startswith("passed")  # the machine, not the fix

@@ -833,36 +833,70 @@ def kept_statistic_problem(mine: torch.nn.Module, want: list[float], run: Callab
 
 
 # --- speed: slower than the machine's own drift between two captures ----------------------------------
-#: The model's own compute: the same work in a loop before and after a fix that changes its logging, its
-#: optimizer or its copies (not its model). How long these took in each capture says how fast the machine was then.
-SAME_WORK_OPS = ("aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::conv2d",
-                 "aten::layer_norm", "aten::native_layer_norm", "aten::gelu", "aten::relu")
-
-
-def machine_drift(before: Any, after: Any) -> float:
-    """How many times longer the same work took in ``after`` than in ``before``: the model's compute ops
-    (:data:`SAME_WORK_OPS`) that both traces run the same number of times a step, their total time a step in
-    ``after`` over ``before``. Other work on a shared machine changes between two captures minutes apart, and a
-    CPU op's time says by how much (on a GPU track its host time: launch calls). NaN when no op is shared."""
+def _same_ops(before: Any, after: Any) -> tuple[dict, dict, list[str]]:
+    """Per trace ``{op name: (calls a step, ms a step)}`` of its PyTorch ops inside steps, and the names both run
+    the same number of times a step."""
     import numpy as np
 
     def per_step(t: Any) -> dict[str, tuple[float, float]]:
         ev = t.events
-        steps = max(int((ev["step"] >= 0).any() and ev.loc[ev["step"] >= 0, "step"].nunique()), 1)
-        sel = ev[(ev["kind"] == "cpu_op") & ev["name"].isin(SAME_WORK_OPS) & (ev["step"] >= 0)]
-        grouped = sel.groupby("name")["dur_us"]
+        inside = ev["step"] >= 0
+        steps = max(int(ev.loc[inside, "step"].nunique()), 1)
+        sel = ev[(ev["kind"] == "cpu_op") & inside & (ev["device"] < 0)]
+        grouped = sel.groupby("name", observed=True)["dur_us"]
         return {str(k): (float(n) / steps, float(s) / steps) for (k, n), s in zip(grouped.count().items(), grouped.sum())}
 
     b, a = per_step(before), per_step(after)
-    common = [k for k in b if k in a and np.isclose(b[k][0], a[k][0], rtol=0.01)]
-    tb, ta = sum(b[k][1] for k in common), sum(a[k][1] for k in common)
+    return b, a, [k for k in b if k in a and np.isclose(b[k][0], a[k][0], rtol=0.01)]
+
+
+def _same_ranges(before: Any, after: Any) -> float:
+    """The wall time a step of the learner's phase ranges (``annotate("forward")``, ...) that hold the same ops in
+    both traces, ``after`` over ``before``: their stretches include the moments the machine took the core away
+    between two ops, which the ops' own times miss. NaN when none."""
+    def ranges(t: Any) -> dict[str, tuple[float, dict]]:
+        ev = t.events
+        inside = ev["step"] >= 0
+        steps = max(int(ev.loc[inside, "step"].nunique()), 1)
+        ann = ev[(ev["kind"] == "annotation") & inside & (ev["device"] < 0)
+                 & ~ev["name"].str.contains("#|ProfilerStep", regex=True)]
+        ops = ev[(ev["kind"] == "cpu_op") & inside & (ev["device"] < 0)]
+        out = {}
+        for name, grp in ann.groupby("name", observed=True):
+            counts: dict[str, float] = {}
+            for r in grp.itertuples():
+                held = ops[(ops["tid"] == r.tid) & (ops["start_us"] >= r.start_us) & (ops["end_us"] <= r.end_us)]
+                for op, n in held["name"].value_counts().items():
+                    counts[str(op)] = counts.get(str(op), 0.0) + n / steps
+            out[str(name)] = (float(grp["dur_us"].sum()) / steps, counts)
+        return out
+
+    b, a = ranges(before), ranges(after)
+    same = [k for k in b if k in a and b[k][1] and b[k][1] == a[k][1]]
+    tb, ta = sum(b[k][0] for k in same), sum(a[k][0] for k in same)
     return ta / tb if tb > 0 and ta > 0 else float("nan")
+
+
+def machine_drift(before: Any, after: Any) -> float:
+    """How many times longer the same work took in ``after`` than in ``before``, the larger of two readings of it:
+    the PyTorch ops both traces run the same number of times a step (the model's forward and backward, whatever
+    the fix left as it was; the ops it changed run another number of times and drop out), their total time a step;
+    and the phase ranges that hold the same ops in both, their wall time a step. Other work on a shared machine
+    changes between two captures minutes apart, and the time of the same work says by how much (on a GPU track
+    its host time). NaN when the two share nothing."""
+    import math
+
+    b, a, common = _same_ops(before, after)
+    tb, ta = sum(b[k][1] for k in common), sum(a[k][1] for k in common)
+    readings = [ta / tb if tb > 0 and ta > 0 else float("nan"), _same_ranges(before, after)]
+    finite = [r for r in readings if math.isfinite(r)]
+    return max(finite) if finite else float("nan")
 
 
 def slower_than_the_machine(before: Any, after: Any) -> str:
     """A line when ``after``'s median step is slower than ``before``'s beyond the noise band and beyond the
-    machine's own drift between the two captures (:func:`machine_drift`: the same model ops took that much
-    longer), else ''. For fixes that add no process of their own (a loader's workers compete with the training
+    machine's own drift between the two captures (:func:`machine_drift`: the same ops took that much longer),
+    else ''. For fixes that add no process of their own (a loader's workers compete with the training
     process for the cores, so their drift is the fix's, and :func:`helpers.checks.speed.slower_problem` judges
     those): a busier machine slows the same work in both loops alike; a slower fix slows the step more."""
     import math
@@ -888,6 +922,6 @@ def slower_than_the_machine(before: Any, after: Any) -> str:
         return ""
     was = b / drift
     return (f"your step is slower: median {was:.1f} -> {a:.1f} ms ({was / a:.2f}x), beyond the noise band (+/- {allowed:.1f} ms "
-            f"from both runs' own spread) even with the machine {drift:.2f}x slower during your capture (the model's own "
-            f"ops, the same work in both loops, took that much longer: {b:.1f} ms is what the loop as first written would "
-            "have taken then); a fix never makes the step slower, on any machine")
+            f"from both runs' own spread) even with the machine {drift:.2f}x slower during your capture (the ops both "
+            f"loops run took that much longer: {b:.1f} ms is what the loop as first written would have taken then); a "
+            "fix never makes the step slower, on any machine")
