@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import critical as cr
 from . import metrics as m
+from . import thresholds as th
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .model import Trace
-from .patterns import CATALOGUE, PATTERNS, Pattern, Rule, Signals, get
+from .patterns import BY_NAME, CATALOGUE, PATTERNS, Pattern, Rule, Signals, gain, get
 
 #: Kept for callers of the old names: the catalogue's fixes, GPU and CPU-only wording.
 FIXES = {p.name: p.fix for p in CATALOGUE}
@@ -44,6 +46,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)  # figures read off the trace (incl. gpu_utilization)
     fix: str = ""
     window: tuple[float, float] | None = None  # (start_us, end_us) where it shows most
+    step_ms: float | None = None  # the mean step, measured on the critical path
+    step_ms_if_fixed: float | None = None  # the step predicted when the fix is applied (helpers.what_if)
+    if_fixed: str = ""  # what that fix is, completing "the step would take about N ms if ..."
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -123,6 +128,7 @@ def signals(trace: Trace) -> Signals:
         sg.update({"cpu_host_other_share": float(b["other_us"].sum()) / total,
                    "cpu_op_share": float(b["launch_us"].sum()) / total,
                    "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
+    sg.update(_path_signals(trace))
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -141,6 +147,35 @@ def signals(trace: Trace) -> Signals:
                        "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}})
     return sg
 
+
+
+def _path_signals(trace: Trace) -> dict[str, Any]:
+    """The critical path's figures: the step it measures, milliseconds a step by cause on it and off it, the share
+    of it the GPU's kernels hold, and each pattern's gain: the share of the step its fix saves (the catalogue's
+    :class:`~helpers.patterns.WhatIf`, replayed), with the step it predicts."""
+    cp = cr.critical_path(trace)
+    out: dict[str, Any] = {}
+    if not cp.step_ms > 0:
+        return out
+    step = cp.step_ms
+    path = cp.ms_per_step
+    out.update({"step_ms": step, "path_ms_per_step": dict(path), "work_ms_per_step": dict(cp.work_ms_per_step),
+                "gpu_path_share": cp.info.get("gpu_compute_ms_per_step", 0.0) / step,
+                "compile_share": path.get("compile", 0.0) / step, "compile_ms_per_step": path.get("compile", 0.0)})
+    gains, fixed = {}, {}
+    for p in CATALOGUE:
+        w = p.what_if
+        if w is None:
+            continue
+        after = cr.fix_step_ms(trace, dict(w.factors), w.overlapped, w.rates)
+        if p.name == "gpu_bound":
+            out["gpu_lowp"] = bool(after < step * (1 - 1e-6))
+            if not out["gpu_lowp"]:  # no fp32 matrix products to speed up: at most, the kernels taking no time
+                after = cr.what_if(trace, {c: 0.0 for c in p.causes})
+        fixed[p.name] = after
+        gains[p.name] = max(step - after, 0.0) / step if after == after else 0.0
+    out["gains"], out["step_ms_if_fixed"] = gains, fixed
+    return out
 
 
 #: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device, and
@@ -261,7 +296,10 @@ class Diagnosis(list):
         return list(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict()}
+        sg = self.signals
+        path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "work_ms_per_step", "step_ms_if_all_fixed")  # type: ignore[literal-required]
+                if k in sg}
+        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict(), "critical_path": path}
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -277,15 +315,65 @@ def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding
         ev["steps_inferred"] = sg["steps_inferred"]
     if rule.reason:
         ev["reason"] = rule.reason
-    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
-                   _window(trace, pattern, rule, sg))
+    f = Finding(pattern.name, _cost(pattern, rule, sg), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
+                _window(trace, pattern, rule, sg))
+    if not pattern.exclusive and "step_ms" in sg:
+        f.step_ms = float(sg["step_ms"])
+        after = (sg.get("step_ms_if_fixed") or {}).get(pattern.name)
+        if after is not None and after == after:
+            f.step_ms_if_fixed = float(after)
+            f.if_fixed = pattern.what_if.words if pattern.what_if else ""
+            if pattern.name == "gpu_bound":
+                f.if_fixed = _gpu_if_fixed(trace, sg)
+    return f
+
+
+def _cost(pattern: Pattern, rule: Rule, sg: Signals) -> float:
+    """A finding's cost: the share of the step its fix saves on the critical path (:func:`helpers.what_if` of the
+    pattern's :class:`~helpers.patterns.WhatIf`); for ``gpu_bound``, the share of the path the GPU's kernels hold
+    (what faster kernels could save at most). Without a path (no steps): the rule's own cost figure."""
+    if pattern.exclusive:
+        return get(sg, rule.cost)
+    if pattern.name == "gpu_bound":  # not a fix: how much of the step is the GPU's own compute
+        return get(sg, "gpu_kernel_share")
+    if pattern.name in (sg.get("gains") or {}):
+        return gain(sg, pattern.name)
+    return get(sg, rule.cost)
+
+
+def _gpu_if_fixed(trace: Trace, sg: Signals) -> str:
+    if sg.get("gpu_lowp"):
+        return BY_NAME["gpu_bound"].what_if.words if BY_NAME["gpu_bound"].what_if else ""
+    return "the GPU's kernels took no time (at most: Nsight Compute says how much faster they can run)"
+
+
+def _ranked(found: list[tuple[Finding, Rule]], sg: Signals) -> list[Finding]:
+    """The findings in the order their fixes save the most. The what-if cannot tell apart two fixes whose predicted
+    steps lie within :data:`~helpers.thresholds.WHAT_IF_TIE_SHARE` of each other: among those, the larger share of
+    the step the trace itself shows for each (the rule's cost figure, e.g. the GPU idle time the cause explains)
+    decides."""
+    step = sg.get("step_ms")
+    left = list(found)
+    out: list[Finding] = []
+    while left:
+        best = max(left, key=lambda fr: fr[0].cost)
+        if step:
+            after = step * (1 - best[0].cost)
+            ties = [fr for fr in left if step * (1 - fr[0].cost) <= after * (1 + th.WHAT_IF_TIE_SHARE) + 1e-12]
+            best = max(ties, key=lambda fr: (get(sg, fr[1].cost), fr[0].cost))
+        out.append(best[0])
+        left.remove(best)
+    return out
 
 
 def diagnose(trace: Trace) -> Diagnosis:
-    """Findings for a trace, most costly first. An empty result means nothing stood out.
+    """Findings for a trace, the fix that saves most first. An empty result means nothing stood out.
 
-    Costs are shares of step time a fix would save at most; in rank order each is capped at what
-    the findings before it leave, so together they never exceed the step.
+    A finding's cost is the share of the step its fix saves, predicted on the step's critical path
+    (:func:`helpers.what_if`; ``step_ms_if_fixed`` is the step it predicts), and a pattern is found when that is
+    more than noise (:data:`~helpers.thresholds.GAIN_FLOOR_SHARE`). Each cost is that fix's own saving: two fixes
+    that hide the same wait both count it, so costs need not add up; the signals' ``step_ms_if_all_fixed`` is the
+    step with every fix applied together.
     """
     trace, steady = steady_state(trace)
     sg = signals(trace)
@@ -297,14 +385,30 @@ def diagnose(trace: Trace) -> Diagnosis:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
     sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
-    findings = [_finding(trace, p, r, sg) for p in CATALOGUE if not p.exclusive
-                for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
-    findings.sort(key=lambda f: -f.cost)
-    left = 1.0
-    for f in findings:
-        f.cost = max(min(f.cost, left), 0.0)
-        left -= f.cost
+    found = [(_finding(trace, p, r, sg), r) for p in CATALOGUE if not p.exclusive
+             for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
+    findings = _ranked(found, sg)
+    if len(findings) > 1 and "step_ms" in sg:  # fixes overlap: their savings do not add up, replay them together
+        by = {p.name: p for p in CATALOGUE}
+        sg["step_ms_if_all_fixed"] = _all_fixed(trace, [by[f.pattern] for f in findings])
     return Diagnosis(findings, sg, steady)
+
+
+def _all_fixed(trace: Trace, patterns: list[Pattern]) -> float:
+    """The step predicted with every finding's fix applied at once (each fix's own gain counts what the others
+    also win: two fixes that each hide the same wait save it once)."""
+    factors: dict[str, float] = {}
+    overlapped: list[str] = []
+    rates: list[tuple[str, str]] = []
+    for p in patterns:
+        w = p.what_if
+        if w is None or p.name == "gpu_bound":
+            continue
+        for cause, f in w.factors:
+            factors[cause] = min(factors.get(cause, 1.0), f)
+        overlapped += [o for o in w.overlapped if o not in overlapped]
+        rates += [r for r in w.rates if r not in rates]
+    return cr.fix_step_ms(trace, factors, tuple(overlapped), tuple(rates))
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
@@ -388,6 +492,14 @@ def _window(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> tuple[fl
         return float(row["start_us"]), float(row["end_us"])
     if how == "steady_state":
         return sg.get("steady_window")
+    if how == "compile_range":
+        st = cr.critical_path(trace).stretches
+        st = st[st["cause"] == "compile"]
+        if not st.empty:
+            us, ue = m.merge_intervals(st["start_us"].to_numpy(), st["end_us"].to_numpy())
+            i = int(np.argmax(ue - us))
+            return float(us[i]), float(ue[i])
+        return None
     return None
 
 

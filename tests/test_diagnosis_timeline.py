@@ -52,18 +52,24 @@ def offload_loop(steps: int = 4) -> list[Ev]:
 
 def expert_parallel_loop(steps: int = 4) -> list[Ev]:
     """A MoE layer's expert-parallel all-to-all (DeepEP's dispatch and combine kernels) that no compute
-    overlaps: 2 ms of compute, 3 ms dispatch, 1 ms experts, 3 ms combine a step."""
+    overlaps: 2 ms of compute, 3 ms dispatch, 1 ms experts, 3 ms combine a step, queued by the host at once and
+    waited for at the step's end (the loss read)."""
     out: list[Ev] = []
     t, c = 0, 0
     parts = (("void attention_kernel<128>(float*)", 2000), ("void deep_ep::intranode::dispatch<8, 768>(int4*)", 3000),
              ("void expert_gemm<64>(float*)", 1000), ("void deep_ep::intranode::combine<8>(int4*)", 3000))
     for i in range(steps):
         start = t
+        g = t + 10 * US
         for name, dur in parts:
             c += 1
             out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * US, correlation=c))
-            out.append(Ev("kernel", name, t + 10 * US, t + (10 + dur) * US, correlation=c))
-            t += (dur + 12) * US
+            out.append(Ev("kernel", name, g, g + dur * US, correlation=c))
+            g += (dur + 2) * US
+            t += 10 * US
+        c += 1
+        out.append(Ev("runtime", "cudaStreamSynchronize", t, g + 5 * US, correlation=c))
+        t = g + 12 * US
         out.append(Ev("annotation", f"ProfilerStep#{i}", start, t))
     return out
 
