@@ -44,7 +44,7 @@ import pandas as pd
 
 from . import metrics as m
 from . import thresholds as th
-from .metrics.activity import STARTUP_CALL, _is_launch_call
+from .metrics.activity import FREE_CALL, STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
 from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from .patterns import PATH_CAUSES
@@ -57,8 +57,14 @@ _NC = len(PATH_CAUSES)
 #: a compiled program *runs* in (``Torch-Compiled Region``, ``CompiledFunction``) are not compilation.
 COMPILE_RANGE = re.compile(
     r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|entire_backward_compile|inductor_compile|backend_compile|"
-    r"compile_fx(?:_inner)?|fx_codegen_and_compile|async_compile\.\w+|CachingAutotuner\.benchmark_all_configs|"
-    r"TritonTemplateCaller\.benchmark|autotune_select_algorithm|select_algorithm\.\w+)$")
+    r"fx_codegen_and_compile|CachingAutotuner\.benchmark_all_configs|TritonTemplateCaller\.benchmark|"
+    r"autotune_select_algorithm|select_algorithm\.\w+)$"
+    # any range naming compilation (nvFuser's KernelExecutor::compileFusion, NVRTC's CompileProgram, XLA's, ...), not
+    # the ranges compiled code runs in ("Torch-Compiled Region", CompiledFunction)
+    r"|(?i:(?<![a-z/])(?:pre)?compil(?:e|er|ing|ation)(?![a-z/]*d\b|[a-z]*/|d)|(?<![a-z])nvrtc|autotun)")
+#: with_stack frames (kind ``python``) of compilation: Inductor's compile workers, code cache and autotuning. Other
+#: frames are matched by their code, not their module's path ("vllm/compilation/..." runs compiled code).
+COMPILE_FRAME = re.compile(r"torch/_inductor/(?:compile_worker|codecache|async_compile|select_algorithm|autotune)")
 
 
 _STEP_MARKER = re.compile("|".join(DEFAULT_STEP_PATTERNS), re.IGNORECASE)
@@ -70,6 +76,10 @@ def _is_step_marker(name: str) -> bool:
 
 def _is_compile_range(name: str) -> bool:
     return bool(COMPILE_RANGE.search(name))
+
+
+def _is_compile_frame(name: str) -> bool:
+    return bool(COMPILE_FRAME.search(name))
 
 
 # --- interval helpers (vectorised) -------------------------------------------------------------
@@ -139,6 +149,27 @@ class _Graph:
             self.w_free = np.zeros(self.w_item.size, dtype=bool)
 
 
+def freeing_after_gpu_work(trace: Trace) -> np.ndarray:
+    """For every event: is it a call that frees memory (:data:`helpers.metrics.activity.FREE_CALL`) made after its
+    rank's first launch? CUDA synchronizes the device inside it: a sync not named sync (before any work it is the
+    context's creation, start-up)."""
+    memo = m._memo(trace)
+    if "freeing_after_gpu_work" not in memo:
+        ev = trace.events
+        runtime = (ev["kind"] == "runtime").to_numpy() & (ev["device"].to_numpy() < 0)
+        free = runtime & m.name_mask(trace, "free_call", FREE_CALL.match)
+        out = np.zeros(len(ev), dtype=bool)
+        if free.any():
+            launch = runtime & m.name_mask(trace, "launch", _is_launch_call)
+            ranks, start = ev["rank"].to_numpy(), ev["start_us"].to_numpy()
+            for r in np.unique(ranks[free]):
+                first = start[launch & (ranks == r)]
+                if first.size:
+                    out |= free & (ranks == r) & (start > first.min())
+        memo["freeing_after_gpu_work"] = out
+    return memo["freeing_after_gpu_work"]
+
+
 def _row_positions(trace: Trace, rank: int) -> np.ndarray:
     return np.flatnonzero(trace.events["rank"].to_numpy() == rank)
 
@@ -150,7 +181,8 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
     host = ev["device"].to_numpy()[pos] < 0
     kinds = ev["kind"].to_numpy()[pos]
     start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    comp_mask = host & np.isin(kinds, ("annotation", "cpu_op", "python")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos]
+    comp_mask = host & ((np.isin(kinds, ("annotation", "cpu_op")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
+                        | ((kinds == "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
     parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
     parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
     if gpu:  # a host collective's (gloo's) wait before the framework's dispatching
@@ -221,6 +253,8 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # --- host calls on the threads that launch or wait ---
     runtime = host & (kinds == "runtime")
     is_sync = m.is_sync_call(trace)[pos] & runtime
+    frees = freeing_after_gpu_work(trace)[pos]  # a free once the GPU has work is a sync (FREE_CALL)
+    is_sync = is_sync | frees
     blocking = m.blocking_copy_calls(trace)[pos]
     is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[pos] & ~blocking
     is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[pos] & ~is_sync & ~is_launch

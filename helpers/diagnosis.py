@@ -26,6 +26,7 @@ import pandas as pd
 from . import critical as cr
 from . import metrics as m
 from . import thresholds as th
+from .capture_check import CaptureIssue, capture_signals, check_capture
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .model import Trace
@@ -129,6 +130,11 @@ def signals(trace: Trace) -> Signals:
                    "cpu_op_share": float(b["launch_us"].sum()) / total,
                    "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
     sg.update(_path_signals(trace))
+    sg.update(capture_signals(trace))
+    # start-up judged on the part the diagnosis keeps when it kept a loop, on the whole capture when it found none
+    loop = has_steps and n_steps >= th.STEADY_MIN_REPEATS and "path_ms_per_step" in sg
+    sg["startup_judged_share"] = (sg["path_ms_per_step"].get("startup", 0.0) / sg["step_ms"] if loop
+                                  else sg["startup_share"])
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -197,7 +203,8 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
         on = m.rank_events(trace, rank)
         total += float(on["end_us"].max() - on["start_us"].min())
         mine = rt[rt["rank"] == rank]
-        hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine
+        startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
+        hits = mine[startup[mine.index]] if len(mine) else mine
         us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
         start += float((ue - us).sum())
         un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
@@ -269,7 +276,8 @@ def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
         before = (f"until the GPU starts work queued {max(x[2] for x in leads) / 1e3:.1f} ms before: it was running (or its "
                   "stream waiting on) work the capture did not record")
     elif st.empty:
-        before = "before the capture's first event"
+        before = ("before the first CUDA call: the program starting (imports, building the model and its data)"
+                  if kept[0] > cap[0] else "before the capture's first event")
     else:
         before = ("before the first step marker: start-up and profiler warm-up" if marked else
                   "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
@@ -286,10 +294,12 @@ class Diagnosis(list):
     """The findings, most costly first (this object is their list: iterate, ``len``, index it), with the
     signals they came from (:attr:`signals`) and the steady-state step (:attr:`steady`)."""
 
-    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState) -> None:
+    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState,
+                 capture: list[CaptureIssue] | None = None) -> None:
         super().__init__(findings)
         self.signals = signals
         self.steady = steady
+        self.capture = list(capture or [])  # what in the recording bears on the figures (helpers.capture_check)
 
     @property
     def findings(self) -> list[Finding]:
@@ -299,7 +309,8 @@ class Diagnosis(list):
         sg = self.signals
         path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "work_ms_per_step", "step_ms_if_all_fixed")  # type: ignore[literal-required]
                 if k in sg}
-        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict(), "critical_path": path}
+        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict(), "critical_path": path,
+                "capture": [c.to_dict() for c in self.capture]}
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -381,6 +392,7 @@ def diagnose(trace: Trace) -> Diagnosis:
         if p.exclusive and any(_applies(r, trace.has_gpu) and r.when(sg) for r in p.rules):
             rule = next(r for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg))
             return Diagnosis([_finding(trace, p, rule, sg)], sg, steady)
+    notes = check_capture(trace)  # what in the recording bears on the figures, said beside them
     if trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
@@ -391,7 +403,7 @@ def diagnose(trace: Trace) -> Diagnosis:
     if len(findings) > 1 and "step_ms" in sg:  # fixes overlap: their savings do not add up, replay them together
         by = {p.name: p for p in CATALOGUE}
         sg["step_ms_if_all_fixed"] = _all_fixed(trace, [by[f.pattern] for f in findings])
-    return Diagnosis(findings, sg, steady)
+    return Diagnosis(findings, sg, steady, notes)
 
 
 def _all_fixed(trace: Trace, patterns: list[Pattern]) -> float:

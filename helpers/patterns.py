@@ -114,6 +114,10 @@ class Signals(TypedDict, total=False):
     compile_share: float
     compile_ms_per_step: float
     step_ms_if_all_fixed: float
+    startup_judged_share: float
+    compile_capture_share: float
+    launches_without_kernels: float
+    stream_capture_calls: float
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,19 @@ def _gpu_not_recorded(s: Signals) -> bool:
 
 
 def _startup(s: Signals) -> bool:
-    return get(s, "startup_share") >= th.CAPTURE_STARTUP_SHARE and get(s, "capture_idle_gpu_share") < th.GPU_BOUND_BUSY
+    # judged on the part of the capture the diagnosis keeps when it kept a loop (context creation before an
+    # 863-iteration loop is start-up the steps never pay), on the whole capture when it found none
+    return get(s, "startup_judged_share") >= th.CAPTURE_STARTUP_SHARE and get(s, "capture_idle_gpu_share") < th.GPU_BOUND_BUSY
+
+
+def _compiling(s: Signals) -> bool:
+    """The kept steps' critical path is mostly compilation: the capture shows the compiler, not the loop."""
+    return get(s, "compile_capture_share") >= th.CAPTURE_COMPILE_SHARE
+
+
+def _graph_capture(s: Signals) -> bool:
+    """Most kernel launches ran nothing, and the trace records stream capture: a CUDA Graph being built."""
+    return get(s, "launches_without_kernels") >= th.CAPTURE_GRAPH_LAUNCH_SHARE and get(s, "stream_capture_calls") >= 1
 
 
 def _cold(s: Signals) -> bool:
@@ -377,6 +393,17 @@ def _say_other_accelerator(s: Signals) -> str:
             "what the host costs it can be read here.")
 
 
+def _say_compiling(s: Signals) -> str:
+    return (f"The steps spend {s['compile_capture_share']:.0%} of their critical path compiling (torch.compile, Inductor, "
+            "Triton autotuning, NVRTC): the capture shows the compiler at work, not the loop.")
+
+
+def _say_graph_capture(s: Signals) -> str:
+    return (f"{s['launches_without_kernels']:.0%} of the kernel launches ran no kernel, and the host calls stream capture "
+            f"{int(get(s, 'stream_capture_calls'))} times: launches made while a CUDA Graph is captured are recorded into "
+            "the graph, not run. The capture shows graphs being built, not the loop that replays them.")
+
+
 def _say_startup(s: Signals) -> str:
     what = "teardown (module unloading at exit)" if get(s, "teardown_share") >= 0.5 * get(s, "startup_share") else \
         "start-up (CUDA context creation inside the first CUDA call, allocations, module loading)"
@@ -405,6 +432,14 @@ _FIX_NOTHING_RECORDED = ("Usually one of two. The profiler's schedule never reac
                          "each cycle's events are cleared when the next begins, so export_chrome_trace after the with "
                          "block finds none; pass on_trace_ready=torch.profiler.tensorboard_trace_handler(DIR), or "
                          "schedule(..., repeat=1) as helpers.capture does.")
+_FIX_COMPILE_WARM_UP = ("Capture after compilation: run the compiled step a few times first (its first call compiles "
+                        "the forward, its first backward the backward; CUDA Graph trees record on the next calls), then "
+                        "capture steady steps (torch.profiler.schedule(wait=1, warmup=2, active=3), or nsys "
+                        "--capture-range=cudaProfilerApi around them). To time compilation itself, read its ranges: "
+                        "helpers.metrics.compile_time_us(trace).")
+_FIX_GRAPH_REPLAY = ("Capture the replays, not the capture: start the profiler after the graphs are built (the warm-up and "
+                     "capture runs first), so each step shows a graph launch and its kernels (with nsys, "
+                     "--cuda-graph-trace=node shows the kernels of each replay).")
 _FIX_WARM_UP = ("Warm up before capturing: run a few steps first, then capture several steady ones: torch.profiler.schedule("
                 "wait=1, warmup=2, active=3) with prof.step() each step, or nsys profile --capture-range=cudaProfilerApi "
                 "around the steady steps; stop the capture before the program exits.")
@@ -540,7 +575,13 @@ CATALOGUE: tuple[Pattern, ...] = (
                     fix=_FIX_OTHER_ACCELERATOR, reason="other_accelerator"),
                Rule(_gpu_not_recorded, ("has_gpu", "gpu_calls_without_gpu"), "none", _say_not_recorded,
                     ("gpu_calls_without_gpu", "capture_ms"), "none", on="cpu", fix=_FIX_RECORD_GPU, reason="gpu_not_recorded"),
-               Rule(_startup, ("startup_share", "capture_idle_gpu_share"), "none", _say_startup,
+               Rule(_compiling, ("compile_capture_share",), "none", _say_compiling,
+                    ("compile_capture_share", "capture_ms"), "compile_range", on="any", fix=_FIX_COMPILE_WARM_UP,
+                    reason="compilation"),
+               Rule(_graph_capture, ("launches_without_kernels", "stream_capture_calls"), "none", _say_graph_capture,
+                    ("launches_without_kernels", "stream_capture_calls", "capture_ms"), "none", fix=_FIX_GRAPH_REPLAY,
+                    reason="graph_capture"),
+               Rule(_startup, ("startup_judged_share", "capture_idle_gpu_share"), "none", _say_startup,
                     ("startup_share", "teardown_share", "capture_ms", "capture_idle_gpu_share"), "none", on="any",
                     fix=_FIX_WARM_UP, reason="startup"),
                Rule(_cold, ("capture_kernels", "steps", "capture_idle_gpu_share"), "none", _say_cold,

@@ -49,7 +49,8 @@ def json_schema_doc() -> str:
         '   "steady_state": {"source": "markers"|"inferred"|"capture", "steps": int, "capture_us": [a, b],\n'
         '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]},\n'
         '   "critical_path": {"step_ms": float, "path_ms_per_step": {cause: ms}, "work_ms_per_step": {cause: ms},\n'
-        '                     "step_ms_if_all_fixed": float}}\n'
+        '                     "step_ms_if_all_fixed": float},\n'
+        '   "capture": [{"name": str, "figure": float, "says": str, "capture_instead": str}]}\n'
         "step_ms_if_fixed is the step the critical path predicts with the finding's fix applied (if_fixed says\n"
         "what that is); cost is the share of the step it saves (for gpu_bound, the share the kernels run). Findings\n"
         "are ranked by it; fixes overlap, so costs need not add up (step_ms_if_all_fixed: every fix together).\n"
@@ -199,6 +200,8 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
                 + (f"\n   {steady}" if steady else ""))
     lines = _wrapped(steady, "   ") if steady else []
     sg = getattr(findings, "signals", {}) or {}
+    for issue in getattr(findings, "capture", []) or []:
+        lines += _wrapped(f"capture: {issue.says}; capture instead: {issue.capture_instead}", "   ")
     for i, f in enumerate(findings, 1):
         head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else
                                       f" (the GPU's kernels run {f.cost:.0%} of the step)" if f.pattern == "gpu_bound" else

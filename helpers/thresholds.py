@@ -72,6 +72,22 @@ CAPTURE_COLD_STEPS = 2
 #: CUDA Graph replayed from a graph-level nsys export has a few rows and a GPU busy 74% of the time).
 CAPTURE_COLD_GPU_SHARE = 0.5
 
+#: The capture checked first (helpers.capture): a share of kernel launches with no kernel recorded, or of kernels
+#: that start before their launch call, at least this large is reported (measured below, in CAPTURE_* notes).
+CAPTURE_LOST_LAUNCH_SHARE = 0.05
+#: ... a kernel counts as starting before its call when it does by more than this (microseconds): timestamps of
+#: the host and the GPU are each rounded to a microsecond in Kineto's JSON.
+CAPTURE_CLOCK_TOLERANCE_US = 2.0
+#: Steps whose lengths have a coefficient of variation at least this large do different work: their mean describes
+#: none of them.
+CAPTURE_STEP_SPREAD = 0.5
+#: A capture whose kept steps spend at least this share of their critical path compiling shows the compiler, not the
+#: loop (with CAPTURE_STARTUP_SHARE's reasoning: the loop's own figures are the minority).
+CAPTURE_COMPILE_SHARE = 0.5
+#: A capture in which at least this share of kernel launches ran no kernel, with stream-capture calls in it, recorded
+#: a CUDA Graph being captured: its launches went into the graph, not to the GPU.
+CAPTURE_GRAPH_LAUNCH_SHARE = 0.5
+
 # --- metric constants (moved here from metrics.py, still importable there) ------------------
 #: The first GPU work of a capture that starts this long (microseconds) after its launch call returned
 #: was queued behind work the capture did not record (launched before the profiler started). Idle GPUs
@@ -209,6 +225,11 @@ STEADY_MIN_REPEATS = 3
 STEADY_NEAR_COVER = 0.8
 #: Long kernel sequences: try at most about this many candidate periods (spacings of rare kernels).
 STEADY_MAX_CANDIDATES = 300
+#: Repeats whose span holds less than this share of the capture's GPU work are not the capture's loop: a program that
+#: copies a few inputs, then runs one long kernel (a 50 s solver, a 120 ms GEMM), repeats its copies and nothing else.
+#: The course's recordings and the corpus's loops keep 0.6-1.0 of their GPU work inside their repeats (the rest: the
+#: queue the first repeat inherits, and the last one's tail).
+STEADY_MIN_GPU_WORK = 0.5
 #: With more repeats than this, the first is dropped as ramp-up (the GPU queue starts empty where the
 #: capture starts). 2 keeps every repeat of a 2-repeat capture and at least 2 steps otherwise.
 STEADY_DROP_FIRST_ABOVE = 2

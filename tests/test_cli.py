@@ -33,7 +33,7 @@ def test_summary_and_diagnose_text(capsys):
 def test_diagnose_json_schema(capsys):
     assert main(["diagnose", BROKEN, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"trace", "summary", "findings", "steady_state", "critical_path"}
+    assert set(doc) == {"trace", "summary", "findings", "steady_state", "critical_path", "capture"}
     assert doc["steady_state"]["source"] == "markers" and doc["steady_state"]["steps"] > 0
     f = doc["findings"][0]
     assert set(f) == {"pattern", "cost", "summary", "evidence", "fix", "window", "step_ms", "step_ms_if_fixed", "if_fixed"}

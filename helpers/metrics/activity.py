@@ -58,6 +58,10 @@ DATA_WAIT_OS_CALLS = frozenset({
 STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
                            r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
                            r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
+#: Calls that free device (or pinned host) memory. CUDA synchronizes the device inside them, so once the GPU has work
+#: they are syncs not named sync (a loop calling ``torch.cuda.empty_cache()``, or an allocator that frees and
+#: reallocates every step); before any GPU work, the first of them creates the CUDA context (PyTorch's cudaFree(0)).
+FREE_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Free|MemFree|FreeHost|HostFree|FreeAsync|MemFreeAsync)(?:_v\d+)?$")
 #: ... of them, the ones that unload modules (a program ending).
 UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
 #: Idle gaps are blamed on one of these causes. ``graph``: a gap between two kernels of one CUDA Graph

@@ -260,6 +260,8 @@ def stepped(trace: Trace) -> Trace:
     memo = _memo(trace)
     if "__stepped__" not in memo:
         steps, info = steady_steps(trace) if not trace.events.empty else (empty_steps(), {})
+        if not steps.empty and _leaves_out_the_work(trace, steps):
+            steps, info = empty_steps(), {}
         if steps.empty:
             memo["__stepped__"] = trace
         else:
@@ -275,6 +277,24 @@ def stepped(trace: Trace) -> Trace:
             md["steps_inferred"] = info
             memo["__stepped__"] = Trace(ev, trace.source, trace.format, md)
     return memo["__stepped__"]
+
+
+def _leaves_out_the_work(trace: Trace, steps: pd.DataFrame) -> bool:
+    """Repeats that hold less than :data:`~helpers.thresholds.STEADY_MIN_GPU_WORK` of the capture's GPU work are not
+    its loop: a few set-up copies repeat, and the one long kernel after them (the program's real work) would be left
+    out as "teardown or a partial step"."""
+    ev = trace.events
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["device"] >= 0)]
+    if dev.empty:
+        return False
+    total, kept = 0.0, 0.0
+    for (rank, _device), g in dev.groupby(["rank", "device"]):
+        us, ue = merge_intervals(g["start_us"].to_numpy(), g["end_us"].to_numpy())
+        total += float((ue - us).sum())
+        st = steps[steps["rank"] == rank]
+        if len(st):
+            kept += float(overlap(us, ue, np.array([float(st["start_us"].min())]), np.array([float(st["end_us"].max())]))[0])
+    return total > 0 and kept < _th.STEADY_MIN_GPU_WORK * total
 
 
 def _without_ramp_up(ev: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
