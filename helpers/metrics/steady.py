@@ -282,18 +282,23 @@ def stepped(trace: Trace) -> Trace:
 def _leaves_out_the_work(trace: Trace, steps: pd.DataFrame) -> bool:
     """Repeats that hold less than :data:`~helpers.thresholds.STEADY_MIN_GPU_WORK` of the capture's GPU work are not
     its loop: a few set-up copies repeat, and the one long kernel after them (the program's real work) would be left
-    out as "teardown or a partial step"."""
+    out as "teardown or a partial step". A repeat's GPU work is the work its launches queued (it may run long after
+    the host's window, where the GPU paces the loop)."""
     ev = trace.events
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["device"] >= 0)]
-    if dev.empty:
+    dev = (ev["device"].to_numpy() >= 0) & ev["kind"].isin(GPU_WORK_KINDS).to_numpy()
+    if not dev.any():
         return False
-    total, kept = 0.0, 0.0
-    for (rank, _device), g in dev.groupby(["rank", "device"]):
-        us, ue = merge_intervals(g["start_us"].to_numpy(), g["end_us"].to_numpy())
+    labelled = ev[["rank", "kind", "start_us", "end_us", "device", "correlation"]].copy()
+    labelled["step"] = -1
+    assign_steps(labelled, steps)
+    start, end, step = ev["start_us"].to_numpy(), ev["end_us"].to_numpy(), labelled["step"].to_numpy()
+    total = kept = 0.0
+    for r in np.unique(ev["rank"].to_numpy()[dev]):
+        mine = dev & (ev["rank"].to_numpy() == r)
+        us, ue = merge_intervals(start[mine], end[mine])
         total += float((ue - us).sum())
-        st = steps[steps["rank"] == rank]
-        if len(st):
-            kept += float(overlap(us, ue, np.array([float(st["start_us"].min())]), np.array([float(st["end_us"].max())]))[0])
+        ks, ke = merge_intervals(start[mine & (step >= 0)], end[mine & (step >= 0)])
+        kept += float((ke - ks).sum())
     return total > 0 and kept < _th.STEADY_MIN_GPU_WORK * total
 
 
