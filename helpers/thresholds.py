@@ -227,8 +227,9 @@ STEADY_NEAR_COVER = 0.8
 STEADY_MAX_CANDIDATES = 300
 #: Repeats whose span holds less than this share of the capture's GPU work are not the capture's loop: a program that
 #: copies a few inputs, then runs one long kernel (a 50 s solver, a 120 ms GEMM), repeats its copies and nothing else.
-#: The course's recordings and the corpus's loops keep 0.6-1.0 of their GPU work inside their repeats (the rest: the
-#: queue the first repeat inherits, and the last one's tail).
+#: Traces whose repeats are their loop keep 0.68-1.0 of their GPU work in them (the course's nsys exports and the
+#: corpus's unmarked traces; the lowest, ext_switch_transformers, 0.68); two captures that compile rather than loop
+#: keep 0.0 and 0.34 (nsys_nvfuser_h200_nvrtc_compile, tl_mi300_xdit_flux_compile_warmup).
 STEADY_MIN_GPU_WORK = 0.5
 #: With more repeats than this, the first is dropped as ramp-up (the GPU queue starts empty where the
 #: capture starts). 2 keeps every repeat of a 2-repeat capture and at least 2 steps otherwise.
