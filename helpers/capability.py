@@ -11,7 +11,8 @@ a device-to-device copy for memory bandwidth) and turn that into what the learne
 Layers as elsewhere: :func:`probe` measures (GPU only), :class:`DeviceProfile` holds the figures,
 :func:`precision_expectation` and :func:`tensor_core_expectation` are pure functions of them, and the
 checks in :mod:`helpers.checks.lab08` call those. Tests inject profiles (:func:`reference_profiles`:
-a T4-, an A100- and an H100/H200-class device, from ``data/device_profiles.json``, each with its source).
+a T4-, an A100- and an H100-class device from the datasheets in :mod:`helpers.roofline`, and the H200 of the
+recordings from ``data/device_profiles.json``, each with its source).
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def probe(device: object = None, shape: tuple[int, int, int] = PROBE_SHAPE) -> D
     bandwidth of a device-to-device copy. About a second on a T4, less on bigger GPUs; needs CUDA.
 
     TF32 is measured with the switch on and restored afterwards; bf16 is measured even where it is not
-    native, so the figures show what emulation costs."""
+    native, so the figures show what emulation costs (a precision the GPU's libraries refuse is left out)."""
     import torch
 
     from .errors import NoGPUError
@@ -159,28 +160,37 @@ def probe(device: object = None, shape: tuple[int, int, int] = PROBE_SHAPE) -> D
     device = torch.device(device if device is not None else "cuda")
     index = device.index if device.index is not None else torch.cuda.current_device()
     m, n, k = shape
-    flops = 2.0 * m * n * k
     dtypes = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     was_tf32 = tf32_enabled()
-    tflops: dict[str, float] = {}
+    gemm_ms: dict[str, float] = {}
     try:
         for precision in PRECISIONS:
             set_tf32(precision == "tf32")
-            a = torch.randn(m, k, device=device, dtype=dtypes[precision])
-            b = torch.randn(k, n, device=device, dtype=dtypes[precision])
-            ms = _time_ms(lambda a=a, b=b: a @ b, device)
-            tflops[precision] = flops / (ms * 1e-3) / 1e12
-            del a, b
+            try:
+                a = torch.randn(m, k, device=device, dtype=dtypes[precision])
+                b = torch.randn(k, n, device=device, dtype=dtypes[precision])
+                gemm_ms[precision] = _time_ms(lambda a=a, b=b: a @ b, device)
+            except RuntimeError:  # a precision this GPU's libraries refuse (bf16 on an old card): not one it has
+                pass
+            a = b = None
         src = torch.empty(PROBE_COPY_BYTES // 4, device=device)
         dst = torch.empty_like(src)
-        ms = _time_ms(lambda src=src, dst=dst: dst.copy_(src), device)
-        gbps = 2 * PROBE_COPY_BYTES / (ms * 1e-3) / 1e9
+        copy_ms = _time_ms(lambda src=src, dst=dst: dst.copy_(src), device)
         del src, dst
     finally:
         set_tf32(was_tf32)
-    return DeviceProfile(name=torch.cuda.get_device_name(index), compute_capability=torch.cuda.get_device_capability(index),
-                         gemm_tflops=tflops, memory_gbps=gbps, source="probe",
-                         cite=f"helpers.capability.probe, GEMM {m}x{k} @ {k}x{n}, torch {torch.__version__}")
+    return profile_from_times(torch.cuda.get_device_name(index), torch.cuda.get_device_capability(index), gemm_ms, copy_ms,
+                              shape, f"helpers.capability.probe, GEMM {m}x{k} @ {k}x{n}, torch {torch.__version__}")
+
+
+def profile_from_times(name: str, compute_capability: tuple[int, int], gemm_ms: dict[str, float], copy_ms: float,
+                       shape: tuple[int, int, int] = PROBE_SHAPE, cite: str = "") -> DeviceProfile:
+    """The probe's timings as figures: a GEMM of ``shape`` (m, n, k) is 2mnk FLOP; the copy reads and writes
+    :data:`PROBE_COPY_BYTES` once each."""
+    m, n, k = shape
+    tflops = {p: 2.0 * m * n * k / (ms * 1e-3) / 1e12 for p, ms in gemm_ms.items() if ms > 0}
+    gbps = 2 * PROBE_COPY_BYTES / (copy_ms * 1e-3) / 1e9 if copy_ms > 0 else float("nan")
+    return DeviceProfile(name, tuple(compute_capability), tflops, gbps, "probe", cite)
 
 
 @lru_cache(maxsize=8)
@@ -199,20 +209,40 @@ def device_profile(device: object = None) -> DeviceProfile:
 
 
 # --- the figures other devices give (tests, the CPU track) -----------------------------------------
+#: GPU classes lab 08 shows beside the recording and the tests judge against: (key, the name helpers.roofline's
+#: datasheet table knows it by, its compute capability from NVIDIA's CUDA GPUs list).
+CLASSES = (("t4", "NVIDIA T4", (7, 5)), ("a100", "NVIDIA A100 80GB SXM", (8, 0)), ("h100", "NVIDIA H100 SXM", (9, 0)))
+
+
 @lru_cache(maxsize=1)
-def _profiles_doc() -> dict:
+def _recorded_doc() -> dict:
     return json.loads((DATA / "device_profiles.json").read_text())
 
 
+def published_profile(name: str, compute_capability: tuple[int, int]) -> DeviceProfile | None:
+    """A GPU's datasheet figures (helpers.roofline's table: dense peaks) as a profile, or None if it is not there.
+    Peaks, not what a GEMM reaches (60-80% of them): their ratios are what the precision judgement uses."""
+    from .roofline import device_peaks
+
+    peaks = device_peaks(name)
+    if peaks is None:
+        return None
+    tflops = {k: float(v) for k in PRECISIONS if (v := getattr(peaks, k)) is not None}
+    return DeviceProfile(peaks.name, compute_capability, tflops, peaks.memory_tb_s * 1000, "published", peaks.source)
+
+
 def reference_profiles() -> dict[str, DeviceProfile]:
-    """Device classes the course knows figures of, by key (``t4``, ``a100``, ``h100``, ``h200``): the H200's read
-    off its recordings (:func:`recorded_gemm_tflops`), the others the vendors' published dense peaks, cited."""
-    return {k: DeviceProfile.from_dict(v) for k, v in _profiles_doc()["devices"].items()}
+    """Device classes the course knows figures of, by key (``t4``, ``a100``, ``h100``, ``h200``): the H200's read off
+    its recordings (:func:`recorded_gemm_tflops`), the others the datasheets' dense peaks (helpers.roofline)."""
+    out = {key: published_profile(name, cc) for key, name, cc in CLASSES}
+    out = {k: v for k, v in out.items() if v is not None}
+    out["h200"] = recorded_profile()
+    return out
 
 
 def recorded_profile() -> DeviceProfile:
     """The H200 the CPU track's recordings were made on, with the GEMM figures its traces show."""
-    return reference_profiles()["h200"]
+    return DeviceProfile.from_dict(_recorded_doc()["devices"]["h200"])
 
 
 def recorded_gemm_tflops(trace, shape: tuple[int, int, int] = PROBE_SHAPE) -> float:  # noqa: ANN001 - a Trace

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +16,11 @@ from typing import Any
 
 from . import metrics, render
 from .diagnosis import diagnose
-from .errors import TraceError
+from .errors import Interrupted, TraceError
+from .interrupts import signals_as_exceptions, stopped
+from .model import check_step_pattern
 from .outputs import check_output, write_output
+from .paths import os_error_text, printable, working_folder
 from .readers import MAX_BYTES, MAX_EVENTS
 from .readers import load as _load
 
@@ -41,17 +43,19 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 
 def load(path: str, args: argparse.Namespace):
-    """Load with the command line's --steps and size limits."""
-    return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
+    """Load with the command line's --steps and size limits (a folder's ranks together)."""
+    max_bytes, max_events = _limits_given(args)
+    return _load(path, _step_pattern(args.steps), max_bytes=MAX_BYTES if max_bytes is None else max_bytes,
+                 max_events=MAX_EVENTS if max_events is None else max_events)
+
+
+def _limits_given(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """--max-mb in bytes and --max-events, or None for each one not given (the defaults then apply)."""
+    return (None if args.max_mb is None else int(args.max_mb * 2**20)), args.max_events
 
 
 def _step_pattern(text: str | None) -> str | None:
-    if text is not None:
-        try:
-            re.compile(text)
-        except re.error as exc:
-            raise TraceError(f"--steps {text!r}: not a regular expression ({exc}); e.g. --steps 'train_step'") from None
-    return text
+    return check_step_pattern(text, "--steps")
 
 
 def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:
@@ -107,11 +111,42 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     out = _figure_path(args.output, args.force, [args.before, args.after]) if args.output else None
     before, after = load(args.before, args), load(args.after, args)
+    from .diff import work_diff
+
     print(render.compare_text(metrics.comparison(before, after)))
+    print()
+    print(render.diff_text(work_diff(before, after)))
     if out is not None:
         from . import plots
 
         print(_save_figure(plots.compare(before, after), out, args.force))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from . import report
+    from .jobs import stderr_progress
+
+    inputs = [args.trace] + ([args.after] if args.after else [])
+    out = Path(args.output)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"{args.output}: a report is an HTML file; give a name ending in .html, e.g. -o report.html")
+    out = check_output(out, args.force, inputs)
+    progress = stderr_progress("report")
+    total = 2 * len(inputs)
+    traces, shapes = [], []
+    for i, path in enumerate(inputs):
+        traces.append(load(path, args))
+        if progress:
+            progress(2 * i + 1, total + 6)
+        shapes.append(report.input_shapes(path, _limits_given(args)[0] or MAX_BYTES))
+        if progress:
+            progress(2 * i + 2, total + 6)
+    command = "python -m helpers report " + " ".join(inputs)
+    page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
+                        progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
+    written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)
+    print(f"{written} ({len(page.encode('utf-8')) / 1e6:.1f} MB)")
     return 0
 
 
@@ -126,8 +161,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_ranks(args: argparse.Namespace) -> int:
     from .jobs import analyse_job, stderr_progress
 
+    max_bytes, max_events = _limits_given(args)
     report = analyse_job(args.folder, workers=args.workers, scheduler=args.scheduler, step_pattern=_step_pattern(args.steps),
-                         max_bytes=int(args.max_mb * 2**20), max_events=args.max_events, progress=stderr_progress())
+                         max_bytes=max_bytes, max_events=max_events, progress=stderr_progress())
     if args.json:
         doc = dict(report, per_rank=report["per_rank"].to_dict(orient="records"))
         print(render.to_json(doc))
@@ -184,10 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def _limits(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--max-mb", type=_positive, default=MAX_BYTES / 2**20, metavar="MB",
-                        help=f"refuse inputs larger than this after decompression (default {MAX_BYTES >> 20})")
-        sp.add_argument("--max-events", type=_positive_int, default=MAX_EVENTS, metavar="N",
-                        help=f"refuse traces with more events (default {MAX_EVENTS:,})")
+        sp.add_argument("--max-mb", type=_positive, metavar="MB",
+                        help=f"refuse inputs larger than this after decompression, a folder's ranks together "
+                             f"(default {MAX_BYTES >> 20}; for a job read rank by rank, each rank)")
+        sp.add_argument("--max-events", type=_positive_int, metavar="N",
+                        help=f"refuse inputs with more events, a folder's ranks together (default {MAX_EVENTS:,}; "
+                             "for a job read rank by rank, each rank)")
 
     sp = with_trace("summary", "headline figures")
     sp.add_argument("--json", action="store_true")
@@ -211,6 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     _limits(sp)
     sp.set_defaults(func=cmd_compare)
+    sp = with_trace("report", "one self-contained HTML file: overview, diagnosis, tables, the interactive timeline "
+                    "(and the diff with a second trace)")
+    sp.add_argument("after", nargs="?", help="a second trace (the after of a before/after): the report adds the diff")
+    sp.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    sp.add_argument("--detail-events", type=_positive_int, default=2_000_000, metavar="N",
+                    help="events stored one by one for hover, search and the finest zoom (default 2,000,000); "
+                         "beyond them the timeline is drawn from columns laid out per zoom level")
+    sp.add_argument("--force", action="store_true", help="replace an existing output file")
+    sp.set_defaults(func=cmd_report)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
     sp.add_argument("-o", "--output", required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -218,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "
                         "exposed communication per rank")
     sp.add_argument("folder", help="folder with one trace per rank")
-    sp.add_argument("--workers", type=_positive_int, metavar="N", help="processes (default: one per core; 1 = one by one)")
+    sp.add_argument("--workers", type=_positive_int, metavar="N",
+                    help="processes (default: one per core; 1 = one by one; never more than one per core or per file)")
     sp.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask distributed scheduler, e.g. tcp://host:8786")
     sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
     sp.add_argument("--json", action="store_true")
@@ -237,32 +285,115 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; return its exit status. Never raises for anything a user can cause.
+
+    Bad input: one line on stderr (``error: ...``), status 2. Stopped by Ctrl-C, SIGTERM or SIGHUP: one
+    line, no partial output or temporary file left, status 128 + the signal's number. stdout a closed
+    pipe (``| head``): quiet, status 0; stdout a full disk: one line, status 2. Text is printed as the
+    terminal can show it: a file name's undecodable bytes as ``\\xNN``.
+    """
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = guarded = _Stream(out, "stdout"), _Stream(err, "stderr")
     try:
-        return args.func(args)
+        with signals_as_exceptions():
+            try:
+                return _run(argv)
+            except Interrupted as exc:
+                return stopped(exc)
+    finally:
+        sys.stdout, sys.stderr = out, err
+        for stream in guarded:  # a library that kept a reference (a logging handler) gets a quiet stream
+            stream.retire()
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+            if working_folder() is None:  # relative paths, and some libraries' own loading, need it
+                raise TraceError("the current folder no longer exists (it was deleted or moved); cd into a folder "
+                                 "that exists and run the command again")
+            status = args.func(args)
+        except SystemExit as exc:  # argparse: --help (0) or a usage error (2), already printed
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        sys.stdout.flush()  # inside the guard: a full disk or a closed pipe is seen here, not at exit
+        return status
     except TraceError as exc:
         return _fail(str(exc))
-    except BrokenPipeError:  # e.g. piped into head: stop quietly
-        _silence_stdout()
-        return 0
-    except OSError as exc:  # e.g. stdout on a full disk; files the commands write report their own errors
-        _silence_stdout()
-        return _fail(f"cannot write the output ({exc.strerror or exc}); check the free space, or redirect elsewhere")
+    except OutputLost as exc:
+        _silence(exc.stream)
+        if exc.name == "stderr" or isinstance(exc.error, BrokenPipeError):
+            return 0 if exc.name == "stdout" else 2  # the reader went away (| head): nothing to say
+        return _fail(f"cannot write to standard output ({exc.error.strerror or exc.error}); check the free space "
+                     "where it goes, or redirect it elsewhere")
+    except Interrupted:
+        raise
+    except OSError as exc:  # the system refused something no check above foresaw: say what, in one line
+        return _fail(os_error_text(exc))
+
+
+class OutputLost(Exception):
+    """Writing to stdout or stderr failed (a closed pipe, a full disk): not an error of the input."""
+
+    def __init__(self, name: str, stream, error: OSError) -> None:
+        super().__init__(name, error)
+        self.name, self.stream, self.error = name, stream, error
+
+
+class _Stream:
+    """``sys.stdout`` / ``sys.stderr`` while a command runs: text made printable (see
+    :func:`helpers.paths.printable`; a character the stream's encoding lacks is escaped), and a failed
+    write raised as :class:`OutputLost`, so it is told apart from every other OSError."""
+
+    def __init__(self, stream, name: str) -> None:
+        self._stream, self._name, self._retired = stream, name, False
+
+    def retire(self) -> None:
+        self._retired = True
+
+    def write(self, text: str) -> int:
+        text = printable(text)
+        if self._retired:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError, UnicodeError):
+                return 0
+        try:
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:  # a terminal in a narrow encoding (latin-1, ascii)
+                enc = getattr(self._stream, "encoding", None) or "ascii"
+                return self._stream.write(text.encode(enc, "backslashreplace").decode(enc))
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed
+            raise OutputLost(self._name, self._stream, exc if isinstance(exc, OSError) else OSError(str(exc))) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError) as exc:
+            if self._retired:
+                return
+            raise OutputLost(self._name, self._stream, exc if isinstance(exc, OSError) else OSError(str(exc))) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _fail(message: str) -> int:
     text = " ".join(message.split()) or "failed"  # one line, whatever the message held
     try:
-        print(f"error: {text}", file=sys.stderr)
-    except OSError:
-        pass
+        print(f"error: {text}", file=sys.stderr, flush=True)
+    except OutputLost as exc:
+        _silence(exc.stream)
     return 2
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so Python's exit-time flush of a broken stream raises nothing."""
+def _silence(stream) -> None:
+    """Point a broken stream's descriptor at /dev/null so that Python's exit-time flush raises nothing."""
     try:
+        fd = stream.fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's capture): nothing to flush later
         pass

@@ -13,10 +13,12 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,40 @@ MIN_CORES = 2
 COUNTER_ERROR = "ERR_NVGPUCTRPERM"
 
 
+#: PyTorch 2.9 added torch.backends.cuda.matmul.fp32_precision, the TF32 switch lab 08 teaches.
+TF32_SWITCH_TORCH = (2, 9)
+#: Packages a hosted notebook service replaces (its own front end runs the notebooks).
+HOSTED_NOT_NEEDED = ("jupyterlab",)
+
+
+def hosted_notebook() -> str:
+    """The hosted notebook service this kernel runs in ("Google Colab", "Kaggle"), or "" (a machine of one's own).
+    Read from the variables each service sets in its kernels' environment."""
+    if os.environ.get("COLAB_RELEASE_TAG") or os.environ.get("COLAB_GPU") is not None:
+        return "Google Colab"
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or os.environ.get("KAGGLE_URL_BASE"):
+        return "Kaggle"
+    return ""
+
+
+def _device_finding(torch) -> Finding:  # noqa: ANN001 - the torch module, imported by examine
+    """What the GPU gives the GPU track: its compute capability and memory, and what follows for lab 08 (tensor
+    cores, native bf16, TF32). ``--probe`` adds the measured GEMM and bandwidth figures (helpers.capability)."""
+    props = torch.cuda.get_device_properties(0)
+    cc = (props.major, props.minor)
+    has = [w for w, ok in (("tensor cores", cc >= (7, 0)), ("native bf16", cc >= (8, 0)), ("TF32", cc >= (8, 0))) if ok]
+    lacks = [w for w, ok in (("tensor cores", cc >= (7, 0)), ("native bf16", cc >= (8, 0)), ("TF32", cc >= (8, 0))) if not ok]
+    detail = (f"{props.name}, compute capability {cc[0]}.{cc[1]}, {props.total_memory / 2**30:.0f} GiB, "
+              f"{props.multi_processor_count} SMs; " + (f"has {', '.join(has)}" if has else "no tensor cores")
+              + (f"; lacks {', '.join(lacks)}" if has and lacks else ""))
+    if cc < (7, 0):
+        return Finding("device", "note", detail + ": lab 08 cannot show a precision speed-up here and judges its structure")
+    if cc < (8, 0):
+        return Finding("device", "note", detail + ": lab 08's low-precision step is fp16 with a GradScaler here",
+                       "the speed checks judge against this GPU's own figures (python -m helpers doctor --probe measures them)")
+    return Finding("device", "ok", detail + ": lab 08's low-precision step is bf16")
+
+
 @dataclass(frozen=True)
 class Finding:
     """One line of the report: ``status`` is ``ok``, ``note`` (works, with a consequence), ``warn``
@@ -49,14 +85,22 @@ class Finding:
     fix: str = ""
 
 
+#: Seconds a tool's ``--version`` may take, and may go without using CPU, before doctor stops waiting: the
+#: answer is instant where the tool works; one that hangs (a broken install, a licence prompt) is reported.
+VERSION_TIMEOUT_S = 10.0
+VERSION_IDLE_S = 3.0
+
+
 def _tool_version(tool: str) -> str | None:
     exe = shutil.which(tool)
     if exe is None:
         return None
     try:
-        out = run_bounded([exe, "--version"], 30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "on PATH (its --version did not answer)"
+        out = run_bounded([exe, "--version"], VERSION_TIMEOUT_S, idle_s=VERSION_IDLE_S)
+    except subprocess.TimeoutExpired:
+        return "on PATH (its --version did not answer; it may be a broken install)"
+    except OSError as exc:
+        return f"on PATH (its --version could not be run: {exc.strerror or exc})"
     lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     return lines[-1] if lines else "on PATH"
 
@@ -110,15 +154,26 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
         if torch.cuda.is_available():
             track = "gpu"
             out.append(Finding("track", "ok", f"GPU track: {torch.cuda.get_device_name(0)}; every loop runs live"))
+            out.append(_device_finding(torch))
         else:
             why = ("this torch is a CPU build" if not torch.version.cuda
                    else "torch is a CUDA build but sees no GPU (driver, CUDA_VISIBLE_DEVICES, or a container without --gpus)")
             out.append(Finding("track", "note", f"CPU track: {why}; GPU timelines are replayed from the H200 recordings"))
 
-    missing = [p for p in PACKAGES if importlib.util.find_spec(p) is None]
+        if tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) < TF32_SWITCH_TORCH:
+            out.append(Finding("torch version", "note", f"torch {torch.__version__} predates 2.9: lab 08's TF32 switch "
+                               "(torch.backends.cuda.matmul.fp32_precision) does not exist in it; use allow_tf32 there",
+                               "the course is tested on torch 2.13 (requirements.txt)"))
+
+    host = hosted_notebook()
+    if host:
+        out.append(Finding("notebook", "note", f"{host}: its notebook service runs the labs (JupyterLab is not needed)",
+                           "labs/ holds the notebooks; each starts with the setup cell (README, \"In a cloud notebook\")"))
+    wanted = [p for p in PACKAGES if not (host and p in HOSTED_NOT_NEEDED)]
+    missing = [p for p in wanted if importlib.util.find_spec(p) is None]
     out.append(Finding("packages", "fail" if missing else "ok",
-                       f"missing: {', '.join(missing)}" if missing else f"{len(PACKAGES)} packages the notebooks import",
-                       "pip install -r requirements.txt" if missing else ""))
+                       f"missing: {', '.join(missing)}" if missing else f"{len(wanted)} packages the notebooks import",
+                       ("python tools/cloud_setup.py" if host else "pip install -r requirements.txt") if missing else ""))
 
     data = Path(data) if data is not None else labs.resolve().parent / "data"
     manifest = data / "manifest.json"
@@ -144,7 +199,8 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
     out.append(Finding("cores", "ok" if cores >= MIN_CORES else "warn", f"{cores} usable",
                        "" if cores >= MIN_CORES else f"labs 01 and 04 need {MIN_CORES} (workers, two ranks): they run, slowly"))
 
-    nsys, ncu = _tool_version("nsys"), _tool_version("ncu")
+    with ThreadPoolExecutor(2) as pool:  # asked at once: a tool that hangs costs its bound once, not twice
+        nsys, ncu = pool.map(_tool_version, ("nsys", "ncu"))
     live = track == "gpu"
     out.append(Finding("nsys", "ok" if nsys and live else "note",
                        (nsys or "not on PATH") + (": lab 00 captures live" if nsys and live
@@ -179,13 +235,14 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
         out.append(Finding("container", "note", "running in a container",
                            "ncu needs the counters allowed on the host or the container started with --cap-add=SYS_ADMIN; "
                            "nsys's CPU sampling needs perf_event_open, which docker's default seccomp profile allows only with CAP_SYS_ADMIN"))
-    if _is_root():
+    if _is_root() and not host:  # a hosted notebook's kernel runs as root, and its service is the front end
         out.append(Finding("root", "note", "running as root", "start JupyterLab at the repository root with jupyter lab --allow-root"))
     return out
 
 
 def probe(timeout_s: float = 300) -> list[Finding]:
-    """Run nsys and ncu once each on a few CUDA kernels, as this user, and say what happened.
+    """Measure the GPU (:func:`helpers.capability.probe`: what lab 08 judges by), then run nsys and ncu once each on a
+    few CUDA kernels, as this user, and say what happened.
 
     Only where torch sees a GPU and the tool is on PATH; the reports go to a temporary folder that is
     removed afterwards. This is what the pre-flight means by "run the tools once": permissions show only
@@ -196,9 +253,18 @@ def probe(timeout_s: float = 300) -> list[Finding]:
         return [Finding("probe", "note", "torch does not import: nothing to probe")]
     if not torch.cuda.is_available():
         return [Finding("probe", "note", "no CUDA GPU: nothing to probe (the CPU track reads shipped reports)")]
+    from . import capability
+
+    try:
+        measured = capability.probe()
+    except Exception as exc:  # noqa: BLE001 - a GPU that fails its own probe is a finding, not a crash
+        out = [Finding("device probe", "warn", f"the GEMM probe failed: {type(exc).__name__}: {exc}")]
+    else:
+        gain = measured.gemm_gain(measured.lowp)
+        out = [Finding("device probe", "ok", f"{measured.describe()}; {measured.lowp} GEMMs {gain:.1f}x fp32's: what lab 08 "
+                                             "judges your precision step against")]
     program = [sys.executable, "-c", "import torch; x = torch.ones(256, 256, device='cuda'); [x @ x for _ in range(3)]; "
                "torch.cuda.synchronize()"]
-    out = []
     with tempfile.TemporaryDirectory(prefix="doctor-probe-") as tmp:
         for tool, cmd in (("nsys", ["nsys", "profile", "--trace=cuda,nvtx", "-o", str(Path(tmp) / "probe"), *program]),
                           ("ncu", ["ncu", "--section", "SpeedOfLight", "-c", "1", *program])):

@@ -19,3 +19,24 @@ class CheckFailed(AssertionError):
 
     An AssertionError, so nbval fails the cell. It lives here, not in :mod:`helpers.checks`, so the
     course layer can show it in one line without importing the checks (which import the course)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP) while it ran.
+
+    A KeyboardInterrupt, so code that lets Ctrl-C through lets this through too; raised only while
+    :func:`helpers.interrupts.signals_as_exceptions` is active (the command line)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        return "Ctrl-C (SIGINT)" if name == "SIGINT" else name

@@ -24,15 +24,16 @@ import pandas as pd
 from .errors import TraceError
 from .model import Trace, times_problem
 from .outputs import write_output
+from .paths import printable
 
 try:  # orjson quotes strings faster than json
     import orjson
 
     def _quote(text: str) -> str:
-        return orjson.dumps(text).decode()
+        return orjson.dumps(printable(text)).decode()  # printable: a lone surrogate is not UTF-8 (paths.printable)
 except ImportError:  # pragma: no cover - exercised only without orjson
     def _quote(text: str) -> str:
-        return json.dumps(text, ensure_ascii=False)
+        return json.dumps(printable(text), ensure_ascii=False)
 
 # Kineto's category names, so that an exported trace reads back through helpers.load.
 CATEGORY = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "cuda_runtime",
@@ -253,7 +254,7 @@ def _fragments(trace: Trace) -> Iterator[bytes]:
     for rank in sorted({r for r, _ in lanes}):
         meta.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
     for tid, (rank, lane) in enumerate(lanes, start=1):
-        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": lane}})
+        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": printable(str(lane))}})
         meta.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}})
     yield b'{"traceEvents":['
     yield ",".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in meta).encode()
@@ -304,7 +305,7 @@ def _fragments(trace: Trace) -> Iterator[bytes]:
             rows[:, 1] = _rows([p if isinstance(p, bytes) else p.batch(lo, hi) for p in pieces], hi - lo)
             text = b"".join(rows.ravel().tolist())
             yield text if hi < n else text[:-1]  # every row ends with a comma but the last
-    tail = json.dumps({"source": trace.source, "format": trace.format}, ensure_ascii=False)
+    tail = json.dumps({"source": printable(str(trace.source)), "format": printable(str(trace.format))}, ensure_ascii=False)
     yield f'],"displayTimeUnit":"ms","metadata":{tail}}}'.encode()
 
 

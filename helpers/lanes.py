@@ -17,6 +17,7 @@ import pandas as pd
 from . import metrics as m
 from .diagnosis import Finding
 from .model import Trace
+from .paths import printable
 from .patterns import colour as pattern_colour
 
 KIND_COLORS = {
@@ -36,6 +37,8 @@ FIGURE_WIDTH_PX = 950
 #: A finding's band is drawn at least this wide (pixels): a 0.2 ms window on a 300 ms timeline is under
 #: one pixel, which reads as no band at all. The band is centred on the window and gets an outline.
 MIN_BAND_PX = 6
+#: The kinds' legend sits this many inches below the axes: under the tick labels and the axis label.
+LEGEND_DROP_IN = 0.5
 
 
 def _plt():
@@ -82,7 +85,7 @@ def _phase_color(name: str) -> str:
             return color
     if low.startswith("profilerstep"):
         return PHASE_COLORS["step"]
-    return "#937860"
+    return OTHER_RANGE_COLOR
 
 
 def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
@@ -106,6 +109,48 @@ def time_origin_us(trace: Trace) -> float:
     """The timelines' time zero: the first step's start, the steady state's first kept repeat on a trace
     without step markers (the windows ``diagnose`` reports are on the same axis)."""
     return m.time_origin_us(m.stepped(trace))
+
+
+def time_origin_text(trace: Trace) -> str:
+    """What time 0 of :func:`time_origin_us` is, in words, for the axis (a host that runs ahead puts its own work
+    at negative times: the reader needs to know which start 0 is)."""
+    trace = m.stepped(trace)
+    win = m.windows(trace)
+    win = win[win["step"] >= 0]
+    if win.empty:
+        return "0 = the trace's first event (no steps found)"
+    first = win.loc[win["start_us"].idxmin()]
+    step, rank = int(first["step"]), int(first["rank"])
+    if trace.metadata.get("steps_inferred"):
+        return f"0 = the start of the first repeat taken as a step (step {step}; the trace marks no steps)"
+    ev = trace.events
+    marked = trace.steps
+    host = marked[(marked["step"] == step) & (marked["rank"] == rank)]
+    if host.empty:
+        return f"0 = the start of the first profiled step (step {step})"
+    host_start = float(host["start_us"].iat[0])
+    ranges = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (np.abs(ev["start_us"] - host_start) < 1e-3)]
+    what = f"step {step}, {ranges['name'].iat[0]}" if not ranges.empty else f"step {step}"
+    late = (float(first["start_us"]) - host_start) / 1e3
+    if late > 0.05:  # the window starts on the GPU's time, after its host range began
+        return (f"0 = the start of the first profiled step ({what}) on the GPU; the host began it {late:.1f} ms "
+                "earlier (it runs ahead of the GPU)")
+    return f"0 = the start of the first profiled step ({what})"
+
+
+#: What each range colour stands for, in the legend's order.
+PHASE_WORDS = {"forward": "forward", "backward": "backward", "optimizer": "optimizer", "data": "data",
+               "logging": "logging", "step": "step (ProfilerStep#N)"}
+OTHER_RANGE_COLOR = "#937860"
+
+
+def phase_legend(names) -> list[list[str]]:
+    """``[words, colour]`` for each range colour the names get (:func:`_phase_color`), in a fixed order."""
+    used = {_phase_color(n) for n in names}
+    out = [[PHASE_WORDS[k], c] for k, c in PHASE_COLORS.items() if c in used]
+    if OTHER_RANGE_COLOR in used:
+        out.append(["other ranges", OTHER_RANGE_COLOR])
+    return out
 
 
 def _lanes_in(trace: Trace, t0: float, t1: float, ranks: Sequence[int] | None) -> tuple[list[tuple[int, str]], dict]:
@@ -162,6 +207,14 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     t0, t1 = pick_window(trace, window, step)
     origin = axis_origin
     lanes, on_lanes = _lanes_in(trace, t0, t1, ranks)
+    # a GPU lane stays on a window where its GPU did nothing: an idle GPU is what such a window is drawn to show
+    ev_all = trace.events
+    full0, full1 = (float(ev_all["start_us"].min()), float(ev_all["end_us"].max())) if len(ev_all) else (t0, t1)
+    everywhere, _ = _lanes_in(trace, full0, full1, ranks if ranks is not None else sorted({r for r, _ in lanes}) or None)
+    missing = [rl for rl in everywhere if rl[1].startswith("GPU") and rl not in on_lanes]
+    if missing:
+        on_lanes = {**on_lanes, **{rl: np.zeros(0, dtype=np.int64) for rl in missing}}
+        lanes = sorted(lanes + missing, key=lambda rl: (rl[0], _lane_order(rl[1])))
     multi = len({r for r, _ in lanes}) > 1
     if len(lanes) > max_lanes:  # keep GPU and range lanes, drop the busiest-less CPU threads
         keep = sorted(lanes, key=lambda rl: (not rl[1].startswith(("GPU", "ranges", "CUDA")), -len(on_lanes[rl])))[:max_lanes]
@@ -191,13 +244,20 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
                            facecolors=color, edgecolors="none")
     outside = []
     for f in findings:
+        spans = _pattern_spans(trace, f.pattern, t0, t1, px_us)
+        color = pattern_colour(f.pattern, "red")
+        if spans:  # where the pattern shows in this window (its cause's idle gaps), lighter: one collection
+            ax.broken_barh([((s - origin) / 1e3, max(e - s, px_us) / 1e3) for s, e in spans], (-1.0, len(lanes) + 0.5),
+                           facecolors=color, alpha=0.1, zorder=0, edgecolors="none")
+        if spans and not (f.window and f.window[1] > t0 and f.window[0] < t1):
+            ax.text((spans[0][0] - origin) / 1e3, -0.9, f" {f.pattern}", fontsize=9, color=color, va="bottom", clip_on=True)
         if not f.window:
             continue
         fs, fe = max(f.window[0], t0), min(f.window[1], t1)
         if fe <= fs:  # listed under the title instead of drawn off-axis (which would widen the figure)
-            outside.append(f"{f.pattern} at {(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms")
+            where = f"{(f.window[0] - origin) / 1e3:.1f}-{(f.window[1] - origin) / 1e3:.1f} ms"
+            outside.append(f"{f.pattern} at {where}" + (" (shaded here where it shows)" if spans else ""))
             continue
-        color = pattern_colour(f.pattern, "red")
         if fe - fs < MIN_BAND_PX * px_us:  # too thin to see: widen it around its middle, and outline it
             mid = (fs + fe) / 2
             fs, fe = mid - MIN_BAND_PX * px_us / 2, mid + MIN_BAND_PX * px_us / 2
@@ -210,21 +270,47 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
 
     handles = [Patch(color=COPY_COLORS.get(k, KIND_COLORS.get(k, "#999999")), label=str(k))
                for k in sorted(shown)]
-    if handles:  # below the axes, inside the figure's width
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.12 * 8 / max(len(lanes) + 4, 8)),
+    label_lines = textwrap.fill("time (ms); " + time_origin_text(trace), 110).count("\n") if x_origin is None else 0
+    drop = LEGEND_DROP_IN + 0.15 * label_lines
+    if handles:  # below the axis label (a fixed distance in inches, whatever the figure's height), inside its width
+        from matplotlib.transforms import ScaledTranslation
+
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0),
+                  bbox_transform=ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans),
                   ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
                   title_fontsize=9, alignment="left")
     ax.set_ylim(len(lanes) - 0.5, -1.0)
     lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
     ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
-    ax.set_xlabel("time (ms)")
+    xlabel = textwrap.fill("time (ms); " + time_origin_text(trace), 110) if x_origin is None else "time (ms)"
+    ax.set_xlabel(xlabel, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     title = title if title is not None else trace_name(trace)
     if outside:
-        title += "\n" + textwrap.shorten("findings outside this window: " + "; ".join(outside), 140)
-    ax.set_title(title, fontsize=11, loc="left")
+        note = textwrap.shorten("findings' windows outside this one: " + "; ".join(outside), 200)
+        title += "\n" + textwrap.fill(note, 92)
+    ax.set_title(printable(title), fontsize=11, loc="left", parse_math=False)  # a file name is text, not TeX
     _tidy(fig)
+    if handles and len(fig.axes) == 1:  # room under the axes for the legend (tight_layout counts only the label)
+        height = fig.get_size_inches()[1]
+        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, (drop + 0.5) / height))
     return fig
+
+
+def _pattern_spans(trace: Trace, pattern: str, t0: float, t1: float, px_us: float) -> list[tuple[float, float]]:
+    """Where a pattern with an idle cause (:attr:`helpers.patterns.Pattern.cause`) shows in ``[t0, t1)``: the GPU's
+    idle gaps blamed on that cause, merged closer than a pixel; none for a pattern without one or a CPU trace."""
+    from .patterns import BY_NAME
+
+    p = BY_NAME.get(pattern)
+    if p is None or p.cause not in m.CAUSES or p.cause == "graph" or not trace.has_gpu:
+        return []
+    gaps = m.idle_gaps(trace)
+    g = gaps[(gaps["cause"] == p.cause) & (gaps["end_us"] > t0) & (gaps["start_us"] < t1)]
+    if g.empty:
+        return []
+    s, e = m.merge_intervals(np.clip(g["start_us"].to_numpy(), t0, t1), np.clip(g["end_us"].to_numpy(), t0, t1) + px_us)
+    return list(zip(s.tolist(), (e - px_us).tolist()))
 
 
 def trace_name(trace: Trace) -> str:
@@ -233,7 +319,7 @@ def trace_name(trace: Trace) -> str:
     name = path.name
     for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
         name = name.removesuffix(suffix)
-    return path.parent.name if name in ("trace", "") and path.parent.name else name
+    return printable(path.parent.name if name in ("trace", "") and path.parent.name else name)
 
 
 #: The gid of a range's name drawn on its bar (see _tidy).
@@ -260,8 +346,8 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
         if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            label = ax.text((s + e) / 2e3 - origin / 1e3, y, name, ha="center", va="center", fontsize=9, color="black",
-                            clip_on=True, gid=RANGE_LABEL)
+            label = ax.text((s + e) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
+                            color="black", clip_on=True, gid=RANGE_LABEL, parse_math=False)
             label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
         ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,

@@ -7,6 +7,7 @@ and an existing file (or one that appears meanwhile) is never replaced unless ``
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+from . import interrupts
 from .errors import TraceError
 
 # Names this module uses for its temporary files; refusing them as outputs keeps the two apart.
@@ -31,6 +33,16 @@ def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[
     if p.name.endswith(TEMP_SUFFIX) or p.name.startswith(TEMP_PREFIX):
         raise TraceError(f"{p}: names ending in {TEMP_SUFFIX} or starting with {TEMP_PREFIX} are for temporary "
                          "files; choose another output name")
+    parent = p.parent
+    problem = folder_problem(parent)
+    if problem:
+        raise TraceError(f"{p}: {problem}")
+    try:
+        os.lstat(p)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise TraceError(f"{p}: the name is too long for this file system ({len(os.fsencode(p.name))} bytes); "
+                             "choose a shorter output name") from None
     if p.is_symlink() and not force:
         raise TraceError(f"{p}: is a symbolic link; choose another output name, or pass --force to replace the "
                          "link itself (its target is never written)")
@@ -43,12 +55,32 @@ def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[
                              "elsewhere (--force never replaces an input)")
     if p.exists() and not force:
         raise TraceError(f"{p}: already exists; choose another output name, or pass --force to replace it")
-    parent = p.parent
-    if not parent.is_dir():
-        raise TraceError(f"{p}: the folder {parent} does not exist; create it first (mkdir -p {parent})")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise TraceError(f"{p}: the folder {parent} is not writable; choose an output in a folder you can write")
     return p
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold a new file (it does not exist, is a file, is a symbolic link that points
+    back at itself, cannot be reached), in words; None when it can."""
+    try:
+        info = os.stat(folder)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            if not os.path.lexists(folder):
+                return f"the folder {folder} does not exist; create it first (mkdir -p {folder})"
+            return f"the folder {folder} is a symbolic link to nothing (its target is gone); fix or remove the link"
+        if exc.errno == errno.ELOOP:
+            return (f"the folder {folder} is, or goes through, a symbolic link that points back at itself; fix or "
+                    "remove the link")
+        if exc.errno == errno.ENOTDIR:
+            return f"{folder} (or a folder above it) is a file, not a folder; write the output elsewhere"
+        if exc.errno == errno.ENAMETOOLONG:
+            return "the path is too long for this file system; choose a shorter one"
+        return f"the folder {folder} cannot be reached ({exc.strerror}); check the path and its permissions"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{folder} is a file, not a folder; write the output elsewhere"
+    return None
 
 
 def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], force: bool = False,
@@ -56,7 +88,9 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
     """Call ``write(fh)`` on a private temporary file, then put it at ``path`` (see the module's doc)."""
     p = check_output(path, force, inputs)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
+        with interrupts.deferred():  # a signal cannot fall between making the file and registering it
+            fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
+            interrupts.register(tmp_name)
     except OSError as exc:
         raise TraceError(f"{p}: cannot write in {p.parent} ({exc.strerror}); choose another output folder") from None
     tmp = Path(tmp_name)
@@ -64,22 +98,29 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.chmod(tmp, 0o666 & ~_umask())
-        if force:
-            os.replace(tmp, p)
-        else:
-            try:
-                os.link(tmp, p)  # fails if p appeared meanwhile: never replaces
-            except FileExistsError:
-                raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
-            except OSError:  # a file system without hard links: the check above is the best we have
-                if p.exists() or p.is_symlink():
-                    raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
-                os.replace(tmp, p)
+        with interrupts.deferred():  # the result is put in place whole or not at all
+            _commit(tmp, p, force)
     except OSError as exc:
         raise TraceError(f"{p}: cannot be written ({exc.strerror or exc}); check the free space and permissions") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with interrupts.deferred():
+            tmp.unlink(missing_ok=True)
+            interrupts.unregister(tmp_name)
     return p
+
+
+def _commit(tmp: Path, p: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, p)
+        return
+    try:
+        os.link(tmp, p)  # fails if p appeared meanwhile: never replaces
+    except FileExistsError:
+        raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
+    except OSError:  # a file system without hard links: the check above is the best we have
+        if p.exists() or p.is_symlink():
+            raise TraceError(f"{p}: already exists; choose another output name, or pass --force") from None
+        os.replace(tmp, p)
 
 
 def _refuse_special(p: Path) -> None:
@@ -100,7 +141,7 @@ def _same_or_inside(out: Path, source: Path) -> bool:
         src = source.resolve()
         target = out.parent.resolve() / out.name
         return src.is_dir() and (target == src or src in target.parents)
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: Python 3.11's resolve() on a symbolic link loop
         return False
 
 

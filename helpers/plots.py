@@ -149,10 +149,12 @@ def step_breakdown(trace: Trace, by_cause: bool = True):
 
 
 def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: int | None = None,
-            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True, causes: bool = True):
+            ranks: Sequence[int] | None = None, title: str | None = None, fallback: bool = True, causes: bool = True,
+            overlays: Sequence[dict] = (), critical_path: bool = False):
     """The interactive timeline (zoom, pan, hover, select): see :func:`helpers.explore.explore`.
 
     Same lanes, colours and time origin as :func:`timeline`; shows :func:`timeline`'s figure where no
     widget front end runs.
     """
-    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes)
+    return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes,
+                    overlays=overlays, critical_path=critical_path)

@@ -1,37 +1,113 @@
-"""Running the NVIDIA tools (nsys, ncu) as child processes with a time limit that holds.
+"""Child processes with time limits that hold: the NVIDIA tools (nsys, ncu), a user's regular
+expression, and the process pools that read folders of ranks.
 
 ``subprocess.run(..., timeout=)`` kills only the process it started: a tool that is a wrapper
 script (nsys is one) leaves its own children running, they keep the output pipes open, and the
 wait for the pipes' end then lasts as long as they do. Here the tool runs in a process group of
-its own, and on a timeout (or an interrupt) the whole group is killed before anything else.
+its own; once the tool itself has exited, its output pipes get a short grace and then the rest of
+its group is killed; a group that has used no CPU for ``idle_s`` seconds is taken as hung; and on a
+time-out (or an interrupt) the whole group is killed before anything else.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+
+from . import interrupts
+
+#: Seconds a tool's output pipes may stay open after the tool itself has exited (a child it left running
+#: holds them): what it wrote before exiting is in the pipes already.
+PIPE_GRACE_S = 1.0
+_POLL_S = 0.25
+
+
+class Hung(subprocess.TimeoutExpired):
+    """The process group used no CPU time for ``idle_s`` seconds: waiting on something that never comes."""
 
 
 def run_bounded(command: Sequence[str], timeout_s: float, *, stdout: int | None = subprocess.PIPE,
-                env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+                env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+                stdin_bytes: bytes | None = None, idle_s: float | None = None) -> subprocess.CompletedProcess:
     """Run ``command`` (text output, stderr captured) for at most ``timeout_s`` seconds.
 
-    Raises :class:`subprocess.TimeoutExpired` once the command and every process it started are gone;
-    :class:`OSError` when it cannot be started.
+    ``stdin_bytes`` is written to its standard input (else it reads nothing). With ``idle_s``, a
+    process group that has used no CPU for that long is stopped too (Linux; elsewhere only the time-out
+    holds) and :class:`Hung` raised. Raises :class:`subprocess.TimeoutExpired` once the command and every
+    process it started are gone; :class:`OSError` when it cannot be started.
     """
-    proc = subprocess.Popen(list(command), stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+    proc = subprocess.Popen(list(command), stdout=stdout, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL if stdin_bytes is None else subprocess.PIPE, env=env, cwd=cwd,
                             start_new_session=hasattr(os, "killpg"))
+    started = time.monotonic()
+    data: bytes | None = stdin_bytes
+    exited_at: float | None = None
+    cpu, cpu_seen_at, cpu_checked_at = -1.0, started, started
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        while True:
+            now = time.monotonic()
+            step = min(_POLL_S, max(0.01, started + timeout_s - now))
+            try:
+                out, err = proc.communicate(data, timeout=step)
+                break
+            except subprocess.TimeoutExpired:
+                data = None  # written already; retrying communicate() loses no output
+            now = time.monotonic()
+            if proc.poll() is not None:  # the tool is done; a child it left holds the pipes
+                exited_at = exited_at or now
+                if now - exited_at >= PIPE_GRACE_S:
+                    _signal_group(proc)
+                    out, err = proc.communicate(timeout=5)
+                    break
+            if now - started >= timeout_s:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            if idle_s is not None and exited_at is None and now - cpu_checked_at >= 1.0:
+                cpu_checked_at = now
+                used = _group_cpu_s(proc.pid)
+                if used is None or used > cpu:
+                    cpu, cpu_seen_at = (used if used is not None else cpu), now
+                elif now - cpu_seen_at >= idle_s:
+                    raise Hung(proc.args, idle_s)
     except BaseException:  # a timeout or Ctrl-C: nothing of the tool may outlive the call
         _kill_group(proc)
         raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, _text(out), _text(err))
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _text(data: bytes | None) -> str | None:
+    return data.decode("utf-8", "replace") if data is not None else None
+
+
+def _group_cpu_s(pgid: int) -> float | None:
+    """CPU seconds (user + system) used so far by the live processes of a process group; None where
+    /proc cannot tell (not Linux)."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    total, ticks = 0.0, os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 12 and int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ...
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def _signal_group(proc: subprocess.Popen) -> None:
     try:
         if hasattr(os, "killpg"):
             os.killpg(proc.pid, signal.SIGKILL)  # the group the tool leads: its children too
@@ -39,7 +115,132 @@ def _kill_group(proc: subprocess.Popen) -> None:
             proc.kill()
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    _signal_group(proc)
     try:
         proc.communicate(timeout=5)  # the pipes close once the group is gone
     except (subprocess.TimeoutExpired, ValueError, OSError):
         pass
+
+
+class _Pool(ProcessPoolExecutor):
+    """Runs every call through :func:`_call`, so a worker knows whether it is busy when a signal lands."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(_call, fn, *args, **kwargs)
+
+
+_busy = False
+
+
+def _call(fn, *args, **kwargs):
+    global _busy
+    _busy = True
+    interrupts._state.update(count=0, first=None, pending=None)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _busy = False
+
+
+def _worker_signal(signum: int, frame) -> None:
+    # Waiting for work, or sending a result back: left alone (exiting mid-send would leave the parent
+    # waiting for the rest of a message forever); the parent's shutdown ends the worker.
+    if _busy:
+        interrupts._handler(signum, frame)  # in a call: raised there, so its with/finally blocks clean up
+
+
+def _worker_start(initializer=None, initargs: tuple = ()) -> None:
+    interrupts._state.update(active=1, deferring=0, count=0, first=None, pending=None)
+    for sig in interrupts.SIGNALS:
+        signal.signal(sig, _worker_signal)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+@contextmanager
+def worker_pool(workers: int, *, initializer=None, initargs: tuple = ()) -> Iterator[ProcessPoolExecutor]:
+    """A process pool that stops with its command, whenever and however it is stopped.
+
+    A worker given Ctrl-C, SIGTERM or SIGHUP (a terminal's Ctrl-C reaches every process of the group)
+    while it runs a call raises :class:`helpers.errors.Interrupted` inside it, so the call's own cleanup
+    runs (a decompressed copy is removed) and the exception comes back to the parent as the call's
+    result; a worker waiting for work carries on waiting (no traceback per process). When the parent is
+    stopped, or a call fails, the calls not started are cancelled, the busy workers are stopped (SIGTERM,
+    raised in their call as above) and every worker is waited for, so none outlives the command.
+    ``initializer(*initargs)`` runs in each worker as it starts (shared counters it keeps, say).
+    """
+    pool = _Pool(max_workers=workers, initializer=_worker_start, initargs=(initializer, initargs))
+    try:
+        yield pool
+    except BaseException:
+        with interrupts.deferred():
+            _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _stop(pool: ProcessPoolExecutor, grace_s: float = 10.0) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)  # no new calls; each worker is sent its sentinel
+    for proc in processes:
+        try:
+            proc.terminate()  # SIGTERM: raised inside a busy worker's call (see _worker_signal)
+        except (OSError, ValueError, AttributeError):
+            pass
+    killed = False
+    for proc in processes:
+        try:
+            proc.join(timeout=grace_s)
+            if proc.is_alive():  # deaf to SIGTERM (stuck in C code): it must not outlive the command
+                proc.kill()
+                proc.join(timeout=5)
+                killed = True
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
+    if not killed:  # (a worker killed while sending could leave the pool's reader waiting forever)
+        pool.shutdown(wait=True)
+
+
+#: Seconds a regular expression a user gave (``--steps``) may take over a trace's distinct names before it
+#: is stopped: Python's engine backtracks, and a pattern whose repeats can match the same text in many
+#: ways (``(a|a)*``, ``.*.*.*x``) takes exponential or high-polynomial time on a long name. Matching a
+#: million distinct names against an ordinary pattern takes well under a second.
+PATTERN_TIMEOUT_S = 5.0
+#: The child that does the matching: isolated (-I) and without site packages (-S), so it starts in ~20 ms.
+_MATCHER = (
+    "import json, re, sys\n"
+    "doc = json.loads(sys.stdin.buffer.read())\n"
+    "rx = re.compile(doc['pattern'], doc['flags'])\n"
+    "sys.stdout.write(''.join('1' if rx.search(n) else '0' for n in doc['names']))\n"
+)
+_searched: dict[tuple[str, int], dict[str, bool]] = {}  # (pattern, flags) -> name -> found, this process's
+
+
+def search_bounded(pattern: str, names: Sequence[str], flags: int = 0, timeout_s: float | None = None) -> list[bool]:
+    """``re.search(pattern, name, flags)`` for each name, under a time limit that holds.
+
+    The matching runs in a child process killed after ``timeout_s`` (default :data:`PATTERN_TIMEOUT_S`,
+    plus a second per 32 MB of names), so no pattern can hang the caller: a regex engine cannot be
+    interrupted from another thread, and a child process can. Raises :class:`subprocess.TimeoutExpired`
+    when the limit is reached. Answers are remembered per process (ranks of one job share their names).
+    """
+    known = _searched.setdefault((pattern, flags), {})
+    todo = sorted({n for n in names if n not in known})
+    if todo:
+        payload = json.dumps({"pattern": pattern, "flags": flags, "names": todo}).encode("ascii")
+        limit = (PATTERN_TIMEOUT_S if timeout_s is None else timeout_s) + len(payload) / (32 << 20)
+        if not sys.executable:  # an embedded interpreter with no program to start: match here, unbounded
+            rx = re.compile(pattern, flags)
+            found = "".join("1" if rx.search(n) else "0" for n in todo)
+        else:
+            r = run_bounded([sys.executable, "-I", "-S", "-c", _MATCHER], limit, stdin_bytes=payload)
+            found = r.stdout
+            if r.returncode != 0 or len(found) != len(todo):
+                raise RuntimeError(f"the pattern matcher failed: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+        if len(known) > 200_000:  # a bound on what is remembered, not on what is matched
+            known.clear()
+        known.update(zip(todo, (c == "1" for c in found)))
+    return [known[n] for n in names]

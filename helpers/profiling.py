@@ -113,7 +113,11 @@ def _sync() -> None:
 
 #: Lines the profiler's C++ side (Kineto) writes straight to file descriptor 2 at start and stop,
 #: e.g. "USDT:2026-... SyncActivityProfilerHandler.cpp:52] profiler_start": noise for a learner.
-PROFILER_LOG_LINE = re.compile(r"^(USDT:|STAGE:)|ActivityProfiler\w*\.cpp:\d+\]|libkineto|kineto", re.IGNORECASE)
+#: Also the line it writes when a profiler starts on a thread other than the one that first registered it (a
+#: check that measures a learner's function in its own thread): "External init callback must run in same thread as
+#: registerClient", harmless.
+PROFILER_LOG_LINE = re.compile(r"^(USDT:|STAGE:)|ActivityProfiler\w*\.cpp:\d+\]|libkineto|kineto|"
+                               r"External init callback must run in same thread", re.IGNORECASE)
 
 
 @contextlib.contextmanager
@@ -146,13 +150,16 @@ def quiet_profiler_logs(enabled: bool = True):
 
 def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, wait: int = 1,
             out_dir: str | os.PathLike = "runs", name: str = "run", cuda: bool | None = None,
-            profiler_logs: bool = False) -> Trace:
+            profiler_logs: bool = False, with_stack: bool = False, profile_memory: bool = False) -> Trace:
     """Profile ``steps`` steps of a loop and return the Trace.
 
     ``step_fn(i)`` runs one training step. It is called ``wait + warmup + steps`` times; only the
     last ``steps`` are recorded (a wait/warmup/active schedule keeps start-up costs out).
     The trace is written gzipped into a new folder under ``out_dir`` and never overwrites one.
     The profiler's own start/stop log lines are held back unless ``profiler_logs`` is True.
+    ``with_stack`` records the Python functions on the profiled thread (``python`` events: the call stack above
+    each op); ``profile_memory`` records every allocation and free (read them with
+    :func:`helpers.memory.allocations`). Both make the profiled steps slower.
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -163,7 +170,8 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = new_run_dir(out_dir, name)
     with quiet_profiler_logs(not profiler_logs), \
-            profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1)) as prof:
+            profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
+                    with_stack=with_stack, profile_memory=profile_memory) as prof:
         for i in range(wait + warmup + steps):
             step_fn(i)
             prof.step()

@@ -16,15 +16,19 @@ from typing import Any
 import pandas as pd
 
 from .diagnosis import PATTERNS, Finding, SteadyState
+from .paths import printable
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
 
 
 def clean(obj: Any) -> Any:
-    """JSON-safe: NaN -> null, numpy scalars -> Python numbers."""
+    """JSON-safe: NaN -> null, numpy scalars -> Python numbers, text printable (a file name's undecodable
+    bytes as ``\\xNN``, not a lone surrogate that strict JSON readers refuse)."""
+    if isinstance(obj, str):
+        return printable(obj)
     if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
+        return {printable(str(k)): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [clean(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
@@ -77,11 +81,12 @@ def summary_text(s: dict[str, Any]) -> str:
     if s["step_time_ms"] is not None:
         lines.append(f"  {'step time (mean)' if s['steps'] else 'capture (no step markers)'}: {s['step_time_ms']:.3f} ms")
     if s["has_gpu"]:
-        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%}")
-        idle = s["idle_by_cause_us"]
-        total = sum(idle.values()) or 1.0
-        lines.append("  GPU idle, by the cause a fix would remove: "
-                     + ", ".join(f"{k} {v / total:.0%}" for k, v in idle.items() if v))
+        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%} of step time")
+        shares = s.get("idle_share_by_cause") or {}
+        if shares:  # the shares diagnose's costs are: of step time, not of the idle time
+            lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
+                         "(the costs diagnose ranks by, % of step time): "
+                         + ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005))
         k = s["kernels"]
         lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
         for c in s["copies"]:
@@ -90,7 +95,8 @@ def summary_text(s: dict[str, Any]) -> str:
         lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
     else:
         lines.append(f"  {CPU_ONLY_NOTE}")
-    lines.append(f"  data wait: {s['data_wait_us_per_step'] / 1e3:.2f} ms/step ({s['data_wait_share']:.0%} of the step)")
+    lines.append(f"  data wait (the host's own time in the DataLoader or data ranges): {s['data_wait_us_per_step'] / 1e3:.2f} "
+                 f"ms/step, {s['data_wait_share']:.0%} of step time")
     if "communication" in s:
         c = s["communication"]
         lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} "
@@ -303,9 +309,62 @@ def compare_text(table: pd.DataFrame) -> str:
     return out.to_string(index=False)
 
 
+def cut_name(name: str, width: int = 70) -> str:
+    """A long (C++ template) name cut in the middle to ``width`` characters, its start and end kept."""
+    name = str(name)
+    if len(name) <= width:
+        return name
+    head = (width - 3) * 2 // 3
+    return name[:head] + "..." + name[len(name) - (width - 3 - head):]
+
+
+def verdict_text(step: dict[str, Any], steps: tuple[int, int]) -> str:
+    """The step time's verdict of a before/after in words, with its noise band and where the band comes from."""
+    b, a, band, v = step["before_ms"], step["after_ms"], step["band_ms"], step["verdict"]
+    moved = f"{number(b)} -> {number(a)} ms a step"
+    if a and b and a > 0 and b > 0:
+        moved += f" ({b / a:.2f}x less)" if a < b else f" ({a / b:.2f}x more)"
+    source = f"the runs' own step-to-step spread, {steps[0]} and {steps[1]} steps"
+    if v == "within noise":
+        return f"within noise: {moved}, inside the +/- {number(band)} ms band ({source})"
+    if v in ("faster", "slower"):
+        return f"{v}: {moved}, beyond the +/- {number(band)} ms noise band ({source})"
+    if v == "too noisy":
+        return (f"too noisy to tell: {moved}; a run's steps spread more than the machine allows for a verdict "
+                f"(spread {step['before_spread']:.0%} and {step['after_spread']:.0%}): measure again on a quieter machine")
+    return f"no noise band: {moved}; a band needs at least {_min_steps()} steps a side ({steps[0]} and {steps[1]} here)"
+
+
+def _min_steps() -> int:
+    from .thresholds import NOISE_MIN_STEPS
+
+    return int(NOISE_MIN_STEPS)
+
+
+def diff_text(diff: Any, top: int = 6) -> str:
+    """:func:`helpers.diff.work_diff` in words: the verdict, then the operators whose time changed most."""
+    lines = ["verdict: " + verdict_text(diff.step, diff.steps)]
+    changes = diff.changes[:top]
+    if not changes:
+        lines.append("no operator or kernel changed beyond its own noise band (operators matched through the call tree)")
+        return "\n".join(lines)
+    lines.append("what changed most (operators matched through the call tree; host: the op's own time, gpu: the "
+                 "work launched inside it; ms a step):")
+    for i, c in enumerate(changes, 1):
+        band = f"band +/- {number(c['band_ms'])}" if math.isfinite(c["band_ms"]) else "no band"
+        calls = "" if c["calls_before"] == c["calls_after"] else f", calls {number(c['calls_before'])} -> {number(c['calls_after'])}"
+        lines += _wrapped(f"{i}. {c['status']}: {c['path']} ({c['kind']}): {c['measure']} {number(c['before_ms'])} -> "
+                          f"{number(c['after_ms'])} ms ({c['delta_ms']:+.3g}, {band}{calls})", "  ", "     ")
+        for label, ks in (("kernels before", c["kernels_before"]), ("kernels after", c["kernels_after"])):
+            if ks and (c["kernels_before"] != c["kernels_after"]):
+                lines += _wrapped(f"{label}: " + "; ".join(f"{cut_name(k, 70)} {number(v)} ms"
+                                                           for k, v in ks), "     ", "  ")
+    return "\n".join(lines)
+
+
 __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line", "diagnose_text", "figure_text", "json_schema_doc",
            "number", "steady_state_text", "steady_text", "summary_text", "timing_text", "to_json", "where_command", "window_arg",
-           "window_text"]
+           "window_text", "verdict_text", "diff_text"]
 
 
 def job_text(report: dict[str, Any], top: int = 8) -> str:

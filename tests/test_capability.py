@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from helpers import capability, checks, course
 from helpers.capability import DeviceProfile
-from helpers.checks import CheckFailed, lab08
+from helpers.checks import CheckFailed, behaviour, lab08
 
 PROFILES = capability.reference_profiles()
 FP32_TRACE = course.recorded("gpu_bound", "fp32")
@@ -40,6 +40,8 @@ def test_device_classes_know_what_their_hardware_has():
     assert all(p.cite and p.source in ("published", "recorded") for p in PROFILES.values())
     assert "compute capability 7.5" in t4.describe() and "fp16 65.0" in t4.describe()
     assert DeviceProfile.from_dict(t4.to_dict()) == t4
+    from helpers import roofline  # one home for datasheet figures: the profiles are roofline's table
+    assert h100.gemm_tflops["bf16"] == roofline.device_peaks("NVIDIA H100 80GB HBM3").bf16
 
 
 def test_the_h200_bar_is_where_the_recordings_put_it():
@@ -99,6 +101,9 @@ def test_the_speed_check_uses_the_probe_on_the_gpu_track(on_device):
     assert "not judged on speed" in checks.check_precision_speedup(100.0, 110.0, live=True, fp32_trace=FP32_TRACE)
     with pytest.raises(CheckFailed, match="fp32_trace"):
         checks.check_precision_speedup(100.0, 50.0, live=True)
+    # the fast capture handed in as the fp32 one would shrink the GEMM share, and the bar with it
+    with pytest.raises(CheckFailed, match="fp32 FFMA"):
+        checks.check_precision_speedup(100.0, 110.0, live=True, fp32_trace=course.recorded("gpu_bound", "bf16"))
 
 
 def test_without_tensor_cores_the_kernel_check_asks_only_that_gemms_left_fp32(on_device, tmp_path):
@@ -153,13 +158,39 @@ def _fp16_step(scaler, per_optimizer=None):
 
 
 def test_fp16_needs_a_scaler_and_is_compared_with_the_same_skipped_steps():
-    """A T4's step: fp16 + GradScaler. A step the scaler skips (its gradients overflowed) is skipped in the fp32
-    reference too, so the training compared is the same; fp16 without a scaler is refused."""
+    """A T4's step: fp16 + GradScaler, compared with the course's fp16 step and a GradScaler of the same settings,
+    so a step the scaler skips (its gradients overflowed) is skipped in the reference too; fp16 without a scaler is refused."""
     cpu = torch.device("cpu")
     with pytest.raises(CheckFailed, match="without a GradScaler"):
         checks.check_same_training(_fp16_step(None), cpu)
     assert checks.check_same_training(_fp16_step(torch.amp.GradScaler("cpu")), cpu).startswith("passed")
     # a scale so large that the first gradients overflow: that step is skipped, the scale falls, training goes on
-    lab08._REFERENCE.clear()
+    behaviour._REFERENCES.clear()
     assert checks.check_same_training(_fp16_step(None, per_optimizer={}), cpu).startswith("passed")
-    assert any(k[2] for k in lab08._REFERENCE), "the reference was run with the skipped step"
+    (settings, ref), = ((k[3], v) for k, v in behaviour._REFERENCES.items())
+    assert settings[0] == 2.0**50 and not ref.records[0].moved, "the reference (the learner's scaler settings) skipped it too"
+
+    def skips_on_purpose(model, opt, x, y):  # a scaler that never overflows, and a step left out by hand
+        opt.calls = getattr(opt, "calls", 0) + 1
+        if opt.calls == 2:
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.cross_entropy(model(x), y)
+            torch.amp.GradScaler("cpu").scale(loss)
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        return _fp16_step(torch.amp.GradScaler("cpu"))(model, opt, x, y)
+
+    with pytest.raises(CheckFailed, match="unchanged at step.*yours did not"):
+        checks.check_same_training(skips_on_purpose, cpu)
+
+
+def test_probe_timings_become_figures():
+    """The probe's arithmetic (its timings need a GPU): the H200's fp32 GEMM took 1.331 ms a launch in the recording."""
+    p = capability.profile_from_times("NVIDIA H200", (9, 0), {"fp32": 1.331, "bf16": 0.0876}, 0.1398)
+    assert round(p.gemm_tflops["fp32"], 1) == 51.6 and round(p.gemm_tflops["bf16"], 0) == 784
+    assert round(p.memory_gbps) == 3840 and p.source == "probe" and p.lowp == "bf16"
+    with pytest.raises(Exception, match="CUDA GPU"):
+        if not torch.cuda.is_available():
+            capability.probe()
+        else:
+            raise RuntimeError("a CUDA GPU is here: the probe itself runs in lab 08")

@@ -67,7 +67,7 @@ import re  # noqa: E402
 DOCS = ROOT / "docs"
 GUIDE = DOCS / "INSTRUCTORS.md"
 PAGES = sorted((DOCS / "instructors").glob("[0-9][0-9]_*.md"))
-STUDY_ORDER = ["00", "01", "02", "03", "04", "05", "07", "06", "08"]
+STUDY_ORDER = ["00", "01", "02", "03", "04", "05", "07", "06", "08", "09", "10", "11"]
 
 
 def _slug(heading: str) -> str:
@@ -82,7 +82,7 @@ def _anchors(page) -> set[str]:
 def test_every_lab_has_a_page_and_a_row_in_the_guide_in_the_order_of_study():
     assert [p.stem for p in PAGES] == [s.stem for s in SOLUTIONS]
     guide = GUIDE.read_text(encoding="utf-8")
-    rows = re.findall(r"^\| \d \| \[(\d\d) · .*?\| \[(\d\d_\w+)\.md\]\(instructors/\2\.md\)", guide, re.MULTILINE)
+    rows = re.findall(r"^\| \d+ \| \[(\d\d) · .*?\| \[(\d\d_\w+)\.md\]\(instructors/\2\.md\)", guide, re.MULTILINE)
     assert [lab for lab, _ in rows] == STUDY_ORDER
     assert sorted(page for _, page in rows) == [p.stem for p in PAGES]
     assert "(instructors/figures.md)" in guide

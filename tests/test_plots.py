@@ -33,7 +33,7 @@ def test_findings_outside_the_window_are_listed_and_titles_name_the_trace():
     far = [f for f in diagnose(t) if f.window]
     fig = plots.timeline(t, window=(t.events["start_us"].min(), t.events["start_us"].min() + 1.0), findings=far)
     title = fig.axes[0].get_title(loc="left")
-    assert "findings outside this window" in title and far[0].pattern in title
+    assert "findings' windows outside this one" in title and far[0].pattern in title
     cmp = plots.compare(t, recorded("data_stall", "fixed"), labels=("broken", "your fix"))
     titles = [ax.get_title(loc="left") for ax in cmp.axes[:2]]
     assert all("trace.json" not in x for x in titles) and titles[0].startswith("broken: ")

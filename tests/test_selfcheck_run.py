@@ -35,7 +35,7 @@ def test_untouched_labs_earn_no_item(capsys):
     ran = [line for line in out if line.startswith("ran ")]
     assert len(ran) == len(list(labs.glob("[0-9][0-9]_*.ipynb"))) >= 8
     assert all("Exercise 1 is not done yet" in line for line in ran), ran  # each stops at its first exercise
-    assert out[-1] == "0/12 passed"
+    assert out[-1] == f"0/{len(checks.SELF_CHECK)} passed"
     assert _digest(labs) == before  # run in a scratch copy: no results file, no outputs written back
 
 
@@ -89,7 +89,7 @@ def test_run_counts_only_what_a_check_signed_in_that_run(tmp_path, capsys):
     assert _proof.WRONG_KEY in refused["capture"] and _proof.WRONG_KEY in refused["data"]
     assert all(line.endswith("it earns nothing") for line in refused.values())
     assert "  [x] Explain when to use Nsight Systems vs Nsight Compute vs PyTorch Profiler" in out
-    assert out[-1] == "1/12 passed"
+    assert out[-1] == f"1/{len(checks.SELF_CHECK)} passed"
     assert not (labs / checks.RESULTS_FILE).exists()
 
 
@@ -98,8 +98,9 @@ def test_a_hand_written_results_file_earns_nothing_without_run(tmp_path, capsys)
     (tmp_path / checks.RESULTS_FILE).write_text(json.dumps(every))
     assert run_selfcheck(tmp_path) == 1
     out = capsys.readouterr().out.splitlines()
-    assert "[x]" not in "\n".join(out) and sum("[~]" in line and "unverified" in line for line in out) == 12
-    assert out[-1].startswith("0/12 passed (verified); 12/12 recorded as passed, unverified: ")
+    n = len(checks.SELF_CHECK)
+    assert "[x]" not in "\n".join(out) and sum("[~]" in line and "unverified" in line for line in out) == n
+    assert out[-1].startswith(f"0/{n} passed (verified); {n}/{n} recorded as passed, unverified: ")
     assert out[-1].endswith("--run verifies them")
 
 

@@ -53,8 +53,9 @@ def checkpoint() -> dict:
     return out
 
 
-def _saved_bytes(width: int, batch: int) -> int:
-    """Bytes autograd saves for backward in one bf16-autocast forward of gpu_bound.Net (CPU; device independent)."""
+def _saved_bytes(width: int, batches: tuple[int, ...]) -> list[int]:
+    """Bytes autograd saves for backward in one bf16-autocast forward of gpu_bound.Net at each batch size (CPU;
+    device independent). One model for all of them: building 100M parameters is most of the cost."""
     import torch
 
     from helpers.checks import saved_tensor_bytes
@@ -62,9 +63,12 @@ def _saved_bytes(width: int, batch: int) -> int:
 
     torch.manual_seed(0)
     net = gb.Net(width, gb.DEPTH)
-    x = torch.randn(batch, width)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        return saved_tensor_bytes(lambda: net(x))
+    out = []
+    for batch in batches:
+        x = torch.randn(batch, width)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out.append(saved_tensor_bytes(lambda x=x: net(x)))
+    return out
 
 
 def memory() -> dict:
@@ -81,7 +85,7 @@ def memory() -> dict:
         params = sum(p.numel() for p in gb.Net(gb.WIDTH, gb.DEPTH).parameters()) * 4
     rec = {r["variant"]: r for r in json.loads((DATA / "gpu_bound__h200.memory.json").read_text())["variants"]}
     small, big = 8, 16
-    a, b = _saved_bytes(gb.WIDTH, small), _saved_bytes(gb.WIDTH, big)
+    a, b = _saved_bytes(gb.WIDTH, (small, big))
     per_sample = (b - a) / (big - small)
     activations = a + per_sample * (gb.BATCH - small)
     return {

@@ -12,6 +12,9 @@ from `helpers`. It prints what a person reading the timeline would tabulate:
   teardown), and the repeat marks (ProfilerStep#N, NVTX ranges) when there are any.
 
     python tools/corpus_reading.py tests/corpus/FILE [--bins 20] [--window START_MS END_MS]
+    python tools/corpus_reading.py FILE --gaps 50 [--window A B]   # GPU idle, and what the host does in it
+    python tools/corpus_reading.py FILE --host --window A B         # what fills a stretch on the host
+    python tools/corpus_reading.py data/published__dlrm_8gpu__v100 --ranks   # one line per rank
 
 Times are in milliseconds from the capture's first event.
 """
@@ -212,6 +215,7 @@ def _read_sqlite(path: Path) -> dict:
         "memsets": [(ms(s), ms(e), k, b) for s, e, k, b in sets],
         "runtime": [(ms(s), ms(e), n) for s, e, n in host],
         "ranges": [(ms(s), ms(e), n) for s, e, n in nvtx],
+        "host_ops": [(ms(s), ms(e), "runtime", n) for s, e, n in host] + [(ms(s), ms(e), "nvtx", n) for s, e, n in nvtx],
     }
     con.close()
     return out
@@ -226,12 +230,14 @@ def read_kineto(path: Path) -> dict:
     t1 = max(float(e["ts"]) + float(e.get("dur", 0)) for e in xs)
     ms = lambda v: (float(v) - t0) / 1e3  # noqa: E731
     cat = lambda e: str(e.get("cat", "")).lower()  # noqa: E731
-    kern, copies, sets, host, steps, ranges = [], [], [], [], [], []
+    kern, copies, sets, host, steps, ranges, host_ops = [], [], [], [], [], [], []
     cats = Counter(cat(e) for e in xs)
     for e in xs:
         c, s = cat(e), ms(e["ts"])
         end = s + float(e.get("dur", 0)) / 1e3
         a = e.get("args") or {}
+        if c in ("cpu_op", "python_function", "user_annotation", "cuda_runtime", "cuda_driver", "runtime"):
+            host_ops.append((s, end, c, str(e.get("name", ""))))
         if c == "kernel":
             kern.append((s, end, e.get("name", ""), a.get("stream", a.get("device"))))
         elif c == "gpu_memcpy":
@@ -257,22 +263,103 @@ def read_kineto(path: Path) -> dict:
     meta["host threads (pid, tid: events)"] = threads.most_common(6)
     return {"device": "; ".join(sorted({p.get("name", "?") for p in props})) or "not recorded",
             "meta": meta, "t0": 0.0, "t1": ms(t1), "kernels": kern, "copies": copies, "memsets": sets,
-            "runtime": host, "steps": sorted(steps), "ranges": ranges}
+            "runtime": host, "steps": sorted(steps), "ranges": ranges, "host_ops": host_ops,
+            "t0_abs_ms": t0 / 1e3, "rank": (doc.get("distributedInfo") or {}).get("rank") if isinstance(doc, dict) else None}
+
+
+def gpu_gaps(rec: dict, lo: float, hi: float) -> list[tuple[float, float]]:
+    """The stretches of [lo, hi] in which no kernel, copy or memset runs."""
+    gpu = sorted((s, e) for s, e, *_ in rec["kernels"] + rec["copies"] + rec["memsets"] if e > lo and s < hi)
+    out, end = [], lo
+    for s, e in gpu:
+        if s > end:
+            out.append((end, s))
+        end = max(end, e)
+    if hi > end:
+        out.append((end, hi))
+    return out
+
+
+def gaps_report(rec: dict, window: tuple[float, float] | None, min_us: float) -> None:
+    """Where the GPU idles in the window, and what the host does then: the CUDA calls that overlap the idle
+    stretches, and the innermost host event (op, Python frame, range or call) at the middle of each long one."""
+    lo, hi = window or (min(s for s, *_ in rec["kernels"] + rec["copies"] + rec["memsets"]),
+                        max(e for _, e, *_ in rec["kernels"] + rec["copies"] + rec["memsets"]))
+    gaps = gpu_gaps(rec, lo, hi)
+    long = [(a, b) for a, b in gaps if (b - a) * 1e3 > min_us]
+    idle = sum(b - a for a, b in gaps)
+    print(f"GPU idle {idle:.3f} ms of {hi - lo:.3f} ms ({idle / max(hi - lo, 1e-9):.1%}) in {len(gaps)} gaps; "
+          f"{len(long)} gaps over {min_us:g} us hold {sum(b - a for a, b in long):.3f} ms")
+    calls = defaultdict(float)
+    for s, e, n in rec["runtime"]:
+        for a, b in gaps:
+            if e > a and s < b:
+                calls[n] += min(e, b) - max(s, a)
+    print("CUDA calls during the idle (ms):", {n: round(t, 3) for n, t in sorted(calls.items(), key=lambda kv: -kv[1])[:8]})
+    ops = sorted(rec.get("host_ops", []))
+    inner = Counter()
+    for a, b in long:
+        mid = (a + b) / 2
+        covering = [(e - s, c, n) for s, e, c, n in ops if s <= mid <= e]
+        inner[min(covering)[1:] if covering else ("none", "no host event covers it")] += 1
+    print(f"innermost host event at the middle of the {len(long)} long gaps:")
+    for (c, n), k in inner.most_common(10):
+        print(f"   {k:5d}  {c}: {n[:100]}")
+
+
+def host_top(rec: dict, window: tuple[float, float], n: int = 20) -> None:
+    """The host events that fill the window longest, outermost first (what the host was doing then)."""
+    lo, hi = window
+    rows = [(min(e, hi) - max(s, lo), c, name) for s, e, c, name in rec.get("host_ops", []) if e > lo and s < hi]
+    print(f"host events in {lo:.3f}-{hi:.3f} ms, by time inside the window:")
+    for t, c, name in sorted(rows, reverse=True)[:n]:
+        print(f"   {t:9.3f} ms  {c}: {name[:100]}")
+
+
+def ranks_report(folder: Path) -> None:
+    """One line per rank of a job folder, on the ranks' shared clock (times from the earliest step start)."""
+    recs = [read_kineto(p) for p in sorted(folder.iterdir()) if p.name.endswith((".json", ".json.gz"))]
+    origin = min(r["t0_abs_ms"] + (r["steps"][0][0] if r["steps"] else 0.0) for r in recs)
+    print("rank  step_start  step_ms  kernel_ms_by_stream  collective_ms  first_collective(start, dur)  host_sync_ms")
+    for r in sorted(recs, key=lambda r: (r["rank"] is None, r["rank"])):
+        shift = r["t0_abs_ms"] - origin
+        step = r["steps"][0] if r["steps"] else (0.0, r["t1"], "")
+        streams = defaultdict(float)
+        for s, e, _name, st in r["kernels"]:
+            streams[st] += e - s
+        comm = sorted((s, e) for s, e, name, _ in r["kernels"] if "nccl" in name.lower() or "rccl" in name.lower())
+        sync = sum(e - s for s, e, name in r["runtime"] if "Synchronize" in name)
+        first = f"{comm[0][0] + shift:.2f}, {comm[0][1] - comm[0][0]:.2f}" if comm else "-"
+        print(f"{r['rank']!s:>4}  {step[0] + shift:10.2f}  {step[1] - step[0]:7.2f}  "
+              f"{dict((k, round(v, 2)) for k, v in sorted(streams.items(), key=lambda kv: -kv[1]))}  "
+              f"{union_ms(comm):6.2f}  {first}  {sync:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("trace", type=Path)
+    p.add_argument("trace", type=Path, help="a trace file, or with --ranks a folder of one job's rank traces")
     p.add_argument("--bins", type=int, default=20)
     p.add_argument("--window", type=float, nargs=2, metavar=("START_MS", "END_MS"))
+    p.add_argument("--gaps", type=float, metavar="MIN_US", help="where the GPU idles and what the host does then")
+    p.add_argument("--host", action="store_true", help="the host events that fill --window longest")
+    p.add_argument("--ranks", action="store_true", help="one line per rank of a job folder, on the shared clock")
     a = p.parse_args(argv)
+    if a.ranks:
+        ranks_report(a.trace)
+        return 0
     if a.trace.suffix == ".gz":
         with gzip.open(a.trace) as f:
             head = f.read(16)
     else:
         head = a.trace.read_bytes()[:16]
     rec = read_sqlite(a.trace) if head.startswith(b"SQLite format 3") else read_kineto(a.trace)
-    report(rec, a.bins, tuple(a.window) if a.window else None)
+    window = tuple(a.window) if a.window else None
+    if a.gaps is not None:
+        gaps_report(rec, window, a.gaps)
+    elif a.host:
+        host_top(rec, window or (rec["t0"], rec["t1"]))
+    else:
+        report(rec, a.bins, window)
     return 0
 
 

@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tools") not in sys.path:  # cloud_cell, beside this file, when imported from elsewhere
+    sys.path.insert(0, str(ROOT / "tools"))
 PYTHON_VERSION = "3.11.7"  # the Python the course's notebooks are run and recorded with
 KERNEL_METADATA = {  # what ipykernel 7 reports, as JupyterLab 4.6 writes it into the notebook on a kernel's start
     "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
@@ -91,8 +93,11 @@ def _source(cell: dict) -> str:
 
 
 def clean_notebook(nb: dict) -> dict:
-    """The notebook as committed: no outputs or execution counts, the kernel metadata JupyterLab would write."""
-    nb = copy.deepcopy(nb)
+    """The notebook as committed: the setup cell after the title (``tools/cloud_cell.py``), no outputs or
+    execution counts, the kernel metadata JupyterLab would write."""
+    from cloud_cell import with_setup_cell
+
+    nb = with_setup_cell(nb)
     nb["metadata"] = {**nb.get("metadata", {}), **copy.deepcopy(KERNEL_METADATA)}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":

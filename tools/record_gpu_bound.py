@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from helpers import metrics  # noqa: E402
+from helpers.capability import set_tf32  # noqa: E402
 from helpers.profiling import capture, device_name, time_steps  # noqa: E402
 from helpers.workloads import gpu_bound  # noqa: E402
 
@@ -110,16 +111,23 @@ def measure(variant: str, device: torch.device, tag: str, out: Path, quick: bool
     return entry
 
 
-def loss_curves(device: torch.device, n: int) -> dict[str, list[float]]:
-    """n losses from seed 0 for fp32, tf32, bf16 and fp16 (the check's reference curves)."""
-    curves = {}
+def loss_curves(device: torch.device, n: int) -> tuple[dict[str, list[float]], list[float]]:
+    """n losses from seed 0 for fp32, tf32, bf16 and fp16 (the check's reference curves), and the fp16 GradScaler's
+    scale after each of its steps: a step whose gradients overflowed halves it (and was skipped)."""
+    curves, scales = {}, []
     for name, kw in (("fp32", {}), ("tf32", {}), ("bf16", {"dtype": torch.bfloat16}), ("fp16", {"dtype": torch.float16})):
-        torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+        set_tf32(name == "tf32")
+        step = gpu_bound.train_step
         if name == "fp16":
-            kw = dict(kw, scaler=torch.amp.GradScaler(device.type))
-        curves[name] = [round(x, 6) for x in gpu_bound.losses(gpu_bound.train_step, device, steps=n, **kw)]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return curves
+            scaler = torch.amp.GradScaler(device.type)
+
+            def step(model, opt, x, y, scaler=scaler, **kw):  # noqa: ANN001, ANN202 - gpu_bound.train_step's signature
+                loss = gpu_bound.train_step(model, opt, x, y, scaler=scaler, **kw)
+                scales.append(float(scaler.get_scale()))
+                return loss
+        curves[name] = [round(x, 6) for x in gpu_bound.losses(step, device, steps=n, **kw)]
+    set_tf32(False)
+    return curves, scales
 
 
 def memory_snapshot(device: torch.device, tag: str, out: Path) -> str | None:
@@ -322,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                                                               "num_device_alloc", "num_device_free", "cold_two_steps_s",
                                                               "profiled_step_ms", "gpu_utilization")}
                          for e in traces},
-            "losses_seed0": loss_curves(device, 4 if args.quick else 10),
             "memsnap": memory_snapshot(device, args.tag, out)}
+    meas["losses_seed0"], meas["fp16_scale_seed0"] = loss_curves(device, 4 if args.quick else 10)
     (out / f"gpu_bound__{args.tag}.measure.json").write_text(json.dumps(meas, indent=1) + "\n")
     ncu, recs = [], []
     if not args.quick:

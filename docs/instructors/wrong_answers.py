@@ -288,8 +288,151 @@ def lab08() -> list[tuple[str, str]]:
     ]
 
 
+def lab09() -> list[tuple[str, str]]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from helpers import checks, roofline
+
+    def forward_only(model, x):
+        total = 0
+
+        def count(layer, args, _out):
+            nonlocal total
+            total += 2 * (args[0].numel() // layer.in_features) * layer.in_features * layer.out_features
+
+        hooks = [mod.register_forward_hook(count) for mod in model.modules() if isinstance(mod, nn.Linear)]
+        with torch.no_grad():
+            model(x)
+        for h in hooks:
+            h.remove()
+        return total
+
+    def batch_rows_only(model, x):
+        return 3 * forward_only(model, x[..., 0, :] if x.dim() == 3 else x)
+
+    def share_of_peak(flops, nbytes, seconds, peak, bw):
+        ai = flops / nbytes
+        return {"intensity": ai, "achieved_flops": flops / seconds, "achieved_bytes_per_s": nbytes / seconds,
+                "attainable_flops": min(peak, ai * bw), "bound": "compute" if ai >= peak / bw else "memory",
+                "share_of_roof": flops / seconds / peak}
+
+    step_ms = {"fp32": 25.782, "bf16": 5.578}
+    fp32_peak = {v: 1237453897728 / (ms / 1e3) / roofline.RECORDED.flops("fp32") for v, ms in step_ms.items()}
+
+    def no_slice(model, multiple):
+        model.head = nn.Linear(model.head.in_features, 16)
+        return model
+
+    def no_transpose(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return [
+        ("FLOPs of forward only", _said(checks.check_matmul_flops, forward_only)),
+        ("tokens = batch rows, the sequence dimension forgotten", _said(checks.check_matmul_flops, batch_rows_only)),
+        ("share of the roof taken against the compute peak on a memory-bound kernel",
+         _said(checks.check_roofline_point, share_of_peak)),
+        ("MFU against the fp32 peak", _said(checks.check_mfu, fp32_peak, step_ms, roofline.RECORDED)),
+        ("the head padded without slicing the logits back", _said(checks.check_padded_head, no_slice)),
+        ("SDPA called on (batch, T, heads, head_dim) as it comes", _said(checks.check_sdpa_attention, no_transpose, "cpu")),
+    ]
+
+
+def lab10() -> list[tuple[str, str]]:
+    import pandas as pd
+    import torch
+
+    from helpers import checks, course, memory
+
+    mib = 2**20
+    snap = memory.load_snapshot(course.DATA / "gpu_bound__bf16__h200.memsnap.pickle.gz")
+
+    def pending_as_free(s):
+        seg, bl = memory.segments(s), memory.blocks(s)
+        free = bl[bl["state"] != "active_allocated"]["size"]
+        return {"reserved_mib": seg["total_size"].sum() / mib,
+                "allocated_mib": bl.loc[bl["state"] == "active_allocated", "size"].sum() / mib,
+                "free_cached_mib": free.sum() / mib, "largest_free_block_mib": free.max() / mib}
+
+    def at_free_requested(events):
+        delta = events["size"].where(events["action"] == "alloc", 0) - events["size"].where(events["action"] == "free_requested", 0)
+        return pd.Series(delta.cumsum().to_numpy(), index=events["time_us"])
+
+    def keeps_zeroed_grads(model, lr):
+        for p in model.parameters():
+            opt = torch.optim.Adam([p], lr=lr)
+
+            def hook(param, opt=opt):
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+
+            p.register_post_accumulate_grad_hook(hook)
+
+    def fragmentation_first(f):
+        if f["reserved_unallocated"] >= f["requested"]:
+            return "fragmentation"
+        this = f["this_process"] if f["this_process"] is not None else f["allocated"] + f["reserved_unallocated"]
+        if f["capacity"] - f["free"] - this >= 0.25 * f["capacity"]:
+            return "other_processes"
+        return "too_big" if f["requested"] > f["free"] + f["reserved_unallocated"] else "too_much"
+
+    peak = checks.lab10._reference_peak(snap)
+    return [
+        ("a block waiting on another stream counted as free", _said(checks.check_memory_state, pending_as_free)),
+        ("memory given back at free_requested", _said(checks.check_allocated_over_time, at_free_requested)),
+        ("the peak put in backward (where the activations peak)", _said(checks.check_peak_reading, {**peak, "phase": "backward"}, snap)),
+        ("the optimizer in backward with zero_grad(set_to_none=False)", _said(checks.check_optimizer_in_backward, keeps_zeroed_grads)),
+        ("fragmentation tried first", _said(checks.check_oom_triage, fragmentation_first)),
+    ]
+
+
+def lab11() -> list[tuple[str, str]]:
+    import tempfile
+
+    import torch
+
+    from helpers import checks
+    from helpers.profiling import capture
+    from helpers.workloads import callsite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broken = capture(callsite.make_step("broken", torch.device("cpu")), steps=2, warmup=1, with_stack=True, out_dir=tmp)
+
+    def outermost(trace):
+        ev = trace.events
+        frames = ev[ev["kind"] == "python"]
+        out = {}
+        for _, r in checks.sync_rows(trace).iterrows():
+            above = frames[(frames["tid"] == r["tid"]) & (frames["start_us"] <= r["start_us"]) & (frames["end_us"] >= r["end_us"])]
+            k = above.sort_values("start_us")["name"].iloc[0]
+            out[k] = out.get(k, 0) + 1 / len(trace.steps)
+        return out
+
+    def any_blocking_variable(s):  # the rules, except that any CUDA_LAUNCH_BLOCKING counts, "0" too
+        found = {"launch_blocking"} if "CUDA_LAUNCH_BLOCKING" in s["env"] else set()
+        lo = s["loader"]
+        if lo["num_workers"] and s["dev_shm_free_bytes"] is not None and \
+                s["dev_shm_free_bytes"] < lo["num_workers"] * lo["prefetch_factor"] * lo["batch_bytes"]:
+            found.add("shm_too_small")
+        if s["torch_threads"] * s["processes_per_node"] > s["cores"]:
+            found.add("oversubscribed")
+        if s["gpu"] and {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                         "hw_power_brake_slowdown"} & set(s["gpu"]["clock_reasons"]):
+            found.add("throttled")
+        return found
+
+    command = ("nsys profile --trace=cuda,nvtx,osrt --cudabacktrace=sync --python-backtrace=cuda --sample=none "
+               "-o callsite_broken python -m helpers.workloads.callsite --variant broken")
+    return [
+        ("each sync put on the outermost frame", _said(checks.check_sync_sites, outermost, broken)),
+        ("the backtrace command with CPU sampling off", _said(checks.check_backtrace_command, command)),
+        ("CUDA_LAUNCH_BLOCKING=0 flagged", _said(checks.check_environment_pitfalls, any_blocking_variable)),
+    ]
+
+
 LABS = {"00": lab00, "01": lab01, "02": lab02, "03": lab03, "04": lab04, "05": lab05, "06": lab06, "07": lab07,
-        "08": lab08}
+        "08": lab08, "09": lab09, "10": lab10, "11": lab11}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ they wrote, a trace they captured), never a check that only reads a trace the co
 
 from __future__ import annotations
 
-from . import lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08
+from . import lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11
 from ._core import (  # noqa: F401
     DATA,
     RESULTS_FILE,
@@ -31,9 +31,13 @@ from .lab04 import *  # noqa: F403
 from .lab05 import *  # noqa: F403
 from .lab06 import *  # noqa: F403
 from .lab08 import *  # noqa: F403
+from .lab09 import *  # noqa: F403
+from .lab10 import *  # noqa: F403
+from .lab11 import *  # noqa: F403
+from .published import *  # noqa: F403
 from .reading import EVIDENCE, Reading, check_reading, describe_window, pattern_intervals  # noqa: F401
 
 #: Self-check item -> track ("gpu"/"cpu") -> the checks that must all have passed to earn it.
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {}
-for _lab in (lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08):
+for _lab in (lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11):
     CREDIT.update(_lab.CREDIT)

@@ -1,0 +1,217 @@
+"""Stopping cleanly: a signal becomes one exception, and every temporary file is accounted for.
+
+A command can be stopped at any moment: Ctrl-C (SIGINT), ``kill`` or a batch scheduler's time limit
+(SIGTERM), its terminal closing (SIGHUP). Python's defaults either die on the spot (SIGTERM, SIGHUP:
+no ``finally`` runs, so a half-written output or a decompressed copy is left behind) or print a
+KeyboardInterrupt traceback. Here, while :func:`signals_as_exceptions` is active, each of the three
+raises :class:`helpers.errors.Interrupted` in the main thread, so the ``with`` and ``finally`` blocks
+between it and the command line run and remove what they made.
+
+That alone leaves two gaps: a signal can land between creating a temporary file and entering the
+block that removes it, or inside that block before the removal. So every temporary path the toolkit
+makes is created inside :func:`deferred` (the signal waits until the path is registered) and
+registered here (:func:`temporary_dir`, :func:`register`); whatever a ``finally`` did not get to is
+removed by :func:`remove_registered`, which the command line calls last and :mod:`atexit` calls for
+the API. A second signal while that cleanup runs is held back; a third stops at once.
+
+Nothing here is needed for correctness when nothing is interrupted, and none of it runs outside the
+main thread (Python delivers signals only there).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import Interrupted
+
+#: The signals a command turns into :class:`Interrupted` (those this platform has).
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+_registered: dict[str, None] = {}  # temporary paths not yet removed, oldest first (a dict keeps order)
+_lock = threading.Lock()
+_state: dict = {"active": 0, "deferring": 0, "pending": None, "first": None, "count": 0}
+
+
+def _handler(signum: int, frame) -> None:
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        _send_again(signum)  # raising inside the import machinery's own locks corrupts them (a KeyError later)
+        return
+    _state["count"] += 1
+    if _state["first"] is None:
+        _state["first"] = signum
+    if _state["count"] >= 3:  # asked three times: stop now, even if cleaning up takes long
+        os._exit(128 + signum)
+    if _state["count"] > 1:  # the first one's cleanup is under way: let it finish
+        return
+    if _state["deferring"]:  # inside a section that must not be cut in two: raised when it ends
+        _state["pending"] = signum
+        return
+    raise Interrupted(signum)
+
+
+def _unraisable(hook_args) -> None:
+    """Python swallows an exception raised where nothing can catch it (a weakref or import-lock callback,
+    a ``__del__``) and prints "Exception ignored in ...". A signal that landed there is sent again a moment
+    later, when the main thread is back in ordinary code; anything else goes to the usual hook."""
+    exc = hook_args.exc_value
+    if isinstance(exc, Interrupted):
+        _state["count"] = max(0, _state["count"] - 1)
+        if _state["count"] == 0:
+            _state["first"] = None
+        _send_again(exc.signum)
+        return
+    (_state.get("unraisable") or sys.__unraisablehook__)(hook_args)
+
+
+def _send_again(signum: int) -> None:
+    """Deliver ``signum`` to this process again in a moment (from a helper thread)."""
+    timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def install() -> dict:
+    """Make SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (main thread only; elsewhere nothing
+    changes). Returns the handlers that were there before. ``python -m helpers`` calls this first thing
+    and keeps it to the end; :func:`signals_as_exceptions` puts the old handlers back."""
+    previous: dict = {}
+    if not in_main_thread():
+        return previous
+    for sig in SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, _handler)
+        except (OSError, ValueError):  # pragma: no cover - a signal this process may not handle
+            pass
+    if _state["active"] == 0:
+        _state.update(pending=None, first=None, count=0, unraisable=sys.unraisablehook)
+        sys.unraisablehook = _unraisable
+    _state["active"] += 1
+    return previous
+
+
+def ignore() -> None:
+    """Ignore the three signals from now on (a process that has finished and is about to exit)."""
+    if in_main_thread():
+        for sig in SIGNALS:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (OSError, ValueError):  # pragma: no cover
+                pass
+
+
+@contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """While active, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (see :func:`install`)."""
+    previous = install()
+    try:
+        yield
+    finally:
+        if previous:
+            _state["active"] -= 1
+            if _state["active"] == 0:
+                sys.unraisablehook = _state.get("unraisable") or sys.__unraisablehook__
+        for sig, old in previous.items():
+            try:
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+            except (OSError, ValueError):  # pragma: no cover
+                pass
+
+
+def stopped(exc: Interrupted) -> int:
+    """Say on one line that the command was stopped, remove what it left, and return its exit status
+    (128 + the signal's number, as a shell reports a command a signal ended)."""
+    remove_registered()
+    try:
+        import sys
+
+        print(f"error: stopped by {exc.name} before it finished; no partial output or temporary file was left",
+              file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):  # stderr gone too (a closed terminal): the status says it
+        pass
+    return 128 + exc.signum
+
+
+def received() -> int | None:
+    """The first signal received while :func:`signals_as_exceptions` was active, else None."""
+    return _state["first"]
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section a signal must not cut in two (create a file and register it; commit a result): a
+    signal that arrives inside it is raised as :class:`Interrupted` when the section ends."""
+    _state["deferring"] += 1
+    try:
+        yield
+    finally:
+        _state["deferring"] -= 1
+        pending = _state["pending"]
+        if pending is not None and not _state["deferring"]:
+            _state["pending"] = None
+            raise Interrupted(pending)
+
+
+def register(path: str | os.PathLike) -> None:
+    """Remember a temporary file or folder until :func:`unregister`; see the module's doc."""
+    with _lock:
+        _registered[os.fspath(path)] = None
+
+
+def unregister(path: str | os.PathLike) -> None:
+    with _lock:
+        _registered.pop(os.fspath(path), None)
+
+
+def _remove(path: str) -> None:
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return  # still there: left registered for a later try
+    unregister(path)
+
+
+def remove_registered() -> None:
+    """Remove every registered temporary path that its own cleanup did not get to (newest first)."""
+    with _lock:
+        paths = list(reversed(_registered))
+    for path in paths:
+        _remove(path)
+
+
+@contextmanager
+def temporary_dir(prefix: str = "helpers-") -> Iterator[Path]:
+    """``tempfile.TemporaryDirectory`` that a signal cannot leave behind (see the module's doc).
+
+    Raises :class:`OSError` when the folder cannot be made (a full or missing ``$TMPDIR``)."""
+    with deferred():
+        path = tempfile.mkdtemp(prefix=prefix)  # mode 0700: private to this user
+        register(path)
+    try:
+        yield Path(path)
+    finally:
+        with deferred():
+            _remove(path)
+
+
+atexit.register(remove_registered)
+
+__all__ = ["SIGNALS", "Interrupted", "deferred", "ignore", "in_main_thread", "install", "received", "register",
+           "remove_registered", "signals_as_exceptions", "stopped", "temporary_dir", "unregister"]
