@@ -916,6 +916,7 @@ class CriticalPath:
     work_ms_per_step: dict[str, float] = field(default_factory=dict)
     waits_per_step: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    job: JobPath | None = None  # with several ranks: which rank and work bound each step of the job
 
     def to_dict(self, stretches: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {"step_ms": self.step_ms, "ms_per_step": dict(self.ms_per_step), "rank": self.rank,
@@ -923,6 +924,8 @@ class CriticalPath:
                              "steps": self.steps.to_dict("records")}
         if stretches:
             d["stretches"] = self.stretches.to_dict("records")
+        if self.job is not None:
+            d["job"] = self.job.to_dict()
         return d
 
 
@@ -991,6 +994,8 @@ def critical_path(trace: Trace) -> CriticalPath:
                             "gpu_compute_ms_per_step": gpu_share[rank] / 1e3,
                             "waits_per_step_by_rank": {r: w[1] for r, w in work.items()}})
     memo["critical_path"] = out
+    if len(graphs) > 1:
+        out.job = job_path({r: rank_steps(trace, r) for r in graphs})
     return out
 
 
@@ -1102,5 +1107,110 @@ def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...]
     return _predicted_step_ms(trace, _factors(factors), overlapped=tuple(overlapped))
 
 
-__all__ = ["COMPILE_RANGE", "OP_GROUPS", "CriticalPath", "critical_path", "fix_step_ms", "lowp_gemm_speedup",
-           "pinned_gb_per_s", "what_if"]
+
+# --- across ranks ----------------------------------------------------------------------------------------
+def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
+    """One rank's steps as the job's path needs them (small, picklable: what ``helpers.jobs`` hands back per rank):
+    each step's ``step``, ``ms``, milliseconds by cause on the rank's path (``by_cause``), and its collectives in
+    order, each ``(name, ms, exposed_ms)``: its time, and the part of it no compute on the rank runs beside."""
+    cp = critical_path(trace)
+    steps = cp.steps[cp.steps["rank"] == rank]
+    if steps.empty:
+        return []
+    stepped = m._memo(trace)["critical_graphs"][1]
+    ev = stepped.events
+    on = ev[ev["rank"] == rank]
+    coll = on[on["kind"] == "collective"].sort_values("start_us", kind="stable")
+    if len(coll):
+        gpu = on["device"].to_numpy() >= 0
+        if (coll["device"].to_numpy() >= 0).any():
+            comp = on[gpu & (on["kind"] == "kernel").to_numpy()]
+            cs, ce = m.merge_intervals(comp["start_us"].to_numpy(), comp["end_us"].to_numpy())
+        else:
+            cs, ce = m.host_union(stepped, rank, "host_compute")
+        cov = m.overlap(cs, ce, coll["start_us"].to_numpy(), coll["end_us"].to_numpy()) if len(cs) else np.zeros(len(coll))
+        exposed = coll["dur_us"].to_numpy() - cov
+    out = []
+    for _, s in steps.iterrows():
+        row: dict[str, Any] = {"step": int(s["step"]), "ms": float(s["dur_us"]) / 1e3,
+                               "by_cause": {c: float(s[f"{c}_ms"]) for c in PATH_CAUSES if s[f"{c}_ms"] > 0}}
+        if len(coll):
+            inside = (coll["start_us"].to_numpy() >= s["start_us"]) & (coll["start_us"].to_numpy() < s["end_us"])
+            row["collectives"] = [(str(n)[:80], float(d) / 1e3, float(x) / 1e3) for n, d, x in
+                                  zip(coll["name"].to_numpy()[inside], coll["dur_us"].to_numpy()[inside], exposed[inside])]
+        else:
+            row["collectives"] = []
+        out.append(row)
+    return out
+
+
+@dataclass
+class JobPath:
+    """Which rank, and which of its work, bound each step of a job of several ranks, and what the job saves if a
+    straggler ran like the median rank or a collective were overlapped.
+
+    A rank's own work in a step is its step less its collectives' waits for the other ranks (a collective's time
+    beyond the same collective's shortest time across the ranks); the rank with the most own work bounds the step
+    (every other rank waits for it in the next collective). ``steps``: per step, ``step, job_ms, rank, cause`` (the
+    cause that held most of that rank's path), ``own_ms`` and the median rank's ``median_own_ms``. ``bounds``: the
+    straggler (``kind`` ``straggler``: the rank that bounds the most steps, what the job saves a step if its own work
+    were the next slowest rank's) and each collective by position in the step (``kind`` ``collective``: its time on
+    every rank, what overlapping it with compute saves a step), costliest first.
+    """
+
+    steps: pd.DataFrame
+    bounds: list[dict[str, Any]]
+    step_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_ms": self.step_ms, "steps": self.steps.to_dict("records"), "bounds": list(self.bounds)}
+
+
+def job_path(ranks: dict[int, list[dict[str, Any]]]) -> JobPath | None:
+    """The job's path from each rank's :func:`rank_steps` (None with fewer than two ranks that have steps)."""
+    ranks = {r: s for r, s in ranks.items() if s}
+    if len(ranks) < 2:
+        return None
+    by_step: dict[int, dict[int, dict[str, Any]]] = {}
+    for r, steps in ranks.items():
+        for s in steps:
+            by_step.setdefault(s["step"], {})[r] = s
+    rows, straggler_saving, coll_saving, coll_name = [], {}, {}, {}
+    for step, per in sorted(by_step.items()):
+        if len(per) < 2:
+            continue
+        n_coll = min(len(s["collectives"]) for s in per.values())
+        shortest = [min(s["collectives"][i][1] for s in per.values()) for i in range(n_coll)]
+        own = {r: s["ms"] - sum(s["collectives"][i][1] - shortest[i] for i in range(n_coll)) for r, s in per.items()}
+        bound = max(own, key=own.get)
+        others = sorted((v for r, v in own.items() if r != bound), reverse=True)
+        cause = max(per[bound]["by_cause"].items(), key=lambda kv: kv[1])[0] if per[bound]["by_cause"] else ""
+        job_ms = max(s["ms"] for s in per.values())
+        rows.append((step, job_ms, bound, cause, own[bound], float(np.median(list(own.values())))))
+        straggler_saving.setdefault(bound, []).append(own[bound] - others[0])
+        for i in range(n_coll):  # a collective's transfer the bounding rank could not hide: overlapping it saves that
+            exposed = per[bound]["collectives"][i][2]
+            coll_saving.setdefault(i, []).append(min(shortest[i], max(exposed, 0.0)))
+            coll_name[i] = per[bound]["collectives"][i][0]
+    if not rows:
+        return None
+    steps = pd.DataFrame(rows, columns=["step", "job_ms", "rank", "cause", "own_ms", "median_own_ms"])
+    n = len(steps)
+    bounds: list[dict[str, Any]] = []
+    job_ms = float(steps["job_ms"].mean())
+    floor = th.GAIN_FLOOR_SHARE * job_ms  # savings under the noise floor are no bound worth naming
+    if straggler_saving:
+        r = max(straggler_saving, key=lambda k: len(straggler_saving[k]))
+        saving = float(sum(straggler_saving[r]) / n)
+        if 2 * len(straggler_saving[r]) >= n and saving >= floor:  # one rank bounds most steps, by more than noise
+            bounds.append({"kind": "straggler", "rank": int(r), "steps_bound": len(straggler_saving[r]),
+                           "saving_ms": saving, "cause": str(steps[steps["rank"] == r]["cause"].mode().iat[0])})
+    for i, v in coll_saving.items():
+        if float(np.mean(v)) >= floor:
+            bounds.append({"kind": "collective", "index": int(i), "name": coll_name[i], "saving_ms": float(np.mean(v))})
+    bounds.sort(key=lambda b: -b["saving_ms"])
+    return JobPath(steps, bounds, job_ms)
+
+
+__all__ = ["COMPILE_RANGE", "OP_GROUPS", "CriticalPath", "JobPath", "critical_path", "fix_step_ms", "job_path",
+           "lowp_gemm_speedup", "pinned_gb_per_s", "rank_steps", "what_if"]

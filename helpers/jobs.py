@@ -116,6 +116,9 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     found = [(f.pattern, float(f.cost), f.summary) for f in result]
     sg = result.signals
     path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "step_ms_if_fixed") if k in sg}  # type: ignore[literal-required]
+    from .critical import rank_steps
+
+    path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
     return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, path)
 
 
@@ -402,6 +405,10 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
         fixed = [s.path.get("step_ms_if_fixed", {}).get("communication") for s in summaries]
         if all(f is not None for f in fixed):
             report["step_ms_if_collectives_overlapped"] = max(fixed)
+    from .critical import job_path
+
+    job = job_path({s.rank: s.path.get("steps", []) for s in summaries})
+    report["job_path"] = job.to_dict() if job is not None else None
     report["findings"] = _job_findings(report)
     return report
 
