@@ -150,7 +150,12 @@ class Trace:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(int(r) for r in self.events["rank"].unique())
+        from .metrics._store import _memo  # the metric store: emptied when the events table changes
+
+        memo = _memo(self)
+        if "__ranks__" not in memo:  # asked by every metric that walks the ranks
+            memo["__ranks__"] = sorted(int(r) for r in self.events["rank"].unique())
+        return list(memo["__ranks__"])
 
     @property
     def has_gpu(self) -> bool:
@@ -301,25 +306,43 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
             out[col] = pd.Categorical.from_codes(values.codes[order], dtype=values.dtype)
         else:
             out[col] = values[order]
-    return pd.DataFrame(out, copy=False)
+    # A small table's numeric columns go into one block each of ints and floats (a row filter then costs a few
+    # array operations, not one per column: 10% of a small trace's diagnosis); a large one's stay as they are
+    # (the copy that joins them costs more than it saves).
+    return pd.DataFrame(out, copy=None if n <= _JOIN_BLOCKS_UP_TO else False)
+
+
+#: Rows up to which build_events joins the table's numeric columns into shared blocks.
+_JOIN_BLOCKS_UP_TO = 500_000
 
 
 def _row_order(data: dict[str, Any]) -> np.ndarray:
-    """The rows sorted (stably) by start, end, kind, lane, name: the numeric keys with one numpy
-    lexsort, the two text keys only inside runs of rows whose numeric keys are equal (rare: sorting
-    every row's strings cost most of a read)."""
+    """The rows sorted (stably) by start, end, kind, lane, name: one stable sort of the starts, then the
+    other keys only inside runs of rows whose earlier keys are equal (few: sorting every row by every key
+    cost most of building the table)."""
     start, end = data["start_us"], data["end_us"]
     codes = data["kind"].codes.astype(np.int64)
     codes[codes < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
-    order = np.lexsort((codes, end, start))
+    order = np.argsort(start, kind="stable")
     if len(order) < 2:
         return order
+    # rows that start together: by end, then kind
+    order = _within_ties(order, _same(start[order]), lambda rows: (codes[rows], end[rows]))
+    # rows that start and end together and are of one kind: by lane, then name (their categories are sorted,
+    # so their codes sort as their texts do)
     s, e, k = start[order], end[order], codes[order]
+    tie = _same(s) & _same(e) & (k[1:] == k[:-1])
+    return _within_ties(order, tie, lambda rows: (data["name"].codes[rows], data["lane"].codes[rows]))
 
-    def same(a: np.ndarray) -> np.ndarray:
-        return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
 
-    tie = same(s) & same(e) & (k[1:] == k[:-1])
+def _same(a: np.ndarray) -> np.ndarray:
+    """Whether each element equals the one before it (NaN equal to NaN)."""
+    return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+
+
+def _within_ties(order: np.ndarray, tie: np.ndarray, keys) -> np.ndarray:
+    """``order`` with each run of rows tied to the one before (``tie``) sorted stably by ``keys(rows)``
+    (least significant first, as numpy's lexsort takes them)."""
     if not tie.any():
         return order
     group = np.concatenate(([0], np.cumsum(~tie)))
@@ -328,9 +351,8 @@ def _row_order(data: dict[str, Any]) -> np.ndarray:
     in_run[:-1] |= tie
     at = np.flatnonzero(in_run)
     rows = order[at]
-    # the text columns' categories are sorted, so their codes sort as their texts do
-    sub = np.lexsort((data["name"].codes[rows], data["lane"].codes[rows], group[at]))
-    order[at] = rows[sub]
+    order = order.copy()
+    order[at] = rows[np.lexsort((*keys(rows), group[at]))]
     return order
 
 
@@ -400,12 +422,13 @@ def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame
                 break
     if hits.empty:
         return empty_steps()
-    rows = []
-    for rank, group in hits.groupby("rank", sort=True):
-        group = group.sort_values("start_us")
-        for i, (s, e) in enumerate(zip(group["start_us"], group["end_us"])):
-            rows.append((int(rank), i, float(s), float(e), float(e - s)))
-    return pd.DataFrame(rows, columns=["rank", "step", "start_us", "end_us", "dur_us"])
+    rank = hits["rank"].to_numpy(dtype=np.int64)
+    start, end = hits["start_us"].to_numpy(dtype=np.float64), hits["end_us"].to_numpy(dtype=np.float64)
+    order = np.lexsort((start, rank))  # each rank's ranges by start, the ranks in order
+    rank, start, end = rank[order], start[order], end[order]
+    at = np.arange(len(rank))
+    first = np.maximum.accumulate(np.where(np.r_[True, rank[1:] != rank[:-1]], at, 0))  # where each rank's run begins
+    return pd.DataFrame({"rank": rank, "step": at - first, "start_us": start, "end_us": end, "dur_us": end - start})
 
 
 def _names_found(pattern: str, names: np.ndarray) -> list[str]:
@@ -440,8 +463,9 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
         return
     ranks = events["rank"].to_numpy()
     starts = events["start_us"].to_numpy()
+    one_rank = bool((ranks == ranks[0]).all())
     # One pass over the events groups their rows by rank (a mask per rank would read every row per rank).
-    rows_of = pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
+    rows_of = {ranks[0]: slice(None)} if one_rank else pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
     for rank, st in steps.groupby("rank"):
         rows = rows_of.get(rank)
         if rows is None:
@@ -459,11 +483,20 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
     api = ((kind == "runtime").to_numpy()) & (corr >= 0)
     dev = (events["device"].to_numpy() >= 0) & (corr >= 0)
     if api.any() and dev.any():
-        keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
-        keys = keys.drop_duplicates(["rank", "corr"], keep="last")
-        index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
-        found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
-        step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
+        if one_rank:  # the calls' ids sorted (stably: the last call of an id is its group's last), then looked up
+            order = np.argsort(corr[api], kind="stable")
+            ids, of = corr[api][order], step[api][order]
+            last = np.r_[ids[1:] != ids[:-1], True]
+            ids, of = ids[last], of[last]
+            want = corr[dev]
+            at = np.clip(np.searchsorted(ids, want), 0, len(ids) - 1)
+            step[dev] = np.where(ids[at] == want, of[at], step[dev])
+        else:
+            keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
+            keys = keys.drop_duplicates(["rank", "corr"], keep="last")
+            index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
+            found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
+            step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
     events["step"] = step
 
 

@@ -75,8 +75,8 @@ def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[mask_fn(ev)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = np.asarray(mask_fn(ev), dtype=bool)  # two columns taken, not the whole table's rows
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
@@ -95,8 +95,8 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device) & ev["kind"].isin(kinds).to_numpy()
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
