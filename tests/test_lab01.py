@@ -231,10 +231,10 @@ def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     ev.loc[dw, "dur_us"] *= 3.2
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert not ok and "too busy" not in line
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert ok and "too busy to judge the wait" in line and "load average 3.0" in line
 
@@ -325,7 +325,7 @@ def test_a_busy_machine_does_not_pass_too_few_workers(monkeypatch):
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
     assert lab01._data_wait_share(before) / 2 < lab01._data_wait_share(busy) < lab01._data_wait_share(before)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     out = checks.check_data_stall_fixed(before, busy, 1.3, _loader(2))
     assert out.startswith("passed") and "too busy to judge the wait" in out
     with pytest.raises(checks.CheckFailed) as info:
