@@ -43,8 +43,15 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 
 def load(path: str, args: argparse.Namespace):
-    """Load with the command line's --steps and size limits."""
-    return _load(path, _step_pattern(args.steps), max_bytes=int(args.max_mb * 2**20), max_events=args.max_events)
+    """Load with the command line's --steps and size limits (a folder's ranks together)."""
+    max_bytes, max_events = _limits_given(args)
+    return _load(path, _step_pattern(args.steps), max_bytes=MAX_BYTES if max_bytes is None else max_bytes,
+                 max_events=MAX_EVENTS if max_events is None else max_events)
+
+
+def _limits_given(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """--max-mb in bytes and --max-events, or None for each one not given (the defaults then apply)."""
+    return (None if args.max_mb is None else int(args.max_mb * 2**20)), args.max_events
 
 
 def _step_pattern(text: str | None) -> str | None:
@@ -132,7 +139,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         traces.append(load(path, args))
         if progress:
             progress(2 * i + 1, total + 6)
-        shapes.append(report.input_shapes(path, int(args.max_mb * 2**20)))
+        shapes.append(report.input_shapes(path, _limits_given(args)[0] or MAX_BYTES))
         if progress:
             progress(2 * i + 2, total + 6)
     command = "python -m helpers report " + " ".join(inputs)
@@ -154,8 +161,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_ranks(args: argparse.Namespace) -> int:
     from .jobs import analyse_job, stderr_progress
 
+    max_bytes, max_events = _limits_given(args)
     report = analyse_job(args.folder, workers=args.workers, scheduler=args.scheduler, step_pattern=_step_pattern(args.steps),
-                         max_bytes=int(args.max_mb * 2**20), max_events=args.max_events, progress=stderr_progress())
+                         max_bytes=max_bytes, max_events=max_events, progress=stderr_progress())
     if args.json:
         doc = dict(report, per_rank=report["per_rank"].to_dict(orient="records"))
         print(render.to_json(doc))
@@ -212,10 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def _limits(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--max-mb", type=_positive, default=MAX_BYTES / 2**20, metavar="MB",
-                        help=f"refuse inputs larger than this after decompression (default {MAX_BYTES >> 20})")
-        sp.add_argument("--max-events", type=_positive_int, default=MAX_EVENTS, metavar="N",
-                        help=f"refuse traces with more events (default {MAX_EVENTS:,})")
+        sp.add_argument("--max-mb", type=_positive, metavar="MB",
+                        help=f"refuse inputs larger than this after decompression, a folder's ranks together "
+                             f"(default {MAX_BYTES >> 20}; for a job read rank by rank, each rank)")
+        sp.add_argument("--max-events", type=_positive_int, metavar="N",
+                        help=f"refuse inputs with more events, a folder's ranks together (default {MAX_EVENTS:,}; "
+                             "for a job read rank by rank, each rank)")
 
     sp = with_trace("summary", "headline figures")
     sp.add_argument("--json", action="store_true")
@@ -255,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "
                         "exposed communication per rank")
     sp.add_argument("folder", help="folder with one trace per rank")
-    sp.add_argument("--workers", type=_positive_int, metavar="N", help="processes (default: one per core; 1 = one by one)")
+    sp.add_argument("--workers", type=_positive_int, metavar="N",
+                    help="processes (default: one per core; 1 = one by one; never more than one per core or per file)")
     sp.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask distributed scheduler, e.g. tcp://host:8786")
     sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
     sp.add_argument("--json", action="store_true")

@@ -29,6 +29,7 @@ from . import thresholds as th
 from .errors import TraceError
 from .model import build_events, check_step_pattern, finish
 from .procs import worker_pool
+from .readers.budget import Budget
 
 #: Columns of a rank's per-step communication figures, as :func:`helpers.metrics.comm_stats` names them.
 COMM_COLUMNS = ("step", "window_us", "collective_us", "compute_us", "exposed_us")
@@ -86,11 +87,13 @@ def _rank_of(path: Path, meta: dict[str, Any], index: int) -> int:
 
 
 def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | None = None,
-                 max_bytes: int | None = None, max_events: int | None = None) -> RankSummary:
+                 max_bytes: int | None = None, max_events: int | None = None, *,
+                 budget: Budget | None = None) -> RankSummary:
     """Read one rank's trace and analyse it alone: its per-step communication figures and its findings.
 
     ``index`` is the file's place in its folder (the rank when the file says none). Runs in a worker
-    process or on a cluster worker, so it takes and returns only small, picklable values.
+    process or on a cluster worker, so it takes and returns only small, picklable values. ``budget``
+    counts what is read against the job's limits together (:mod:`helpers.readers.budget`).
     """
     from . import metrics
     from .diagnosis import diagnose
@@ -98,7 +101,7 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
 
     p = Path(path)
     columns, meta, fmt = read_file(p, MAX_BYTES if max_bytes is None else max_bytes,
-                                   MAX_EVENTS if max_events is None else max_events, table=False)
+                                   MAX_EVENTS if max_events is None else max_events, table=False, budget=budget)
     if isinstance(columns, pd.DataFrame):
         columns = {c: columns[c].to_numpy() for c in columns.columns}
     columns = {c: v for c, v in columns.items() if c not in ("step", "end_us")}  # labelled again below
@@ -114,8 +117,33 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
 
 def default_workers(n_files: int) -> int:
     """One process per usable core, at most one per file."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(n_files, cores))
+    from .readers import usable_cores
+
+    return max(1, min(n_files, usable_cores()))
+
+
+#: A worker count past this is refused as a mistake rather than capped (no machine has a million cores).
+MAX_WORKERS = 1_000_000
+
+
+def worker_count(workers: object, n_files: int) -> int:
+    """The processes to use for ``n_files`` ranks when ``workers`` were asked for (None: the default): at most
+    one per file and one per usable core, since more only share the same cores; a count that is not a whole
+    number of at least 1, or beyond any machine (:data:`MAX_WORKERS`), is refused."""
+    from .readers import usable_cores
+
+    if workers is None:
+        return default_workers(n_files)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+        raise TraceError(f"workers={workers!r}: give a whole number of processes, 1 or more")
+    if workers < 1:
+        raise TraceError(f"workers={workers}: give 1 or more")
+    if workers > MAX_WORKERS:
+        shown = str(int(workers))
+        shown = shown if len(shown) <= 12 else f"{shown[:6]}...({len(shown)} digits)"
+        raise TraceError(f"{shown} worker processes: not a count any machine runs; give one from 1 to {MAX_WORKERS:,} "
+                         f"(more than one per core or per file is never used; this machine has {usable_cores()} cores)")
+    return max(1, min(int(workers), n_files, usable_cores()))
 
 
 def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, scheduler: str | None = None,
@@ -123,62 +151,137 @@ def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, schedu
                 progress: Progress | None = None) -> dict[str, Any]:
     """Analyse every rank of ``folder`` on its own and reduce them into the cross-rank report.
 
-    ``workers``: processes (default one per core; 1 = one rank after another in this process).
-    ``scheduler``: the address of a Dask distributed scheduler (``tcp://host:8786``) to run the ranks
-    on instead; its workers need this package installed and the folder at the same path.
-    ``progress(done, total)`` is called as ranks finish. Limits apply to each rank's file.
+    ``workers``: processes (default one per core; 1 = one rank after another in this process; never more
+    than one per file or per core). ``scheduler``: the address of a Dask distributed scheduler
+    (``tcp://host:8786``) to run the ranks on instead; its workers need this package installed and the
+    folder at the same path. ``progress(done, total)`` is called as ranks finish.
+
+    Limits: without ``max_bytes`` / ``max_events`` each rank's file is held to the readers' defaults (memory
+    here is one rank per worker, so a job may be larger than one trace may be); given, they hold for the
+    ranks together, as for ``helpers.load`` of the folder.
     """
+    from .readers import limit
+
     step_pattern = check_step_pattern(step_pattern)
     files = job_files(folder)
+    total = None
+    if max_bytes is not None or max_events is not None:
+        max_bytes = None if max_bytes is None else limit(max_bytes, "max_bytes")
+        max_events = None if max_events is None else limit(max_events, "max_events")
+        total = (Path(folder), _NO_LIMIT if max_bytes is None else max_bytes, _NO_LIMIT if max_events is None else max_events)
+        if max_bytes is not None:
+            _refuse_job_size(Path(folder), files, max_bytes)
     args = [(str(f), i, step_pattern, max_bytes, max_events) for i, f in enumerate(files)]
     if scheduler is not None:
         summaries = _on_dask(scheduler, args, progress)
+        if total is not None:
+            _refuse_job_events(total, sum(s.events for s in summaries))
     else:
-        n = default_workers(len(files)) if workers is None else int(workers)
-        if n < 1:
-            raise TraceError(f"workers={workers}: give 1 or more")
-        summaries = _on_pool(n, args, progress) if n > 1 and len(files) > 1 else _serial(args, progress)
+        n = worker_count(workers, len(files))
+        summaries = _on_pool(n, args, progress, total) if n > 1 else _serial(args, progress, total)
     report = reduce_ranks(summaries)
     report["folder"] = str(folder)
     return report
 
 
-def _serial(args: list[tuple], progress: Progress | None) -> list[RankSummary]:
+_NO_LIMIT = 2**62  # a total not limited (only the limits given hold for the ranks together)
+
+
+def _refuse_job_size(folder: Path, files: list[Path], max_bytes: int) -> None:
+    """The job's uncompressed files together over ``max_bytes`` are refused before any is read."""
+    from .readers import _refuse_folder_size, _sizes
+
+    _refuse_folder_size(folder, files, _sizes(folder, files), max_bytes)
+
+
+def _refuse_job_events(total: tuple, events: int) -> None:
+    folder, max_bytes, max_events = total
+    Budget(folder, max_bytes, max_events).add_events(events)
+
+
+def _serial(args: list[tuple], progress: Progress | None, total: tuple | None = None) -> list[RankSummary]:
+    budget = Budget(*total) if total is not None else None
     out = []
     for a in args:
-        out.append(analyse_rank(*a))
+        out.append(analyse_rank(*a, budget=budget))
         if progress:
             progress(len(out), len(args))
     return out
 
 
-def _on_pool(workers: int, args: list[tuple], progress: Progress | None) -> list[RankSummary]:
-    """At most ``2 * workers`` ranks queued at a time, so a job of thousands of files holds a few
-    ranks' worth of pending work, and a failed rank stops the job without reading the rest."""
-    results: dict[int, RankSummary] = {}
-    todo = iter(enumerate(args))
-    with worker_pool(workers) as pool:
-        running = {}
-        for i, a in todo:
-            running[pool.submit(analyse_rank, *a)] = i
-            if len(running) >= 2 * workers:
-                break
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                i = running.pop(fut)
-                try:
+#: The job's shared counts in a worker process (set by :func:`_job_process`), or None.
+_JOB_TOTAL: tuple | None = None
+
+
+def _job_process(total: tuple | None) -> None:
+    """Set up a worker: the job's limits and shared counts."""
+    global _JOB_TOTAL
+    _JOB_TOTAL = total
+
+
+def _analyse_batch(batch: list[tuple]) -> list[RankSummary]:
+    """A worker's task: a few ranks, one after another (small ranks go in batches, so a job of thousands of
+    tiny files does not pay a round trip to the worker for each)."""
+    budget = Budget(*_JOB_TOTAL) if _JOB_TOTAL is not None else None
+    return [analyse_rank(*a, budget=budget) for a in batch]
+
+
+#: A worker's task holds ranks until their files add up to this many bytes (or _BATCH_RANKS of them).
+_BATCH_BYTES = 4 << 20
+_BATCH_RANKS = 64
+
+
+def _batches(args: list[tuple]) -> list[list[tuple]]:
+    out: list[list[tuple]] = []
+    size = _BATCH_BYTES
+    for a in args:
+        try:
+            n = os.stat(a[0]).st_size
+        except OSError:
+            n = _BATCH_BYTES  # the read reports it
+        if size + n > _BATCH_BYTES or len(out[-1]) >= _BATCH_RANKS:
+            out.append([])
+            size = 0
+        out[-1].append(a)
+        size += n
+    return out
+
+
+def _on_pool(workers: int, args: list[tuple], progress: Progress | None, total: tuple | None = None) -> list[RankSummary]:
+    """At most ``2 * workers`` tasks queued at a time, so a job of thousands of files holds a few ranks'
+    worth of pending work, and a failed rank stops the job without reading the rest. The limits given
+    hold for the ranks together: the workers share their counts."""
+    import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context()
+    shared = (*total, (ctx.Value("q", 0), ctx.Value("q", 0))) if total is not None else None
+    batches = _batches(args)
+    results: dict[int, list[RankSummary]] = {}
+    done_ranks = 0
+    todo = iter(enumerate(batches))
+    try:
+        with worker_pool(workers, initializer=_job_process, initargs=(shared,)) as pool:
+            running = {}
+            for i, b in todo:
+                running[pool.submit(_analyse_batch, b)] = i
+                if len(running) >= 2 * workers:
+                    break
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = running.pop(fut)
                     results[i] = fut.result()
-                except BaseException:
-                    for other in running:
-                        other.cancel()
-                    raise
-                if progress:
-                    progress(len(results), len(args))
-                nxt = next(todo, None)
-                if nxt is not None:
-                    running[pool.submit(analyse_rank, *nxt[1])] = nxt[0]
-    return [results[i] for i in range(len(args))]
+                    done_ranks += len(results[i])
+                    if progress:
+                        progress(done_ranks, len(args))
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        running[pool.submit(_analyse_batch, nxt[1])] = nxt[0]
+    except BrokenProcessPool:
+        raise TraceError("a worker process analysing the ranks ended without an answer (killed, most likely for want "
+                         "of memory); run with fewer processes (--workers 1)") from None
+    return [s for i in range(len(batches)) for s in results[i]]
 
 
 def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout: float = 30) -> list[RankSummary]:

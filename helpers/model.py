@@ -7,9 +7,9 @@ column         dtype    meaning
 =============  =======  =====================================================================
 rank           int64    distributed rank the event came from (0 for single-process traces)
 kind           category one of ``KINDS`` below
-lane           str      timeline lane: ``CPU <tid>``, ``CUDA API <tid>``, ``ranges <tid>``,
+lane           text     timeline lane: ``CPU <tid>``, ``CUDA API <tid>``, ``ranges <tid>``,
                         ``OS runtime <tid>``, ``GPU <d> stream <s>``, ``GPU <d> memcpy``
-name           str      kernel / op / API / range name (runtime names without ``_vNNNN``)
+name           text     kernel / op / API / range name (runtime names without ``_vNNNN``)
 start_us       float64  start, microseconds since the first event of the trace
 dur_us         float64  duration, microseconds (>= 0)
 end_us         float64  ``start_us + dur_us``
@@ -20,10 +20,16 @@ tid            int64    host thread id (-1 for device-side events)
 correlation    int64    links a CUDA API call to the GPU work it launched (-1 if none)
 bytes          float64  bytes moved or set by memcpy / memset; for a gloo collective, what it sends (its tensor's
                          elements x their type's size, when the trace recorded shapes); NaN otherwise
-copy_kind      str      ``H2D``, ``D2H``, ``D2D``, ``H2H``, ``P2P`` for memcpy, else ``""``
-host_memory    str      ``pageable`` or ``pinned`` for copies touching the host, else ``""``
+copy_kind      text     ``H2D``, ``D2H``, ``D2D``, ``H2H``, ``P2P`` for memcpy, else ``""``
+host_memory    text     ``pageable`` or ``pinned`` for copies touching the host, else ``""``
 step           int64    training step the event falls in (-1 outside every step)
 =============  =======  =====================================================================
+
+The four *text* columns are pandas categoricals of strings whose categories are the table's distinct
+values in sorted order (a trace repeats a few hundred names over millions of rows): comparing, matching
+(``.str``), grouping and filtering them costs a look-up per distinct value, not per row, and sorting
+by them is alphabetical. To write a value the column does not hold yet, make the column plain text
+first: ``events["name"] = events["name"].astype(str)``.
 """
 
 from __future__ import annotations
@@ -58,8 +64,8 @@ GPU_WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
 COLUMNS: dict[str, str] = {
     "rank": "int64",
     "kind": "category",
-    "lane": "object",
-    "name": "object",
+    "lane": "category",
+    "name": "category",
     "start_us": "float64",
     "dur_us": "float64",
     "end_us": "float64",
@@ -69,8 +75,8 @@ COLUMNS: dict[str, str] = {
     "tid": "int64",
     "correlation": "int64",
     "bytes": "float64",
-    "copy_kind": "object",
-    "host_memory": "object",
+    "copy_kind": "category",
+    "host_memory": "category",
     "step": "int64",
 }
 
@@ -148,6 +154,14 @@ class Trace:
 
     @property
     def has_gpu(self) -> bool:
+        from .metrics._store import _memo  # the metric store: emptied when the events table changes
+
+        memo = _memo(self)
+        if "__has_gpu__" not in memo:  # a diagnosis asks about 20 times
+            memo["__has_gpu__"] = self._has_gpu()
+        return memo["__has_gpu__"]
+
+    def _has_gpu(self) -> bool:
         ev = self.events
         if not (ev["device"].to_numpy() >= 0).any():
             return False
@@ -224,11 +238,15 @@ def conform(ev: Any) -> pd.DataFrame:
     if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
         out = out.reset_index(drop=True)  # rows dropped, filtered or shuffled: positions are what metrics use
     for col, dtype in COLUMNS.items():
-        if col not in out.columns:
+        if col not in out.columns or (col in TEXT_COLUMNS and not isinstance(out[col].dtype, pd.CategoricalDtype)):
             if out is ev:
                 out = out.copy(deep=False)
-            out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
-                        np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
+            if col in TEXT_COLUMNS:  # held as categoricals of text: the metrics read their codes
+                out[col] = _as_text(out[col].to_numpy(dtype=object) if col in out.columns else None, len(out),
+                                    _DEFAULTS.get(col, ""))
+            else:
+                out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
+                            np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
         elif dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf":
             try:
                 values = pd.to_numeric(out[col], errors="raise").astype(dtype)
@@ -279,12 +297,58 @@ _DEFAULTS = {"rank": 0, "lane": "", "device": -1, "stream": -1, "pid": -1, "tid"
              "copy_kind": "", "host_memory": "", "step": -1}
 
 
+#: The columns held as categoricals of text (see the module's docstring).
+TEXT_COLUMNS = ("lane", "name", "copy_kind", "host_memory")
+
+
+def text_column(codes: np.ndarray, texts: Any) -> pd.Categorical:
+    """A text column from integer ``codes`` into ``texts`` (the text of each code; texts may repeat, and
+    texts no code points at are left out): the categorical the events table holds, its categories the
+    distinct texts in use, sorted. Costs one pass over the codes and a sort of the distinct texts."""
+    codes = np.asarray(codes, dtype=np.int64)
+    texts = list(texts)
+    if not len(codes):
+        return pd.Categorical.from_codes(np.zeros(0, dtype=np.int8), categories=pd.Index([], dtype="str"))
+    used = np.flatnonzero(np.bincount(codes, minlength=len(texts)))
+    used_texts = [texts[i] for i in used.tolist()]
+    cats = sorted(set(used_texts))
+    position = {t: i for i, t in enumerate(cats)}
+    lut = np.zeros(len(texts), dtype=np.int64)
+    lut[used] = [position[t] for t in used_texts]
+    return pd.Categorical.from_codes(_small_codes(lut, len(cats))[codes], categories=pd.Index(cats, dtype="str"))
+
+
+def _small_codes(codes: np.ndarray, n_categories: int) -> np.ndarray:
+    """Codes in the smallest integer type that holds them, as pandas keeps a categorical's codes."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(dtype).max:
+            return codes.astype(dtype)
+    return codes.astype(np.int64)
+
+
+def _as_text(values: Any, n: int, default: str) -> pd.Categorical:
+    """A text column as :func:`text_column`'s categorical, from a categorical or any sequence of strings."""
+    if values is None:
+        return text_column(np.zeros(n, dtype=np.int64), [default])
+    if isinstance(values, pd.Series):
+        values = values.array
+    if isinstance(values, pd.Categorical):
+        return text_column(values.codes, list(values.categories)) if not (values.codes < 0).any() else \
+            _as_text(np.asarray(values, dtype=object), n, default)
+    arr = np.asarray(values, dtype=object)
+    if arr.ndim == 0:
+        arr = np.full(n, arr.item(), dtype=object)
+    codes, uniques = pd.factorize(arr, use_na_sentinel=False)
+    return text_column(codes, [default if u is None or (isinstance(u, float) and u != u) else str(u) for u in uniques])
+
+
 def build_events(columns: dict[str, Any]) -> pd.DataFrame:
     """Make a schema-conforming events table from column arrays (missing columns get defaults).
 
     Times are shifted so the earliest event starts at 0, rows are sorted by start time, and
     ``end_us`` is recomputed, so every reader hands back the same shape of table. ``kind`` may come
-    as strings or, cheaper for a reader that has them, as a ``pd.Categorical`` of :data:`KIND_DTYPE`.
+    as strings or, cheaper for a reader that has them, as a ``pd.Categorical`` of :data:`KIND_DTYPE`;
+    the text columns as strings or, cheaper, as categoricals (:func:`text_column`).
     """
     n = len(columns["name"])
     defaults = {
@@ -303,9 +367,12 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
                 data[col] = pd.Categorical(np.full(n, "cpu_op", dtype=object) if values is None else
                                            np.asarray(values, dtype=object), dtype=KIND_DTYPE)
             continue
+        if col in TEXT_COLUMNS:
+            data[col] = _as_text(values, n, defaults.get(col, ""))
+            continue
         if values is None:
-            values = np.full(n, defaults[col], dtype=dtype if dtype not in ("object", "category") else object)
-        data[col] = np.asarray(values, dtype=dtype if dtype not in ("object", "category") else object)
+            values = np.full(n, defaults[col], dtype=dtype)
+        data[col] = np.asarray(values, dtype=dtype)
     start = data["start_us"]
     start = start - start.min() if n else start.copy()  # a new array: the caller's stays as it was
     data["start_us"] = start
@@ -313,10 +380,14 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
     # A total order, so the same events read from any format come out in the same rows: start, end,
     # kind, lane, name, and the readers' order for full ties.
     order = _row_order(data)
-    kind = data.pop("kind")
-    out = {col: (pd.Categorical.from_codes(kind.codes[order], dtype=KIND_DTYPE) if col == "kind" else data[col][order])
-           for col in COLUMNS}
-    return pd.DataFrame(out)
+    out = {}
+    for col in COLUMNS:
+        values = data[col]
+        if isinstance(values, pd.Categorical):
+            out[col] = pd.Categorical.from_codes(values.codes[order], dtype=values.dtype)
+        else:
+            out[col] = values[order]
+    return pd.DataFrame(out, copy=False)
 
 
 def _row_order(data: dict[str, Any]) -> np.ndarray:
@@ -343,8 +414,9 @@ def _row_order(data: dict[str, Any]) -> np.ndarray:
     in_run[:-1] |= tie
     at = np.flatnonzero(in_run)
     rows = order[at]
-    sub = pd.DataFrame({"g": group[at], "lane": data["lane"][rows], "name": data["name"][rows]})
-    order[at] = rows[sub.sort_values(["g", "lane", "name"], kind="stable").index.to_numpy()]
+    # the text columns' categories are sorted, so their codes sort as their texts do
+    sub = np.lexsort((data["name"].codes[rows], data["lane"].codes[rows], group[at]))
+    order[at] = rows[sub]
     return order
 
 

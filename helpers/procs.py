@@ -152,14 +152,16 @@ def _worker_signal(signum: int, frame) -> None:
         interrupts._handler(signum, frame)  # in a call: raised there, so its with/finally blocks clean up
 
 
-def _worker_start() -> None:
+def _worker_start(initializer=None, initargs: tuple = ()) -> None:
     interrupts._state.update(active=1, deferring=0, count=0, first=None, pending=None)
     for sig in interrupts.SIGNALS:
         signal.signal(sig, _worker_signal)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 @contextmanager
-def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def worker_pool(workers: int, *, initializer=None, initargs: tuple = ()) -> Iterator[ProcessPoolExecutor]:
     """A process pool that stops with its command, whenever and however it is stopped.
 
     A worker given Ctrl-C, SIGTERM or SIGHUP (a terminal's Ctrl-C reaches every process of the group)
@@ -168,8 +170,9 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     result; a worker waiting for work carries on waiting (no traceback per process). When the parent is
     stopped, or a call fails, the calls not started are cancelled, the busy workers are stopped (SIGTERM,
     raised in their call as above) and every worker is waited for, so none outlives the command.
+    ``initializer(*initargs)`` runs in each worker as it starts (shared counters it keeps, say).
     """
-    pool = _Pool(max_workers=workers, initializer=_worker_start)
+    pool = _Pool(max_workers=workers, initializer=_worker_start, initargs=(initializer, initargs))
     try:
         yield pool
     except BaseException:

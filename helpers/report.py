@@ -183,6 +183,11 @@ def _figures(trace: Trace, summary: dict[str, Any]) -> str:
                         if len(band) else "")))
     if summary["has_gpu"]:
         rows.append(("GPU busy", f"{_pct(summary['gpu_utilization'])} of step time"))
+        busy = m.gpu_busy(trace)
+        if not busy.empty and len(busy.groupby(["rank", "device"])) > 1:  # each GPU's own share
+            per = busy.groupby(["rank", "device"])[["busy_us", "window_us"]].sum()
+            shares = [f"rank {r} GPU {d} {_pct(b / w if w else float('nan'))}" for (r, d), (b, w) in per.iterrows()]
+            rows.append(("each GPU busy", ", ".join(shares[:16]) + (f", … ({len(shares)} GPUs)" if len(shares) > 16 else "")))
         k = summary["kernels"]
         rows.append(("kernels", f"{_num(k['per_step'])} a step, median {_num(k['median_us'])} µs, "
                                 f"{_pct(k['share_under_10us'])} under 10 µs"))

@@ -150,6 +150,7 @@ def test_document_text_is_byte_for_byte_the_per_event_format(tmp_path, monkeypat
     and small traces cut into batches of 7 events."""
     odd = helpers.load(write_json(two_step_loop(), tmp_path / "odd.json"))
     ev = odd.events.copy()
+    ev["name"] = ev["name"].astype(str)  # a categorical holds only its own names: plain text takes new ones
     ev.loc[::3, "name"] = 'naïve "quoted" \\ name\twith ünïcode ✓'
     ev.loc[1::4, "start_us"] += 123_456_789.0005  # longer integer parts, a rounding half-way
     ev.loc[::5, "dur_us"] = 0.0

@@ -187,6 +187,7 @@ def test_workers_raised_but_copies_pageable_fails():
     """Workers prefetch, but the loader hands over pageable batches: the copies run at a third of the speed."""
     ev = _fixed_gpu_events()
     h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev["host_memory"] = ev["host_memory"].astype(str)  # plain text takes a value the recording does not hold
     ev.loc[h2d, "host_memory"] = "pageable"
     ev.loc[h2d, "dur_us"] *= 3.0
     ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]
@@ -230,10 +231,10 @@ def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     ev.loc[dw, "dur_us"] *= 3.2
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert not ok and "too busy" not in line
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert ok and "too busy to judge the wait" in line and "load average 3.0" in line
 
@@ -324,7 +325,7 @@ def test_a_busy_machine_does_not_pass_too_few_workers(monkeypatch):
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
     assert lab01._data_wait_share(before) / 2 < lab01._data_wait_share(busy) < lab01._data_wait_share(before)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     out = checks.check_data_stall_fixed(before, busy, 1.3, _loader(2))
     assert out.startswith("passed") and "too busy to judge the wait" in out
     with pytest.raises(checks.CheckFailed) as info:
@@ -350,6 +351,7 @@ def _pinned_blocking_events() -> pd.DataFrame:
     """The second loop with its batches pinned but copied as first written: plain .to(device), one stream."""
     ev = recorded("h2d_copy", "broken").events.copy()
     h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev["host_memory"] = ev["host_memory"].astype(str)  # plain text takes a value the recording does not hold
     ev.loc[h2d, "host_memory"] = "pinned"
     ev.loc[h2d, "dur_us"] = ev.loc[h2d, "bytes"] / 55.3e3  # the bandwidth of the recorded pinned copies
     ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]

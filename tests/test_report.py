@@ -163,3 +163,9 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         assert err.count("\n") == 1 and err.startswith("error: "), err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]
     assert bad.read_text() == "{not json"
+
+
+def test_progress_goes_to_its_end():
+    seen = []
+    build([helpers.load(DATA / "h2d_copy__fixed__h200.json.gz")], progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen)

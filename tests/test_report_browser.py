@@ -124,10 +124,10 @@ def test_report_of_a_recorded_trace(tmp_path, browser, shots):
     ps, pe = (float(v) for v in root.get_attribute("data-pinned-ms").split(","))
     view = _view(root)
     x = left + ((ps + pe) / 2 - view[0]) / (view[1] - view[0]) * width
-    page.mouse.move(x - 50, _lane_y(root, gpu))
+    page.mouse.move(x, _lane_y(root, gpu) - 200)  # off the lanes: no tooltip left over
     page.mouse.move(x, _lane_y(root, gpu), steps=3)
     tip = root.locator(".gtl-tip")
-    tip.wait_for(state="visible", timeout=30_000)
+    page.wait_for_function("(n) => document.querySelector('.gtl-tip').innerText.includes(n)", arg=name[:50], timeout=30_000)
     text = tip.inner_text()
     assert name[:50] in text and "launched by: cudaLaunch" in text
     page.screenshot(path=str(shots / "recorded-2-hover-pinned-flow-arrow.png"))
@@ -149,6 +149,21 @@ def test_report_of_a_recorded_trace(tmp_path, browser, shots):
     assert got[0] == pytest.approx(a - 0.05 * (b - a), abs=1e-4) and got[1] == pytest.approx(b + 0.05 * (b - a), abs=1e-4)
     page.wait_for_timeout(600)
     page.screenshot(path=str(shots / "recorded-5-finding-window.png"))
+
+    # shift-drag selects a stretch: its figures, counted in the page from the events drawn
+    root.scroll_into_view_if_needed()
+    box = root.locator(".gtl-canvas").bounding_box()
+    y = _lane_y(root, gpu)
+    page.keyboard.down("Shift")
+    page.mouse.move(left + width * 0.3, y)
+    page.mouse.down()
+    page.mouse.move(left + width * 0.7, y, steps=5)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    page.wait_for_function("() => !document.querySelector('.gtl-figures').classList.contains('gtl-empty')", timeout=30_000)
+    figures = root.locator(".gtl-figures").inner_text()
+    assert "GPU busy" in figures and "kernels " in figures and "CUDA API calls" in figures
+    page.screenshot(path=str(shots / "recorded-6-selection.png"))
 
     # the tables sort by a click on a heading, largest first
     table = page.locator("table.sortable").nth(1)

@@ -49,15 +49,23 @@ def best_of(fn, repeat: int = 3) -> float:
 
 
 def best_of_both(fn, repeat: int = 3) -> tuple[float, float]:
-    """The fastest of ``repeat`` runs: (wall s, CPU s of this process). On a shared machine the CPU
-    time is the figure to compare; wall time only when the load is below the core count."""
+    """The fastest of ``repeat`` runs: (wall s, CPU s of this process and the children it waited for). On a
+    shared machine the CPU time is the figure to compare; wall time only when the load is below the core count."""
     walls, cpus = [], []
     for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), _cpu()
         fn()
         walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
+        cpus.append(_cpu() - c0)
     return min(walls), min(cpus)
+
+
+def _cpu() -> float:
+    """User + system seconds of this process and of its children that have ended (a reader's helper process)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def full_analysis(path: Path) -> None:
@@ -69,23 +77,84 @@ def full_analysis(path: Path) -> None:
     helpers.diagnose(trace)
 
 
-def real_trace(repeat: int) -> None:
-    raw = gzip.decompress(BENCH_TRACE.read_bytes())
-    n_events = len(json.loads(raw)["traceEvents"])
-    full_analysis(BENCH_TRACE)  # imports and first-call costs out of the way
-    before = _load()
-    # Interleaved, so a machine that speeds up or slows down favours neither.
-    parse, ours = [], []
+# --- the floor: decoding the trace's events and nothing else ---------------------------------------------
+#: The recorded traces the floor is measured on by --real: the benchmark's launch-bound H200 loop (104,046
+#: events, 28.6 MB of JSON) and the course's own launch-bound recording (22,346 events, 6.1 MB).
+REAL_TRACES = (BENCH_TRACE, ROOT / "data" / "launch_overhead__broken__h200.json.gz")
+
+
+def floor_decoder():
+    """The floor a reader is measured against: msgspec decoding the document's events into typed records of
+    the fields the reader needs (``ph``, ``cat``, ``name``, ``ts``, ``dur``, ``pid``, ``tid``), ``args`` and
+    every other member skipped, in one go on one core. No reader of these events can do less."""
+    from typing import Any
+
+    import msgspec
+
+    event = msgspec.defstruct("Event", [(f, Any, None) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid")], gc=False)
+    document = msgspec.defstruct("Document", [("traceEvents", list[event], msgspec.field(default_factory=list))], gc=False)
+    return msgspec.json.Decoder(document).decode
+
+
+def read_floor(path: Path, decode) -> int:
+    """The floor: the file's bytes (gunzipped when gzipped) decoded as :func:`floor_decoder` does; the events."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return len(decode(raw).traceEvents)
+
+
+def floor_ratio(path: Path, repeat: int) -> dict:
+    """In this process: the floor, ``helpers.load`` and ``helpers.diagnose`` of ``path``, ``repeat`` times,
+    alternately (a machine that speeds up or slows down favours neither); best of each, wall and CPU (this
+    process and the helper processes it waited for)."""
+    import helpers
+
+    decode = floor_decoder()
+    read_floor(path, decode)  # imports and first-call costs out of the way, for both
+    helpers.diagnose(helpers.load(path))
+    runs: dict[str, list[tuple[float, float]]] = {"floor": [], "load": [], "diagnose": [], "load+diagnose": []}
+    events = 0
     for _ in range(repeat):
-        parse.append(best_of_both(lambda: json.loads(gzip.decompress(BENCH_TRACE.read_bytes())), 1))
-        ours.append(best_of_both(lambda: full_analysis(BENCH_TRACE), 1))
-    (pw, pc), (ow, oc) = ((min(w for w, _ in runs), min(c for _, c in runs)) for runs in (parse, ours))
-    print(f"trace: {BENCH_TRACE.relative_to(ROOT)} ({len(raw) / 1e6:.1f} MB of JSON, {n_events} events), "
-          f"best of {repeat}, {before} before, {_load()} after")
-    print(f"  gunzip + json.loads alone:                 wall {pw:.3f} s  CPU {pc:.3f} s")
-    print(f"  helpers load + all metrics + diagnose:     wall {ow:.3f} s  CPU {oc:.3f} s  "
-          f"({ow / pw:.2f}x the JSON parse's wall, {oc / pc:.2f}x its CPU)")
-    ours = ow
+        t0, c0 = time.perf_counter(), _cpu()
+        events = read_floor(path, decode)
+        runs["floor"].append((time.perf_counter() - t0, _cpu() - c0))
+        t0, c0 = time.perf_counter(), _cpu()
+        trace = helpers.load(path)
+        t1, c1 = time.perf_counter(), _cpu()
+        helpers.diagnose(trace)
+        t2, c2 = time.perf_counter(), _cpu()
+        runs["load"].append((t1 - t0, c1 - c0))
+        runs["diagnose"].append((t2 - t1, c2 - c1))
+        runs["load+diagnose"].append((t2 - t0, c2 - c0))
+        del trace
+    best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in runs.items()}
+    return {"events": events, **best}
+
+
+def print_floor_ratio(path: Path, repeat: int) -> None:
+    """:func:`floor_ratio` in a fresh process (a clean heap for each trace), printed."""
+    before = _load()
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[3]); import tools.benchmark as b; "
+            "print(json.dumps(b.floor_ratio(Path(sys.argv[1]), int(sys.argv[2]))))")
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(repeat), str(ROOT)], capture_output=True, text=True,
+                         check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    size = len(gzip.decompress(path.read_bytes())) if path.name.endswith(".gz") else path.stat().st_size
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"{shown} ({size / 1e6:.1f} MB of JSON, {r['events']:,} events), best of {repeat}, {before} before, {_load()} after")
+    (fw, fc) = r["floor"]
+    for k in ("floor", "load", "diagnose", "load+diagnose"):
+        w, c = r[k]
+        ratio = f"   {w / fw:.2f}x the floor's wall, {c / fc:.2f}x its CPU" if k != "floor" else "   (msgspec, args skipped)"
+        print(f"  {k:14s} wall {w:7.3f} s  CPU {c:7.3f} s{ratio}")
+
+
+def real_trace(repeat: int) -> None:
+    """The recorded traces against the floor, and HTA's load of the benchmark trace."""
+    for path in REAL_TRACES:
+        print_floor_ratio(path, repeat)
+    ours = floor_ratio(BENCH_TRACE, 1)["load+diagnose"][0]
     try:
         from hta.trace_analysis import TraceAnalysis
     except ImportError:
@@ -134,12 +203,68 @@ def scaling() -> None:
 
 
 _KERNELS = [f"void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, op{i}>" for i in range(40)]
+#: The recorded H200 trace's fields that name an id: shifted on each repeat so every repeat's ids are its own.
+_ID_ARGS = ("External id", "correlation", "Sequence number", "Record function id", "Python id", "Python parent id")
+
+
+def training_steps_like(n_events: int, path: Path) -> int:
+    """A trace of exactly ``n_events`` trace events as heavy as a real training step: the course's recorded
+    H200 training loop (:data:`BENCH_TRACE`: 14 steps of forward, backward on the autograd thread and an
+    Adam update; nested operators up to 6 deep, cudaLaunchKernel / cudaMemsetAsync / driver calls, kernels
+    and memsets with Kineto's kernel args, the ac2g and fwdbwd flow events, correlation and External ids)
+    repeated end to end on the time axis. Each repeat's times are shifted past the last one's, its ids past
+    the last one's (ids stay unique), its ProfilerStep#N renumbered; the recording's metadata events come
+    once, at the end, as Kineto writes them. Written one event a line (orjson's compact form; Kineto's own
+    indented layout is about a fifth larger for the same events). Returns the bytes written."""
+    import orjson
+
+    doc = json.loads(gzip.decompress(BENCH_TRACE.read_bytes()))
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if e.get("ph") not in ("M", "i") and e.get("cat") != "Trace"]
+    once = [e for e in events if not (e.get("ph") not in ("M", "i") and e.get("cat") != "Trace")]
+    t0 = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - t0 + 1000.0  # a millisecond between repeats
+    top = max([e["id"] for e in timed if isinstance(e.get("id"), int)]
+              + [v for e in timed for k, v in (e.get("args") or {}).items() if k in _ID_ARGS and isinstance(v, int)])
+    step_of = {e["name"]: int(e["name"][13:]) for e in timed if str(e.get("name", "")).startswith("ProfilerStep#")}
+    first_step, steps = min(step_of.values()), len(step_of)
+    written, n, rep = 0, 0, 0
+    with (gzip.open(path, "wb", compresslevel=1) if path.name.endswith(".gz") else open(path, "wb")) as fh:
+        head = orjson.dumps({k: v for k, v in doc.items() if k != "traceName"})[:-1] + b',"traceEvents":[\n'
+        fh.write(head)
+        written += len(head)
+        sep = b""
+        timed_events = max(n_events - len(once), 0)
+        while n < timed_events:
+            out = []
+            for e in timed[:timed_events - n]:
+                e = dict(e, ts=round(e["ts"] + rep * span, 3))
+                if isinstance(e.get("args"), dict):
+                    e["args"] = {k: (v + rep * top if k in _ID_ARGS and isinstance(v, int) and v > 0 else v)
+                                 for k, v in e["args"].items()}
+                if isinstance(e.get("id"), int):
+                    e["id"] += rep * top
+                if e["name"] in step_of:
+                    e["name"] = f"ProfilerStep#{step_of[e['name']] - first_step + rep * steps}"
+                out.append(orjson.dumps(e))
+            n += len(out)
+            rep += 1
+            chunk = sep + b",\n".join(out)
+            fh.write(chunk)
+            written += len(chunk)
+            sep = b",\n"
+        meta = b",\n".join(orjson.dumps(e) for e in once[:n_events])
+        tail = (sep if meta else b"") + meta + b"\n],\n" + orjson.dumps({"traceName": path.name})[1:] + b"\n"
+        fh.write(tail)
+        written += len(tail)
+    return written
 
 
 def kineto_like(n_events: int, path: Path) -> int:
-    """A launch-bound trace of exactly ``n_events`` trace events in the shape and spacing torch.profiler
-    writes: per launch an operator, a cudaLaunchKernel, its kernel (with Kineto's kernel args) and the
-    two flow events that link them; a ProfilerStep#N range every 1,000 launches. Returns the bytes written."""
+    """A light launch-bound trace of exactly ``n_events`` trace events (the benchmark's big trace before
+    :func:`training_steps_like`, kept for the tests that draw it): per launch an operator, a
+    cudaLaunchKernel, its kernel (with Kineto's kernel args) and the two flow events that link them; a
+    ProfilerStep#N range every 1,000 launches; no nesting, one thread. Returns the bytes written."""
     rng = random.Random(0)
     out = []
     written, n, t, corr, step = 0, 0, 5375593353828.372, 0, 0
@@ -208,9 +333,10 @@ def big_trace(n_events: int, repeat: int, keep: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = keep if keep is not None else Path(tmp) / "big.json"
         if not path.exists():
-            size = kineto_like(n_events, path)
+            size = training_steps_like(n_events, path)
             print(f"generated {path} ({n_events:,} events, {size / 1e6:.0f} MB of JSON)")
-        print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events")
+        print_floor_ratio(path, max(repeat, 3))
+        print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events; the commands in fresh processes:")
         commands = [("diagnose", ["diagnose", str(path)]),
                     ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),
                     ("export", ["export", str(path), "-o", str(Path(tmp) / "t.json"), "--force"])]
@@ -464,7 +590,7 @@ def series(ranks: list[int], events_per_rank: int, sizes: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"t{n}.json"
-            size = kineto_like(n, path)
+            size = training_steps_like(n, path)
             before = _load()
             wall, cpu, rss, _, _ = run_tree([sys.executable, "-m", "helpers", "diagnose", str(path)])
             print(f"  {n:>9,} events ({size / 1e6:4.0f} MB of JSON): wall {wall:6.2f} s  CPU {cpu:6.2f} s  "
@@ -500,7 +626,7 @@ def explore_costs(n_events: int, repeat: int, keep: Path | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = keep if keep is not None else Path(tmp) / "big.json"
         if not path.exists():
-            kineto_like(n_events, path)
+            training_steps_like(n_events, path)
         trace = helpers.load(path)
         print(f"{path.name}: {len(trace.events):,} rows in the events table ({_load()})")
         width = 1240  # the plot area in a 1440-px-wide JupyterLab window
@@ -566,7 +692,7 @@ def explore_in_browser(n_events: int, repeat: int, keep: Path | None) -> None:
         tmp = Path(tmp_name)
         path = keep if keep is not None else tmp / "big.json"
         if not path.exists():
-            kineto_like(n_events, path)
+            training_steps_like(n_events, path)
         loaded = tmp / "loaded"
         cells = [f"import pathlib, helpers\nfrom helpers import plots\ntrace = helpers.load({str(path)!r})\n"
                  f"pathlib.Path({str(loaded)!r}).write_text(str(len(trace.events)))",

@@ -69,7 +69,7 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
     if sel.empty:
         return {}
     where = _enclosing_range(trace, sel)
-    label = sel["op"] + pd.Series([f" in '{w}'" if w else "" for w in where], index=sel.index)
+    label = sel["op"].astype(str) + pd.Series([f" in '{w}'" if w else "" for w in where], index=sel.index)
     return {str(k): float(v) / n for k, v in label.value_counts().items()}
 
 

@@ -342,8 +342,12 @@ def check_mfu(answer: dict, step_ms: dict, peaks: Any) -> str:
         flops = _reference_matmul_flops(gb.Net(gb.WIDTH, gb.DEPTH), torch.empty(gb.BATCH, gb.WIDTH))
     if not isinstance(answer, dict):
         return _check(ITEM, name, False, "mfu must be a dict {'bf16': ..., 'fp32': ...}")
+    try:
+        step_s = {v: float(step_ms[v]) / 1e3 for v in ("bf16", "fp32")}
+    except (KeyError, TypeError, ValueError):
+        return _check(ITEM, name, False, "step_ms must be {'fp32': ms, 'bf16': ms}, the step times section 1 measured")
     for variant in ("bf16", "fp32"):
-        want = flops / (float(step_ms[variant]) / 1e3) / peaks.tensor_flops
+        want = flops / step_s[variant] / peaks.tensor_flops
         try:
             got = float(answer.get(variant, float("nan")))
         except (TypeError, ValueError):

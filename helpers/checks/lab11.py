@@ -142,7 +142,13 @@ def check_sync_sites(fn: Callable[[Trace], dict], trace: Trace) -> str:
                           + ". For each row of checks.sync_rows(trace), take the Python events on the same rank and thread "
                           "that contain it, drop PyTorch's own frames ('torch/...') and built-ins ('<built-in ...'), and "
                           "keep the innermost (the one that started last)")
-        off = [k for k, v in want.items() if not _close(float(got[k]), v, 1e-9, 1e-9)]
+        def number(v: Any) -> float:
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                return float("nan")
+
+        off = [k for k, v in want.items() if not _close(number(got[k]), v, 1e-9, 1e-9)]
         if off:
             k = off[0]
             return _check(ITEM, name, False, f"on {label}: {k}: {got[k]} syncs a step, the trace has {want[k]:g}: count the rows "
@@ -175,7 +181,10 @@ def check_backtrace_command(command: str | list[str]) -> str:
     backtrace (``--trace`` with cuda, ``--cudabacktrace`` with sync or all, ``--python-backtrace=cuda``, CPU sampling
     left on), of the lab's loop, into a named report."""
     name = "check_backtrace_command"
-    tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    try:
+        tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
+    except (TypeError, ValueError) as exc:
+        return _check(ITEM, name, False, f"backtrace_command must be the command line as a string ({exc})")
     if tokens[:2] != ["nsys", "profile"]:
         return _check(ITEM, name, False, f"the command starts {' '.join(tokens[:2])!r}: it is 'nsys profile ...'")
     try:
@@ -298,7 +307,10 @@ def check_environment_pitfalls(fn: Callable[[dict], set]) -> str:
     for label, s in _pitfall_cases():
         want = _reference_pitfalls(s)
         got = run_learner(fn, s, name="your environment_pitfalls", returns=(set, frozenset, list, tuple))
-        got = set(got)
+        try:
+            got = set(got)
+        except TypeError:
+            return _check(ITEM, name, False, "return a set of pitfall names (strings), e.g. {'launch_blocking'}")
         if got != want:
             missed, extra = sorted(want - got), sorted(got - want)
             return _check(ITEM, name, False, f"on {label}: " + (f"missed {missed}" if missed else "")

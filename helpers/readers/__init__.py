@@ -5,9 +5,11 @@ The format is recognised from the content (gzip, SQLite and JSON magic), not fro
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import itertools
 import math
+import multiprocessing
 import os
 import re
 import shutil
@@ -16,10 +18,12 @@ import subprocess
 import tempfile
 import zlib
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from ..interrupts import temporary_dir
@@ -27,6 +31,7 @@ from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_patt
 from ..paths import unreachable, working_folder
 from ..procs import Hung, run_bounded, worker_pool
 from . import kineto, nsys
+from .budget import Budget, charge_bytes
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -91,13 +96,14 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
 
 
 def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS, *,
-              table: bool = True) -> tuple[pd.DataFrame | dict, dict, str]:
+              table: bool = True, budget: Budget | None = None) -> tuple[pd.DataFrame | dict, dict, str]:
     """Read one file into (events, metadata, format name) without step labelling.
 
     ``table=False`` lets a Kineto file come back as build_events' columns (see kineto.parse_stream).
+    ``budget`` counts what is decoded against a folder's limits as well as the file's own (:mod:`.budget`).
     An event whose times are beyond :data:`helpers.model.MAX_TIME_US` is refused, whatever the format.
     """
-    events, metadata, fmt = _read_file(p, max_bytes, max_events, table=table)
+    events, metadata, fmt = _read_file(p, max_bytes, max_events, table=table, budget=budget)
     _refuse_damaged_times(events, p)
     return events, metadata, fmt
 
@@ -114,7 +120,8 @@ def rank_in_name(path: Path) -> int | None:
     return int(m.group(1))
 
 
-def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tuple[pd.DataFrame | dict, dict, str]:
+def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
+               budget: Budget | None = None) -> tuple[pd.DataFrame | dict, dict, str]:
     max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     try:
         info = os.stat(p)
@@ -123,7 +130,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tupl
     if not stat.S_ISREG(info.st_mode):
         raise TraceError(f"{p}: not a regular file (a pipe, device or socket); save the trace to a file and pass that")
     if p.suffix in (".nsys-rep", ".qdrep"):
-        return _read_nsys_report(p, max_bytes, max_events)
+        return _read_nsys_report(p, max_bytes, max_events, budget)
     try:
         with open(p, "rb") as fh:
             head = fh.read(16)
@@ -132,13 +139,13 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tupl
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
-        events, metadata = nsys.read(p, max_events, max_bytes)
+        events, metadata = nsys.read(p, max_events, max_bytes, budget=budget)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
-        blocks = _gunzip_blocks(p, max_bytes)
+        blocks = _gunzip_blocks(p, max_bytes, budget)
         first = _take(blocks, len(SQLITE_MAGIC))
         if first.startswith(SQLITE_MAGIC):
-            return _read_sqlite_blocks(p, itertools.chain((first,), blocks), max_events)
+            return _read_sqlite_blocks(p, itertools.chain((first,), blocks), max_events, budget)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -148,7 +155,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tupl
         if info.st_size > max_bytes:
             raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
-        blocks = _file_blocks(p, max_bytes)  # the limit holds for the bytes read, not only the size stat() gave
+        blocks = _file_blocks(p, max_bytes, budget)  # the limit holds for the bytes read, not only the size stat() gave
         first = _take(blocks, 4)
     # JSON: read as a stream of blocks, never whole (kineto.parse_stream).
     first, blocks = _as_utf8(first, blocks, p)
@@ -159,7 +166,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool) -> tupl
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table)
+    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table, budget=budget)
     return events, metadata, "kineto"
 
 
@@ -201,7 +208,7 @@ def _take(blocks: Iterator[bytes], at_least: int) -> bytes:
     return out
 
 
-def _file_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
+def _file_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Iterator[bytes]:
     """The file's bytes in chunks; a file that grows past ``max_bytes`` while it is read is refused."""
     total = 0
     try:
@@ -211,6 +218,7 @@ def _file_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
                 if total > max_bytes:
                     raise TraceError(f"{p}: grew past the limit of {max_bytes / 2**20:,.0f} MB while it was read; "
                                      "let the program writing it finish, or raise the limit with --max-mb (API: max_bytes=)")
+                charge_bytes(budget, len(block))
                 yield block
     except OSError as exc:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
@@ -224,16 +232,27 @@ def _as_utf8(first: bytes, blocks: Iterator[bytes], p: Path) -> tuple[bytes, Ite
     if first.startswith(b"\xef\xbb\xbf"):
         return first[3:], blocks
     if first.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(first) > 1 and (first[0] == 0) != (first[1] == 0)):
-        raw = first + b"".join(blocks)  # rare and small in practice: decoded whole
-        try:
-            codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if raw[0] == 0 else "utf-16-le")
-            return raw.decode(codec).encode("utf-8"), iter(())
-        except UnicodeError:
-            raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
+        codec = "utf-16" if first.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if first[0] == 0 else "utf-16-le")
+        utf8 = _utf16_as_utf8(itertools.chain((first,), blocks), codec, p)
+        return _take(utf8, 4), utf8
     return first, blocks
 
 
-def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
+def _utf16_as_utf8(blocks: Iterator[bytes], codec: str, p: Path) -> Iterator[bytes]:
+    """UTF-16 blocks re-encoded as UTF-8 block by block (a character split between two blocks is kept
+    for the next), so a UTF-16 trace streams like any other and is never held whole."""
+    decoder = codecs.getincrementaldecoder(codec)()
+    try:
+        for block in blocks:
+            if text := decoder.decode(block):
+                yield text.encode("utf-8")
+        if text := decoder.decode(b"", final=True):
+            yield text.encode("utf-8")
+    except UnicodeError:
+        raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
+
+
+def _gunzip_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Iterator[bytes]:
     """Decompress in bounded chunks: a gzip bomb stops at ``max_bytes`` instead of filling memory."""
     total = 0
     d = zlib.decompressobj(wbits=31)
@@ -248,6 +267,7 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
                         f"{p}: expands to over {max_bytes / 2**20:,.0f} MB; if the trace is really this big "
                         "raise the limit with --max-mb (API: max_bytes=)")
                 if out:
+                    charge_bytes(budget, len(out))
                     yield out
                 data = d.unconsumed_tail
                 if d.eof:  # another gzip member may follow; anything else after the end is ignored
@@ -267,7 +287,8 @@ def _gunzip_blocks(p: Path, max_bytes: int) -> Iterator[bytes]:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
-def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_EVENTS) -> tuple[pd.DataFrame, dict, str]:
+def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_EVENTS,
+                        budget: Budget | None = None) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: decompressed block by block into a private temporary copy (never beside
     the input, never whole in memory), and read from there."""
     with _scratch(p, "decompress it") as tmp:  # mode 0700: private to this user
@@ -279,11 +300,12 @@ def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_
         except OSError as exc:
             raise TraceError(f"{p}: cannot decompress it into the temporary folder {tmp.parent} ({exc.strerror}); "
                              "free some space there, or point TMPDIR at a disk with room") from None
-        events, metadata = _renamed(lambda: nsys.read(copy, max_events), copy, p)
+        events, metadata = _renamed(lambda: nsys.read(copy, max_events, budget=budget, charged=True), copy, p)
     return events, metadata, "nsys-sqlite"
 
 
-def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame, dict, str]:
+def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
+                      budget: Budget | None = None) -> tuple[pd.DataFrame, dict, str]:
     exe = shutil.which("nsys")
     if exe is None:
         raise TraceError(
@@ -306,7 +328,11 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int) -> tuple[pd.Data
         if r.returncode != 0 or not out.is_file():
             why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
-        events, metadata = _renamed(lambda: nsys.read(out, max_events), out, p)
+        size = out.stat().st_size  # what is read is the export: the limit is on it, not on the report
+        if size > max_bytes:
+            raise TraceError(f"{p}: its SQLite export is {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+                             "if the report is really this big raise it with --max-mb (API: max_bytes=)")
+        events, metadata = _renamed(lambda: nsys.read(out, max_events, max_bytes, budget=budget), out, p)
     return events, metadata, "nsys-sqlite"
 
 
@@ -334,22 +360,75 @@ def _is_trace_file(f: Path) -> bool:
     return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
 
 
-def _read_for_folder(f: Path, max_bytes: int, max_events: int) -> tuple[pd.DataFrame | dict, dict, str]:
-    return read_file(f, max_bytes, max_events, table=False)  # one table is built for all ranks
+#: The counters a folder's reading processes share (set in each of them by :func:`_reader_process`).
+_SHARED: tuple | None = None
+
+
+def _reader_process(shared: tuple) -> None:
+    """Set up a process that reads a folder's ranks: the folder's shared counts."""
+    global _SHARED
+    _SHARED = shared
+
+
+def _read_for_folder(f: Path, max_bytes: int, max_events: int, folder: Path,
+                     budget: Budget | None = None) -> tuple[pd.DataFrame | dict, dict, str]:
+    if budget is None:  # in a reading process: the folder's counts are the shared ones
+        budget = Budget(folder, max_bytes, max_events, _SHARED)
+    return read_file(f, max_bytes, max_events, table=False, budget=budget)  # one table is built for all ranks
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _workers(n_files: int) -> int:
     """Processes to read a folder with: one per file, up to the usable cores. On 2 cores, 2 processes read
     the 8-rank benchmark folder in 2.7-3.2 s against 3.5-3.8 s one after another when the second core
     was free, and 10% slower when it was busy (docs/benchmarks.md): a free second core is the common case."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(n_files, cores))
+    return max(1, min(n_files, usable_cores()))
+
+
+def _refuse_folder_size(d: Path, files: list[Path], sizes: list[int], max_bytes: int) -> None:
+    """The folder's uncompressed files together over ``max_bytes`` are refused before any is read (each
+    file counts, hard links to one file too); compressed ones are counted as they expand."""
+    plain = sum(size for f, size in zip(files, sizes) if not f.name.endswith(".gz"))
+    if plain > max_bytes:
+        raise TraceError(f"{d}: its {len(files):,} trace files add up to {plain / 2**20:,.0f} MB, over the limit of "
+                         f"{max_bytes / 2**20:,.0f} MB; if the job is really this big raise it with --max-mb (API: max_bytes=)")
+
+
+def _read_ranks(d: Path, files: list[Path], max_bytes: int, max_events: int, workers: int) -> list:
+    """Every rank's file, in ``workers`` processes (one after another for 1), counted against the folder's limits
+    together. A reading process that dies (killed for memory, say) is one line, not a traceback."""
+    if workers <= 1:
+        budget = Budget(d, max_bytes, max_events)
+        return [_read_for_folder(f, max_bytes, max_events, d, budget) for f in files]
+    ctx = multiprocessing.get_context()
+    shared = (ctx.Value("q", 0), ctx.Value("q", 0))
+    try:
+        with worker_pool(workers, initializer=_reader_process, initargs=(shared,)) as pool:
+            futures = [pool.submit(_read_for_folder, f, max_bytes, max_events, d) for f in files]
+            return [fut.result() for fut in futures]
+    except BrokenProcessPool:
+        raise TraceError(f"{d}: a process reading its ranks ended without an answer (killed, most likely for want of "
+                         "memory); read fewer ranks at a time: python -m helpers ranks FOLDER") from None
+
+
+def _sizes(d: Path, files: list[Path]) -> list[int]:
+    try:
+        return [f.stat().st_size for f in files]
+    except OSError as exc:
+        raise TraceError(f"{d}: a trace file in it cannot be examined ({exc.strerror}); check its permissions") from None
 
 
 def _concat(parts: list) -> np.ndarray | pd.Categorical:
-    """One column of every rank: categoricals of one dtype stay categorical (their codes joined)."""
-    if all(isinstance(p, pd.Categorical) for p in parts) and len({p.dtype for p in parts}) == 1:
-        return pd.Categorical.from_codes(np.concatenate([p.codes for p in parts]), dtype=parts[0].dtype)
+    """One column of every rank: categoricals stay categorical (their codes joined; categories that differ
+    from rank to rank are joined into one sorted set)."""
+    if all(isinstance(p, pd.Categorical) for p in parts):
+        if len({p.dtype for p in parts}) == 1:
+            return pd.Categorical.from_codes(np.concatenate([p.codes for p in parts]), dtype=parts[0].dtype)
+        return union_categoricals(parts, sort_categories=True)
     return np.concatenate([np.asarray(p, dtype=object) if isinstance(p, pd.Categorical) else p for p in parts])
 
 
@@ -368,14 +447,10 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
         raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json ({names}), "
                          f"not the ranks of one run; pass one of them, e.g. {files[0]}")
-    total = sum(f.stat().st_size for f in files)
-    workers = _workers(len(files))
-    if workers > 1 and total >= _PARALLEL_FROM_BYTES:
-        # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
-        with worker_pool(workers) as pool:
-            results = list(pool.map(_read_for_folder, files, [max_bytes] * len(files), [max_events] * len(files)))
-    else:
-        results = [_read_for_folder(f, max_bytes, max_events) for f in files]
+    sizes = _sizes(d, files)
+    _refuse_folder_size(d, files, sizes, max_bytes)
+    # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
+    results = _read_ranks(d, files, max_bytes, max_events, _workers(len(files)) if sum(sizes) >= _PARALLEL_FROM_BYTES else 1)
     tables, metadata = [], {"files": [str(f) for f in files], "ranks": {}}
     used_ranks: set[int] = set()
     for i, (f, (events, meta, _)) in enumerate(zip(files, results)):

@@ -31,7 +31,9 @@ from ..model import (
     is_collective_kernel,
     is_host_collective,
     lane_name,
+    text_column,
 )
+from .budget import Budget, charge_events
 
 try:  # orjson parses large traces about 25% faster; plain json works too
     import orjson
@@ -201,7 +203,7 @@ def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.Dat
 
 
 def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = None, *,
-                 table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
+                 table: bool = True, budget: Budget | None = None) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
     """Parse Chrome-trace JSON arriving as consecutive byte blocks (a file read piece by piece, a gzip
     stream), without ever holding the whole document or one Python dict per event of it.
 
@@ -212,8 +214,9 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
     top-level ``"traceEvents": [``) is parsed whole, so every document reads exactly as ``json.loads``
     would read it. With ``table=False`` the result is the columns for :func:`helpers.model.build_events`
     instead (times not yet shifted, rows not sorted), for a folder reader that builds one table of all ranks.
+    ``budget`` counts the events against a folder's limits too (:mod:`.budget`).
     """
-    cols = _Columns(path, max_events)
+    cols = _Columns(path, max_events, budget)
     gc_was_on = gc.isenabled()
     gc.disable()  # the pieces' dicts die by reference counting; collecting would only rescan them
     try:
@@ -404,8 +407,8 @@ def _try_loads(data: bytes | bytearray | memoryview) -> Any:
 class _Columns:
     """The events table's columns, filled one parsed piece of ``traceEvents`` at a time."""
 
-    def __init__(self, path: Path, max_events: int | None) -> None:
-        self.path, self.max_events = path, max_events
+    def __init__(self, path: Path, max_events: int | None, budget: Budget | None = None) -> None:
+        self.path, self.max_events, self.budget = path, max_events, budget
         self.seen = 0  # trace events of any kind so far (what max_events counts)
         self.wire_types: Counter[str] = Counter()  # "gloo:all_reduce|c10::Half" -> how many such collectives
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
@@ -422,6 +425,7 @@ class _Columns:
         if self.max_events is not None and self.seen > self.max_events:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
+        charge_events(self.budget, len(raw_events))
         code_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
         try:  # the common case: every category hashable
             evs = [e for e in raw_events if e.ph == "X" and e.cat in code_of]
@@ -498,28 +502,27 @@ class _Columns:
                 _refuse_other_accelerator(self.path, self.seen, self.other_accelerator)
             _refuse_unknown(self.path, self.seen, self.unknown)
         kind, code = c["kind"], c["name"]
-        uniq = np.empty(len(self.name_ids), dtype=object)
-        uniq[:] = list(self.name_ids)
+        uniq = list(self.name_ids)
         self.name_ids = {}
+        n_names = len(uniq)
         # Work per distinct name, not per event: traces repeat a few hundred names many times.
         collective = np.array([is_collective_kernel(u) for u in uniq], dtype=bool)
         gloo = np.array([is_host_collective(u) for u in uniq], dtype=bool)
         kind[(kind == _CODE["kernel"]) & collective[code]] = _CODE["collective"]
         kind[(kind == _CODE["annotation"]) & gloo[code]] = _CODE["collective"]
-        names = uniq[code]
-        runtime = np.flatnonzero(kind == _CODE["runtime"])
-        if runtime.size:
-            renamed = np.empty(len(uniq), dtype=object)
-            renamed[:] = [_VERSION_SUFFIX.sub("", u) for u in uniq]
-            names[runtime] = renamed[code[runtime]]
         n = len(kind)
-        copy_kind = np.full(n, "", dtype=object)
-        host_memory = np.full(n, "", dtype=object)
-        mc = np.flatnonzero(kind == _CODE["memcpy"])
-        if mc.size:
-            parsed = [_memcpy_kind(u) for u in uniq]
-            copy_kind[mc] = np.array([p[0] for p in parsed], dtype=object)[code[mc]]
-            host_memory[mc] = np.array([p[1] for p in parsed], dtype=object)[code[mc]]
+        texts = uniq
+        runtime = np.flatnonzero(kind == _CODE["runtime"])
+        if runtime.size:  # a runtime call's name without its _vNNNN: codes past the names stand for those
+            code = code.copy()
+            code[runtime] += n_names
+            texts = uniq + [_VERSION_SUFFIX.sub("", u) for u in uniq]
+        names = text_column(code, texts)
+        mc = kind == _CODE["memcpy"]
+        parsed = [_memcpy_kind(u) for u in uniq] if mc.any() else []
+        copy_code = np.where(mc, c["name"], n_names)  # code n_names: not a copy, ""
+        copy_kind = text_column(copy_code, [p[0] for p in parsed] + [""] if parsed else [""] * (n_names + 1))
+        host_memory = text_column(copy_code, [p[1] for p in parsed] + [""] if parsed else [""] * (n_names + 1))
         kinds = pd.Categorical.from_codes(kind, dtype=KIND_DTYPE)  # build_events takes the codes as they are
         lanes = _lanes(kind, c["device"], c["stream"], c["tid"])
         ts = c["start_us"]
@@ -639,11 +642,11 @@ def _memcpy_kind(name: str) -> tuple[str, str]:
     return direction, host_memory_of(direction, m.group(2), m.group(3))
 
 
-def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.ndarray) -> pd.Categorical:
     """Lane names, built once per distinct (kind, device, stream, thread)."""
     n = len(kind)
     if not n:
-        return np.empty(0, dtype=object)
+        return text_column(np.zeros(0, dtype=np.int64), [])
     key = np.zeros(n, dtype=np.int64)
     radix, uniques = 1, []
     for values in (kind, device, stream, tid):
@@ -652,8 +655,10 @@ def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.nda
         key += codes.astype(np.int64) * radix
         radix *= len(uniq)
         if radix >= 2**62:  # absurdly many distinct threads: name the lanes one event at a time
-            return np.array([lane_name(KINDS[k], d, s, t) for k, d, s, t in
-                             zip(kind.tolist(), device.tolist(), stream.tolist(), tid.tolist())], dtype=object)
+            lanes = [lane_name(KINDS[k], d, s, t) for k, d, s, t in
+                     zip(kind.tolist(), device.tolist(), stream.tolist(), tid.tolist())]
+            group, names = pd.factorize(np.array(lanes, dtype=object))
+            return text_column(group, list(names))
     group, keys = pd.factorize(key)
     names = []
     for k in keys.tolist():
@@ -662,9 +667,7 @@ def _lanes(kind: np.ndarray, device: np.ndarray, stream: np.ndarray, tid: np.nda
             parts.append(uniq[k % len(uniq)])
             k //= len(uniq)
         names.append(lane_name(KINDS[int(parts[0])], int(parts[1]), int(parts[2]), int(parts[3])))
-    out = np.empty(len(names), dtype=object)
-    out[:] = names
-    return out[group]
+    return text_column(group, names)
 
 
 def _is_number(value: object) -> bool:

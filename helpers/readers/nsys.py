@@ -29,6 +29,7 @@ from ..model import (
     is_host_collective,
     lane_name,
 )
+from .budget import Budget, charge_bytes, charge_events
 
 ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -72,18 +73,24 @@ def readonly_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(os.fsencode(Path(path).absolute())) + "?mode=ro&immutable=1"
 
 
-def read(path: Path, max_events: int | None = None, max_bytes: int | None = None) -> tuple[pd.DataFrame, dict]:
-    """Read an export; over ``max_bytes`` on disk or ``max_events`` activity rows is refused with TraceError."""
+def read(path: Path, max_events: int | None = None, max_bytes: int | None = None, *,
+         budget: Budget | None = None, charged: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Read an export; over ``max_bytes`` on disk or ``max_events`` activity rows is refused with TraceError.
+    ``budget`` counts them against a folder's limits too (``charged``: its bytes were counted as they were
+    decompressed)."""
     _refuse_live_wal(path)
-    if max_bytes is not None and (size := os.stat(path).st_size) > max_bytes:
+    size = os.stat(path).st_size
+    if max_bytes is not None and size > max_bytes:
         raise TraceError(f"{path}: {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
                          "raise it with --max-mb (API: max_bytes=) if the export is really this big")
+    if not charged:
+        charge_bytes(budget, size)
     try:
         con = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if max_events is not None:
-                _refuse_too_many_rows(con, tables, path, max_events)
+            if max_events is not None or budget is not None:
+                _refuse_too_many_rows(con, tables, path, max_events, budget)
             return _read(con, tables, path)
         finally:
             con.close()
@@ -115,15 +122,18 @@ def _refuse_live_wal(path: Path) -> None:
                          "then read it again")
 
 
-def _refuse_too_many_rows(con: sqlite3.Connection, tables: set[str], path: Path, max_events: int) -> None:
+def _refuse_too_many_rows(con: sqlite3.Connection, tables: set[str], path: Path, max_events: int | None,
+                          budget: Budget | None = None) -> None:
     """Count the activity rows before reading any, so the events limit holds for exports as for JSON."""
     total = 0
     for t in ACTIVITY_TABLES:
         if t in tables:
-            total += con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
-            if total > max_events:
+            rows = con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
+            total += rows
+            if max_events is not None and total > max_events:
                 raise TraceError(f"{path}: over {max_events:,} events; raise the limit with --max-events "
                                  "(API: max_events=) if the export is really this big")
+            charge_events(budget, rows)
 
 
 def _read(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[pd.DataFrame, dict]:

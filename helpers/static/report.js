@@ -309,21 +309,20 @@ class Timeline {
       const d = this.meta.detail_ms;
       return lines.concat([`this report keeps the events of ${d[0].toFixed(1)}-${d[1].toFixed(1)} ms one by one: select inside it for figures`]);
     }
-    const devices = new Map();  // (rank, GPU) -> its lanes' busy intervals
+    const devices = new Map();  // (rank, GPU) -> its lanes' busy intervals (every GPU drawn, busy or not)
+    const deviceOf = (info) => `${info.rank}:${info.label.replace(/^rank \d+ · /, "").split(" ")[1]}`;
+    this.meta.lane_info.forEach((info) => { if (info.kind === "gpu" || info.kind === "copy") devices.set(deviceOf(info), []); });
     let kernels = 0, kernelMs = 0, api = 0;
     const copies = new Map();
     this.lanes.forEach((ln, i) => {
       const info = this.meta.lane_info[i], [i0, i1] = this.overlapping(i, a, b);
       const gpu = info.kind === "gpu" || info.kind === "copy";
-      const key = gpu ? `${info.rank}:${info.label.replace(/^rank \d+ · /, "").split(" ")[1]}` : null;
+      const key = gpu ? deviceOf(info) : null;
       for (let k = i0; k < i1; k++) {
         const s = Math.max(ln.start[k], a), e = Math.min(ln.end[k], b);
         if (e <= s && !(ln.start[k] >= a && ln.start[k] < b)) continue;
         const [kind, copy] = this.kindOf(i, k);
-        if (gpu) {
-          if (!devices.has(key)) devices.set(key, []);
-          devices.get(key).push([s, e]);
-        }
+        if (gpu) devices.get(key).push([s, e]);
         if (kind === "kernel" && gpu) { kernels++; kernelMs += e - s; }
         if (copy) { const c = copies.get(copy) || [0, 0]; c[0]++; c[1] += e - s; copies.set(copy, c); }
         if (info.kind === "api") api++;
