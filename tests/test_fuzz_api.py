@@ -122,6 +122,7 @@ EDITS = {
     "index relabelled": lambda ev: ev.set_axis(ev.index + 1000, axis=0),
     "a column dropped": lambda ev: ev.drop(columns=["host_memory"]),
     "kind as text": lambda ev: ev.assign(kind=ev["kind"].astype(str)),
+    "names as plain text": lambda ev: ev.assign(name=ev["name"].astype(object), lane=ev["lane"].astype(str)),
 }
 
 
