@@ -317,11 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = guarded = _Stream(out, "stdout"), _Stream(err, "stderr")
     try:
-        with signals_as_exceptions():
-            try:
-                return _run(argv)
-            except Interrupted as exc:
-                return stopped(exc)
+        with signals_as_exceptions():  # (the try is outside: a signal may land as the handlers go in or out)
+            return _run(argv)
+    except Interrupted as exc:
+        return stopped(exc)
     finally:
         sys.stdout, sys.stderr = out, err
         for stream in guarded:  # a library that kept a reference (a logging handler) gets a quiet stream

@@ -44,6 +44,8 @@ import pandas as pd
 
 from . import metrics as m
 from . import thresholds as th
+from .arguments import checked
+from .errors import ArgumentError
 from .metrics.activity import STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
 from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
@@ -467,10 +469,10 @@ def _factors(factors: dict[str, float] | None) -> np.ndarray:
     f = np.ones(_NC)
     for cause, value in (factors or {}).items():
         if cause not in _C:
-            raise ValueError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
+            raise ArgumentError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
         value = float(value)
         if not (value >= 0 and np.isfinite(value)):
-            raise ValueError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
+            raise ArgumentError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
         f[_C[cause]] = value
     return f
 
@@ -776,6 +778,7 @@ class CriticalPath:
         return d
 
 
+@checked
 def critical_path(trace: Trace) -> CriticalPath:
     """The critical path of each step of ``trace`` (over the steps :func:`helpers.steady_state` keeps): every
     stretch with one cause, the steps' milliseconds by cause, and the mean step they add up to."""
@@ -854,6 +857,7 @@ def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarr
     return max(means) / 1e3 if means else float("nan")
 
 
+@checked
 def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...] | list[str] = ()) -> float:
     """The predicted mean step (ms) of ``trace`` when each named cause's time is scaled by its factor (0 removes
     it; causes: :data:`helpers.patterns.PATH_CAUSES`), the graph replayed with everything else as measured.
@@ -865,7 +869,7 @@ def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...]
     waits for it, as copies prefetched on a side stream or a collective overlapped with the backward pass."""
     for c in overlapped:
         if c not in _C:
-            raise ValueError(f"unknown cause {c!r}; the causes are {', '.join(PATH_CAUSES)}")
+            raise ArgumentError(f"unknown cause {c!r}; the causes are {', '.join(PATH_CAUSES)}")
     return _predicted_step_ms(trace, _factors(factors), overlapped=tuple(overlapped))
 
 

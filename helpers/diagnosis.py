@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .arguments import checked
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .model import Trace
@@ -216,6 +217,7 @@ class SteadyState:
         return d
 
 
+@checked
 def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
     """The trace the figures are taken over (with its steps) and the report of that choice: the
     analysis windows' span is what was kept, and each stretch of the capture outside it says why."""
@@ -281,6 +283,7 @@ def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding
                    _window(trace, pattern, rule, sg))
 
 
+@checked
 def diagnose(trace: Trace) -> Diagnosis:
     """Findings for a trace, most costly first. An empty result means nothing stood out.
 

@@ -208,12 +208,98 @@ class Trace:
         )
 
 
+# ``Trace.events`` is what the user assigned (or a reader built), checked against the model whenever it
+# changes: the metrics index rows by position and need the model's columns, and a user may drop rows in
+# place, filter, sort or build a table by hand. A table that conforms is used as it is (no copy, edits in
+# place keep reaching the trace); one whose index is not 0..n-1, or that lacks an optional column, is
+# replaced by the same rows with a fresh index and the column's default; one the analysis cannot use at all
+# (not a DataFrame, no times, text where times should be) is one TraceError line.
+_ESSENTIAL = ("name", "kind", "start_us", "dur_us")
+
+
+def _identity(ev: Any) -> tuple:
+    """What an edit in place or a new table changes: the frame, its axes and its block arrays, by identity."""
+    if not isinstance(ev, pd.DataFrame):
+        return (id(ev),)
+    mgr = ev._mgr
+    return (id(ev), *(id(a) for a in mgr.axes), *(id(b.values) for b in mgr.blocks))
+
+
+def conform(ev: Any) -> pd.DataFrame:
+    """``ev`` itself when it is an events table the analysis can use as it is; else the same rows made one
+    (see above), or :class:`~helpers.errors.TraceError` saying what is missing."""
+    from .errors import TraceError
+
+    if not isinstance(ev, pd.DataFrame):
+        raise TraceError(f"trace.events is a {type(ev).__name__}, not the events table (a pandas DataFrame with the "
+                         "columns of helpers.model.COLUMNS); load the trace again")
+    missing = [c for c in _ESSENTIAL if c not in ev.columns]
+    if missing:
+        raise TraceError(f"trace.events has no column {missing[0]!r}" + (f" (nor {', '.join(map(repr, missing[1:]))})"
+                         if len(missing) > 1 else "") + "; the events table needs the columns of helpers.model.COLUMNS: "
+                         "load the trace again, or build the table with helpers.model.build_events")
+    out = ev
+    index = ev.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        out = out.reset_index(drop=True)  # rows dropped, filtered or shuffled: positions are what metrics use
+    for col, dtype in COLUMNS.items():
+        if col not in out.columns or (col in TEXT_COLUMNS and not isinstance(out[col].dtype, pd.CategoricalDtype)):
+            if out is ev:
+                out = out.copy(deep=False)
+            if col in TEXT_COLUMNS:  # held as categoricals of text: the metrics read their codes
+                out[col] = _as_text(out[col].to_numpy(dtype=object) if col in out.columns else None, len(out),
+                                    _DEFAULTS.get(col, ""))
+            else:
+                out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
+                            np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
+        elif dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf":
+            try:
+                values = pd.to_numeric(out[col], errors="raise").astype(dtype)
+            except (TypeError, ValueError):
+                raise TraceError(f"trace.events[{col!r}] holds values that are not numbers (dtype {out[col].dtype}); "
+                                 "the analysis needs numbers there: load the trace again") from None
+            if out is ev:
+                out = out.copy(deep=False)
+            out[col] = values
+    if not isinstance(out["kind"].dtype, pd.CategoricalDtype) or out["kind"].dtype != KIND_DTYPE:
+        if out is ev:
+            out = out.copy(deep=False)
+        out["kind"] = pd.Categorical(out["kind"].astype(object), dtype=KIND_DTYPE)
+    return out
+
+
+def _events_get(self: Trace) -> pd.DataFrame:
+    d = self.__dict__
+    ev = d["_events"]
+    stamp = _identity(ev)
+    if d.get("_events_stamp") != stamp:
+        fixed = conform(ev)
+        if fixed is not ev:  # the trace takes the conforming copy; the caller's frame is left as it was
+            d["_events"] = ev = fixed
+            stamp = _identity(ev)
+        d["_events_stamp"] = stamp
+    return ev
+
+
+def _events_set(self: Trace, value: pd.DataFrame) -> None:
+    self.__dict__["_events"] = value
+    self.__dict__.pop("_events_stamp", None)
+
+
+Trace.events = property(_events_get, _events_set, doc="The events table (see the module's doc); checked "  # type: ignore[assignment]
+                        "against the model whenever it is replaced or edited in place.")
+
+
 def empty_steps() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
          "start_us": pd.Series(dtype="float64"), "end_us": pd.Series(dtype="float64"),
          "dur_us": pd.Series(dtype="float64")}
     )
+
+
+_DEFAULTS = {"rank": 0, "lane": "", "device": -1, "stream": -1, "pid": -1, "tid": -1, "correlation": -1, "bytes": np.nan,
+             "copy_kind": "", "host_memory": "", "step": -1}
 
 
 #: The columns held as categoricals of text (see the module's docstring).

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as _th
+from ..errors import ArgumentError
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from ._store import _memo, name_mask
 from .intervals import intersect, merge_intervals, subtract
@@ -190,7 +191,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
-        raise ValueError(f"unknown host activity {cause!r}")
+        raise ArgumentError(f"unknown host activity {cause!r}")
 
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)
