@@ -44,6 +44,8 @@ import pandas as pd
 
 from . import metrics as m
 from . import thresholds as th
+from .arguments import checked
+from .errors import ArgumentError
 from .metrics.activity import FREE_CALL, STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
 from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
@@ -572,10 +574,10 @@ def _factors(factors: dict[str, float] | None) -> np.ndarray:
     f = np.ones(_NC)
     for cause, value in (factors or {}).items():
         if cause not in _C:
-            raise ValueError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
+            raise ArgumentError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
         value = float(value)
         if not (value >= 0 and np.isfinite(value)):
-            raise ValueError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
+            raise ArgumentError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
         f[_C[cause]] = value
     return f
 
@@ -929,6 +931,7 @@ class CriticalPath:
         return d
 
 
+@checked
 def critical_path(trace: Trace) -> CriticalPath:
     """The critical path of each step of ``trace`` (over the steps :func:`helpers.steady_state` keeps): every
     stretch with one cause, the steps' milliseconds by cause, and the mean step they add up to."""
@@ -1028,7 +1031,7 @@ def _group(g: _Graph, name: str) -> np.ndarray:
         return g.g_hostcopy
     if name == "h2d_copies":
         return g.g_hostcopy & g.g_h2d
-    raise ValueError(f"unknown op group {name!r}; the groups are {', '.join(OP_GROUPS)} and the causes")
+    raise ArgumentError(f"unknown op group {name!r}; the groups are {', '.join(OP_GROUPS)} and the causes")
 
 
 def pinned_gb_per_s(trace: Trace) -> float:
@@ -1072,7 +1075,7 @@ def _op_scale(trace: Trace, g: _Graph, rates: tuple[tuple[str, str], ...]) -> np
         elif rate == "low_precision":
             scale[sel] = 1.0 / lowp_gemm_speedup(trace)[0]
         else:
-            raise ValueError(f"unknown rate {rate!r}: pinned or low_precision")
+            raise ArgumentError(f"unknown rate {rate!r}: pinned or low_precision")
     return scale
 
 
@@ -1092,6 +1095,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
     return max(means) / 1e3 if means else float("nan")
 
 
+@checked
 def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...] | list[str] = ()) -> float:
     """The predicted mean step (ms) of ``trace`` when each named cause's time is scaled by its factor (0 removes
     it; causes: :data:`helpers.patterns.PATH_CAUSES`), the graph replayed with everything else as measured.
@@ -1103,7 +1107,7 @@ def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...]
     waits for it, as copies prefetched on a side stream or a collective overlapped with the backward pass."""
     for c in overlapped:
         if c not in _C:
-            raise ValueError(f"unknown cause {c!r}; the causes are {', '.join(PATH_CAUSES)}")
+            raise ArgumentError(f"unknown cause {c!r}; the causes are {', '.join(PATH_CAUSES)}")
     return _predicted_step_ms(trace, _factors(factors), overlapped=tuple(overlapped))
 
 

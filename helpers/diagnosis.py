@@ -26,6 +26,7 @@ import pandas as pd
 from . import critical as cr
 from . import metrics as m
 from . import thresholds as th
+from .arguments import checked
 from .capture_check import CaptureIssue, capture_signals, check_capture
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
@@ -258,6 +259,7 @@ class SteadyState:
         return d
 
 
+@checked
 def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
     """The trace the figures are taken over (with its steps) and the report of that choice: the
     analysis windows' span is what was kept, and each stretch of the capture outside it says why."""
@@ -377,6 +379,7 @@ def _ranked(found: list[tuple[Finding, Rule]], sg: Signals) -> list[Finding]:
     return out
 
 
+@checked
 def diagnose(trace: Trace) -> Diagnosis:
     """Findings for a trace, the fix that saves most first. An empty result means nothing stood out.
 

@@ -383,14 +383,19 @@ def job_text(report: dict[str, Any], top: int = 8) -> str:
                                     if r["stragglers"] else "none"))
     lines.append("  job findings: " + (", ".join(r["findings"]) or "nothing stands out across ranks"))
     pr: pd.DataFrame = r["per_rank"].assign(top_finding=lambda t: t["top_finding"].replace("", "-"))
+    if "diagnosed" in pr:  # a job of many ranks: the others gave their figures only
+        pr.loc[~pr["diagnosed"].astype(bool), "top_finding"] = "(figures only)"
     if len(pr):
         cols = ["rank", "steps", "step_ms", "compute_ms", "collective_ms", "exposed_ms", "top_finding"]
         for title, order in (("most compute per step", "compute_ms"), ("most exposed communication", "exposed_ms")):
             part = pr.sort_values([order, "rank"], ascending=[False, True]).head(top)[cols]
             lines += [f"  {title} (top {len(part)} of {len(pr)}):",
                       "    " + part.to_string(index=False, float_format=lambda v: f"{v:.2f}").replace("\n", "\n    ")]
-        found = pr["top_finding"].replace("-", "nothing").value_counts()
-        lines.append("  each rank's own top finding: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
+        found = pr.loc[pr["top_finding"] != "(figures only)", "top_finding"].replace("-", "nothing").value_counts()
+        diagnosed = int(found.sum())
+        of = (f" (the {diagnosed} ranks diagnosed on their own: the stragglers, the ranks computing most and least and "
+              "waiting most, and an even spread of the rest)") if diagnosed < len(pr) else ""
+        lines.append(f"  each rank's own top finding{of}: " + ", ".join(f"{k} x{v}" for k, v in found.items()))
     return "\n".join(lines)
 
 

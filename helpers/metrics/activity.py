@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as _th
+from ..errors import ArgumentError
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from ._store import _memo, name_mask
 from .intervals import intersect, merge_intervals, subtract
@@ -79,8 +80,8 @@ def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[mask_fn(ev)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = np.asarray(mask_fn(ev), dtype=bool)  # two columns taken, not the whole table's rows
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
@@ -99,8 +100,8 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device) & ev["kind"].isin(kinds).to_numpy()
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
@@ -194,7 +195,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
-        raise ValueError(f"unknown host activity {cause!r}")
+        raise ArgumentError(f"unknown host activity {cause!r}")
 
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)
