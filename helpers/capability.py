@@ -150,7 +150,7 @@ def probe(device: object = None, shape: tuple[int, int, int] = PROBE_SHAPE) -> D
     bandwidth of a device-to-device copy. About a second on a T4, less on bigger GPUs; needs CUDA.
 
     TF32 is measured with the switch on and restored afterwards; bf16 is measured even where it is not
-    native, so the figures show what emulation costs."""
+    native, so the figures show what emulation costs (a precision the GPU's libraries refuse is left out)."""
     import torch
 
     from .errors import NoGPUError
@@ -166,10 +166,13 @@ def probe(device: object = None, shape: tuple[int, int, int] = PROBE_SHAPE) -> D
     try:
         for precision in PRECISIONS:
             set_tf32(precision == "tf32")
-            a = torch.randn(m, k, device=device, dtype=dtypes[precision])
-            b = torch.randn(k, n, device=device, dtype=dtypes[precision])
-            gemm_ms[precision] = _time_ms(lambda a=a, b=b: a @ b, device)
-            del a, b
+            try:
+                a = torch.randn(m, k, device=device, dtype=dtypes[precision])
+                b = torch.randn(k, n, device=device, dtype=dtypes[precision])
+                gemm_ms[precision] = _time_ms(lambda a=a, b=b: a @ b, device)
+            except RuntimeError:  # a precision this GPU's libraries refuse (bf16 on an old card): not one it has
+                pass
+            a = b = None
         src = torch.empty(PROBE_COPY_BYTES // 4, device=device)
         dst = torch.empty_like(src)
         copy_ms = _time_ms(lambda src=src, dst=dst: dst.copy_(src), device)

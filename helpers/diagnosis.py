@@ -23,11 +23,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import critical as cr
 from . import metrics as m
+from . import thresholds as th
+from .arguments import checked
+from .capture_check import CaptureIssue, capture_signals, check_capture
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .model import Trace
-from .patterns import CATALOGUE, PATTERNS, Pattern, Rule, Signals, get
+from .patterns import BY_NAME, CATALOGUE, PATTERNS, Pattern, Rule, Signals, gain, get
 
 #: Kept for callers of the old names: the catalogue's fixes, GPU and CPU-only wording.
 FIXES = {p.name: p.fix for p in CATALOGUE}
@@ -44,6 +48,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)  # figures read off the trace (incl. gpu_utilization)
     fix: str = ""
     window: tuple[float, float] | None = None  # (start_us, end_us) where it shows most
+    step_ms: float | None = None  # the mean step, measured on the critical path
+    step_ms_if_fixed: float | None = None  # the step predicted when the fix is applied (helpers.what_if)
+    if_fixed: str = ""  # what that fix is, completing "the step would take about N ms if ..."
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -123,6 +130,12 @@ def signals(trace: Trace) -> Signals:
         sg.update({"cpu_host_other_share": float(b["other_us"].sum()) / total,
                    "cpu_op_share": float(b["launch_us"].sum()) / total,
                    "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
+    sg.update(_path_signals(trace))
+    sg.update(capture_signals(trace))
+    # start-up judged on the part the diagnosis keeps when it kept a loop, on the whole capture when it found none
+    loop = has_steps and n_steps >= th.STEADY_MIN_REPEATS and "path_ms_per_step" in sg
+    sg["startup_judged_share"] = (sg["path_ms_per_step"].get("startup", 0.0) / sg["step_ms"] if loop
+                                  else sg["startup_share"])
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -141,6 +154,35 @@ def signals(trace: Trace) -> Signals:
                        "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}})
     return sg
 
+
+
+def _path_signals(trace: Trace) -> dict[str, Any]:
+    """The critical path's figures: the step it measures, milliseconds a step by cause on it and off it, the share
+    of it the GPU's kernels hold, and each pattern's gain: the share of the step its fix saves (the catalogue's
+    :class:`~helpers.patterns.WhatIf`, replayed), with the step it predicts."""
+    cp = cr.critical_path(trace)
+    out: dict[str, Any] = {}
+    if not cp.step_ms > 0:
+        return out
+    step = cp.step_ms
+    path = cp.ms_per_step
+    out.update({"step_ms": step, "path_ms_per_step": dict(path), "work_ms_per_step": dict(cp.work_ms_per_step),
+                "gpu_path_share": cp.info.get("gpu_compute_ms_per_step", 0.0) / step,
+                "compile_share": path.get("compile", 0.0) / step, "compile_ms_per_step": path.get("compile", 0.0)})
+    gains, fixed = {}, {}
+    for p in CATALOGUE:
+        w = p.what_if
+        if w is None:
+            continue
+        after = cr.fix_step_ms(trace, dict(w.factors), w.overlapped, w.rates)
+        if p.name == "gpu_bound":
+            out["gpu_lowp"] = bool(after < step * (1 - 1e-6))
+            if not out["gpu_lowp"]:  # no fp32 matrix products to speed up: at most, the kernels taking no time
+                after = cr.what_if(trace, {c: 0.0 for c in p.causes})
+        fixed[p.name] = after
+        gains[p.name] = max(step - after, 0.0) / step if after == after else 0.0
+    out["gains"], out["step_ms_if_fixed"] = gains, fixed
+    return out
 
 
 #: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device, and
@@ -162,7 +204,8 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
         on = m.rank_events(trace, rank)
         total += float(on["end_us"].max() - on["start_us"].min())
         mine = rt[rt["rank"] == rank]
-        hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine
+        startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
+        hits = mine[startup[mine.index]] if len(mine) else mine
         us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
         start += float((ue - us).sum())
         un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
@@ -216,6 +259,7 @@ class SteadyState:
         return d
 
 
+@checked
 def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
     """The trace the figures are taken over (with its steps) and the report of that choice: the
     analysis windows' span is what was kept, and each stretch of the capture outside it says why."""
@@ -234,7 +278,8 @@ def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
         before = (f"until the GPU starts work queued {max(x[2] for x in leads) / 1e3:.1f} ms before: it was running (or its "
                   "stream waiting on) work the capture did not record")
     elif st.empty:
-        before = "before the capture's first event"
+        before = ("before the first CUDA call: the program starting (imports, building the model and its data)"
+                  if kept[0] > cap[0] else "before the capture's first event")
     else:
         before = ("before the first step marker: start-up and profiler warm-up" if marked else
                   "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
@@ -251,17 +296,23 @@ class Diagnosis(list):
     """The findings, most costly first (this object is their list: iterate, ``len``, index it), with the
     signals they came from (:attr:`signals`) and the steady-state step (:attr:`steady`)."""
 
-    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState) -> None:
+    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState,
+                 capture: list[CaptureIssue] | None = None) -> None:
         super().__init__(findings)
         self.signals = signals
         self.steady = steady
+        self.capture = list(capture or [])  # what in the recording bears on the figures (helpers.capture_check)
 
     @property
     def findings(self) -> list[Finding]:
         return list(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict()}
+        sg = self.signals
+        path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "work_ms_per_step", "step_ms_if_all_fixed")  # type: ignore[literal-required]
+                if k in sg}
+        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict(), "critical_path": path,
+                "capture": [c.to_dict() for c in self.capture]}
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -277,15 +328,66 @@ def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding
         ev["steps_inferred"] = sg["steps_inferred"]
     if rule.reason:
         ev["reason"] = rule.reason
-    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
-                   _window(trace, pattern, rule, sg))
+    f = Finding(pattern.name, _cost(pattern, rule, sg), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
+                _window(trace, pattern, rule, sg))
+    if not pattern.exclusive and "step_ms" in sg:
+        f.step_ms = float(sg["step_ms"])
+        after = (sg.get("step_ms_if_fixed") or {}).get(pattern.name)
+        if after is not None and after == after:
+            f.step_ms_if_fixed = float(after)
+            f.if_fixed = pattern.what_if.words if pattern.what_if else ""
+            if pattern.name == "gpu_bound":
+                f.if_fixed = _gpu_if_fixed(trace, sg)
+    return f
 
 
+def _cost(pattern: Pattern, rule: Rule, sg: Signals) -> float:
+    """A finding's cost: the share of the step its fix saves on the critical path (:func:`helpers.what_if` of the
+    pattern's :class:`~helpers.patterns.WhatIf`); for ``gpu_bound``, the share of the path the GPU's kernels hold
+    (what faster kernels could save at most). Without a path (no steps): the rule's own cost figure."""
+    if pattern.exclusive:
+        return get(sg, rule.cost)
+    if pattern.name == "gpu_bound":  # not a fix: how much of the step is the GPU's own compute
+        return get(sg, "gpu_kernel_share")
+    if pattern.name in (sg.get("gains") or {}):
+        return gain(sg, pattern.name)
+    return get(sg, rule.cost)
+
+
+def _gpu_if_fixed(trace: Trace, sg: Signals) -> str:
+    if sg.get("gpu_lowp"):
+        return BY_NAME["gpu_bound"].what_if.words if BY_NAME["gpu_bound"].what_if else ""
+    return "the GPU's kernels took no time (at most: Nsight Compute says how much faster they can run)"
+
+
+def _ranked(found: list[tuple[Finding, Rule]], sg: Signals) -> list[Finding]:
+    """The findings in the order their fixes save the most. The what-if cannot tell apart two fixes whose predicted
+    steps lie within :data:`~helpers.thresholds.WHAT_IF_TIE_SHARE` of each other: among those, the larger share of
+    the step the trace itself shows for each (the rule's cost figure, e.g. the GPU idle time the cause explains)
+    decides."""
+    step = sg.get("step_ms")
+    left = list(found)
+    out: list[Finding] = []
+    while left:
+        best = max(left, key=lambda fr: fr[0].cost)
+        if step:
+            after = step * (1 - best[0].cost)
+            ties = [fr for fr in left if step * (1 - fr[0].cost) <= after * (1 + th.WHAT_IF_TIE_SHARE) + 1e-12]
+            best = max(ties, key=lambda fr: (get(sg, fr[1].cost), fr[0].cost))
+        out.append(best[0])
+        left.remove(best)
+    return out
+
+
+@checked
 def diagnose(trace: Trace) -> Diagnosis:
-    """Findings for a trace, most costly first. An empty result means nothing stood out.
+    """Findings for a trace, the fix that saves most first. An empty result means nothing stood out.
 
-    Costs are shares of step time a fix would save at most; in rank order each is capped at what
-    the findings before it leave, so together they never exceed the step.
+    A finding's cost is the share of the step its fix saves, predicted on the step's critical path
+    (:func:`helpers.what_if`; ``step_ms_if_fixed`` is the step it predicts), and a pattern is found when that is
+    more than noise (:data:`~helpers.thresholds.GAIN_FLOOR_SHARE`). Each cost is that fix's own saving: two fixes
+    that hide the same wait both count it, so costs need not add up; the signals' ``step_ms_if_all_fixed`` is the
+    step with every fix applied together.
     """
     trace, steady = steady_state(trace)
     sg = signals(trace)
@@ -293,18 +395,35 @@ def diagnose(trace: Trace) -> Diagnosis:
         if p.exclusive and any(_applies(r, trace.has_gpu) and r.when(sg) for r in p.rules):
             rule = next(r for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg))
             return Diagnosis([_finding(trace, p, rule, sg)], sg, steady)
+    notes = check_capture(trace)  # what in the recording bears on the figures, said beside them
     if trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
     sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
-    findings = [_finding(trace, p, r, sg) for p in CATALOGUE if not p.exclusive
-                for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
-    findings.sort(key=lambda f: -f.cost)
-    left = 1.0
-    for f in findings:
-        f.cost = max(min(f.cost, left), 0.0)
-        left -= f.cost
-    return Diagnosis(findings, sg, steady)
+    found = [(_finding(trace, p, r, sg), r) for p in CATALOGUE if not p.exclusive
+             for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
+    findings = _ranked(found, sg)
+    if len(findings) > 1 and "step_ms" in sg:  # fixes overlap: their savings do not add up, replay them together
+        by = {p.name: p for p in CATALOGUE}
+        sg["step_ms_if_all_fixed"] = _all_fixed(trace, [by[f.pattern] for f in findings])
+    return Diagnosis(findings, sg, steady, notes)
+
+
+def _all_fixed(trace: Trace, patterns: list[Pattern]) -> float:
+    """The step predicted with every finding's fix applied at once (each fix's own gain counts what the others
+    also win: two fixes that each hide the same wait save it once)."""
+    factors: dict[str, float] = {}
+    overlapped: list[str] = []
+    rates: list[tuple[str, str]] = []
+    for p in patterns:
+        w = p.what_if
+        if w is None or p.name == "gpu_bound":
+            continue
+        for cause, f in w.factors:
+            factors[cause] = min(factors.get(cause, 1.0), f)
+        overlapped += [o for o in w.overlapped if o not in overlapped]
+        rates += [r for r in w.rates if r not in rates]
+    return cr.fix_step_ms(trace, factors, tuple(overlapped), tuple(rates))
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
@@ -388,6 +507,14 @@ def _window(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> tuple[fl
         return float(row["start_us"]), float(row["end_us"])
     if how == "steady_state":
         return sg.get("steady_window")
+    if how == "compile_range":
+        st = cr.critical_path(trace).stretches
+        st = st[st["cause"] == "compile"]
+        if not st.empty:
+            us, ue = m.merge_intervals(st["start_us"].to_numpy(), st["end_us"].to_numpy())
+            i = int(np.argmax(ue - us))
+            return float(us[i]), float(ue[i])
+        return None
     return None
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as m
+from .errors import ArgumentError
 from .lanes import (
     COPY_COLORS,
     FIGURE_WIDTH_PX,
@@ -606,7 +607,7 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
             win = m.windows(trace)
             row = win[win["step"] == step]
             if row.empty:
-                raise ValueError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
+                raise ArgumentError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
             window_ms = (float(lanes.to_ms(row["start_us"].min())), float(lanes.to_ms(row["end_us"].max())))
         else:
             window_ms = (float(lanes.to_ms(lanes.full_us[0])), float(lanes.to_ms(lanes.full_us[1])))

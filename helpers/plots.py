@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .errors import ArgumentError
 from .explore import explore as _explore  # anywidget itself is imported only when a view is asked for
 
 # The timeline and its lanes live in helpers.lanes (the interactive view builds on them too); re-exported here.
@@ -87,6 +88,8 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
 
     ``by_cause=False`` draws the gaps in one colour: the figure to read before any cause is named.
     """
+    if not 1 <= bins <= 10_000:
+        raise ArgumentError(f"gap_histogram(): bins={bins}: give 1 to 10,000 bins")
     plt = _plt()
     gaps = m.idle_gaps(m.stepped(trace))
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
@@ -158,3 +161,9 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     """
     return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes,
                     overlays=overlays, critical_path=critical_path)
+
+
+# The public figures hold their arguments to their type hints (a pd.NA window is one TraceError line).
+from .arguments import check_namespace  # noqa: E402
+
+check_namespace(globals(), ["timeline", "compare", "gap_histogram", "step_breakdown", "explore"])

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from helpers import capability, checks, course
 from helpers.capability import DeviceProfile
-from helpers.checks import CheckFailed, lab08
+from helpers.checks import CheckFailed, behaviour, lab08
 
 PROFILES = capability.reference_profiles()
 FP32_TRACE = course.recorded("gpu_bound", "fp32")
@@ -158,16 +158,17 @@ def _fp16_step(scaler, per_optimizer=None):
 
 
 def test_fp16_needs_a_scaler_and_is_compared_with_the_same_skipped_steps():
-    """A T4's step: fp16 + GradScaler. A step the scaler skips (its gradients overflowed) is skipped in the fp32
-    reference too, so the training compared is the same; fp16 without a scaler is refused."""
+    """A T4's step: fp16 + GradScaler, compared with the course's fp16 step and a GradScaler of the same settings,
+    so a step the scaler skips (its gradients overflowed) is skipped in the reference too; fp16 without a scaler is refused."""
     cpu = torch.device("cpu")
     with pytest.raises(CheckFailed, match="without a GradScaler"):
         checks.check_same_training(_fp16_step(None), cpu)
     assert checks.check_same_training(_fp16_step(torch.amp.GradScaler("cpu")), cpu).startswith("passed")
     # a scale so large that the first gradients overflow: that step is skipped, the scale falls, training goes on
-    lab08._REFERENCE.clear()
+    behaviour._REFERENCES.clear()
     assert checks.check_same_training(_fp16_step(None, per_optimizer={}), cpu).startswith("passed")
-    assert any(k[2] for k in lab08._REFERENCE), "the reference was run with the skipped step"
+    (settings, ref), = ((k[3], v) for k, v in behaviour._REFERENCES.items())
+    assert settings[0] == 2.0**50 and not ref.records[0].moved, "the reference (the learner's scaler settings) skipped it too"
 
     def skips_on_purpose(model, opt, x, y):  # a scaler that never overflows, and a step left out by hand
         opt.calls = getattr(opt, "calls", 0) + 1

@@ -91,8 +91,8 @@ def test_reference_readings_pass_and_only_then_show_the_diagnosis():
     ns = _run(SOLUTION, "second_reading = checks.Reading(", h2d_broken=h2d_broken)
     out = checks.check_reading(ns["second_reading"], h2d_broken, "h2d", "h2d")
     assert out.startswith("passed: check_reading[h2d]") and "h2d_copy" in out
-    # two findings (h2d_copy; gpu_bound): joined by '; ', one full stop at the end, none doubled as '.;'
-    assert "gpu_bound" in out and ".;" not in out and out.endswith(".") and not out.endswith("..")
+    # one full stop at the end, none doubled; its GPU is busy copying, not computing: no gpu_bound beside h2d_copy
+    assert "gpu_bound" not in out and ".;" not in out and out.endswith(".") and not out.endswith("..")
 
 
 def test_wrong_readings_fail_with_what_the_trace_shows():
@@ -231,10 +231,10 @@ def test_busy_machine_verdict_rests_on_the_workers(monkeypatch):
     ev.loc[dw, "dur_us"] *= 3.2
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert not ok and "too busy" not in line
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     ok, line = lab01._data_verdict(broken, busy, ["data_stall"])
     assert ok and "too busy to judge the wait" in line and "load average 3.0" in line
 
@@ -325,7 +325,7 @@ def test_a_busy_machine_does_not_pass_too_few_workers(monkeypatch):
     ev.loc[dw, "end_us"] = ev.loc[dw, "start_us"] + ev.loc[dw, "dur_us"]
     busy = mine(fixed, ev)
     assert lab01._data_wait_share(before) / 2 < lab01._data_wait_share(busy) < lab01._data_wait_share(before)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     out = checks.check_data_stall_fixed(before, busy, 1.3, _loader(2))
     assert out.startswith("passed") and "too busy to judge the wait" in out
     with pytest.raises(checks.CheckFailed) as info:

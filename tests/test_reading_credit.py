@@ -18,9 +18,13 @@ def _truthful(trace, pattern: str | None = None) -> checks.Reading:
     f = next(f for f in diagnose(trace) if pattern in (None, f.pattern))
     o = time_origin_us(trace)
     fig = checks.EVIDENCE[f.pattern][0]
+    from helpers.checks.reading import want_cost
     from helpers.diagnosis import signals
 
-    return checks.Reading(f.pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(signals(trace)[fig])}, f.cost)
+    sg = signals(trace)
+    # the cost a learner measures (the pattern's cost figure, checks.cost_howto), not diagnose's what-if of the fix
+    cost = want_cost(f.pattern, trace, sg, f.cost)
+    return checks.Reading(f.pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(sg[fig])}, cost)
 
 
 @pytest.mark.parametrize("workload,variant", [("data_stall", "broken"), ("sync_stall", "broken"), ("launch_overhead", "broken"),

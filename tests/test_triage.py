@@ -17,6 +17,7 @@ from conftest import ROOT, TRIAGE_KEY
 from helpers import checks, diagnose
 from helpers import metrics as m
 from helpers.checks import _core, lab05
+from helpers.checks.reading import want_cost
 from helpers.diagnosis import signals
 from helpers.plots import time_origin_us
 from helpers.selfcheck import item_status
@@ -38,7 +39,8 @@ def _truthful(trace, pattern: str) -> checks.Reading:
         wins = m.windows(m.stepped(trace))  # an nsys export without step ranges: the steady state's repeats
         w = wins.iloc[min(1, len(wins) - 1)]
         window = _ms(trace, w["start_us"], w["end_us"])
-    cost = float(sg["gpu_kernel_share"]) if pattern == "gpu_bound" else f.cost
+    # the cost a learner measures (the pattern's cost figure, checks.cost_howto), not diagnose's what-if of the fix
+    cost = float(sg["gpu_kernel_share"]) if pattern == "gpu_bound" else want_cost(pattern, trace, sg, f.cost if f else None)
     return checks.Reading(pattern, window, {fig: float(sg[fig])}, cost)
 
 
@@ -227,7 +229,7 @@ def test_own_loop_template_writes_its_report_without_clobbering(tmp_path):
 def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
     from helpers.course import recorded
 
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     from helpers.model import Trace
 
     def as_mine(t):  # the recorded pair standing in for the learner's own captures
@@ -294,8 +296,8 @@ def test_capstone_wait_that_does_not_fall_fails_on_a_machine_with_cores_to_spare
 
     for mod in (lab01, lab05):  # the same wait before and after: not halved
         monkeypatch.setattr(mod, "_data_wait_share", lambda t: 0.5)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "")
     with pytest.raises(checks.CheckFailed, match="Data wait 50% -> 50%"):
         checks.check_capstone(broken, fixed, 1.3, real_mystery_step)
-    monkeypatch.setattr(_core, "_cores_busy", lambda: "load average 3.0 on 2 cores")
+    monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     assert "rests on the batches coming from worker processes" in checks.check_capstone(broken, fixed, 1.3, real_mystery_step)

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from .. import metrics as m
-from .. import thresholds as th
 from ..errors import CheckFailed
 from ..model import Trace
 from . import _proof
@@ -306,15 +305,16 @@ def data_wait_share(trace: Trace) -> float:
 
 
 # Labs 01 and 05 both ask (called as _core._cores_busy(), so one measurement or test stand-in serves both).
-def _cores_busy() -> str:
-    """Why this machine cannot show a loader's gain now (its load average fills every core, or it has too few
-    cores for the workers and the training process), or ''."""
+def _cores_busy(workers: int | None = None) -> str:
+    """Why this machine cannot show a loader's gain now: its load average fills every core, or it has too few
+    cores for the ``workers`` asked and the training process (helpers.checks.speed.too_few_cores); or ''."""
+    from .speed import cores, too_few_cores
+
     try:
-        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        load = os.getloadavg()[0]
     except (OSError, AttributeError):
-        return ""
-    if cores and load >= cores:
-        return f"load average {load:.1f} on {cores} cores"
-    if cores and cores <= th.FEW_CORES:
-        return f"only {cores} cores, shared by the loader's workers and the training process"
-    return ""
+        load = 0.0
+    n = cores()
+    if n and load >= n:
+        return f"load average {load:.1f} on {n} cores"
+    return too_few_cores(workers)

@@ -59,9 +59,13 @@ class _Failed:
 
 
 @contextmanager
-def _threads_kept() -> Iterator[None]:
-    """Learner code may call torch.set_num_threads(1) (lab 01's advice for a CPU): leave the kernel as it was."""
+def _threads_kept(threads: int | None = None) -> Iterator[None]:
+    """Learner code may call torch.set_num_threads(1) (lab 01's advice for a CPU): leave the kernel as it was.
+    ``threads``: run the block with that many (a learner's run and its reference alike: one thread adds in one
+    order, and the small CPU runs take 0.1-0.2 s with one against 2-4 s with two threads on a busy 2-core machine)."""
     n = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -337,9 +341,30 @@ def _first_inputs(width: int) -> Iterator[tuple[list[torch.Tensor], list[torch.n
         handle.remove()
 
 
-def capstone_problem(make_step: Callable, steps: int = 8) -> str | None:
+@contextmanager
+def loaders_made() -> Iterator[list[int | None]]:
+    """The worker processes of every torch DataLoader built while the block runs (in any thread), in order:
+    how many a learner's step function asked for, read off the loaders it made."""
+    from torch.utils.data import DataLoader
+
+    made: list[int | None] = []
+    original = DataLoader.__init__
+
+    def init(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(int(getattr(self, "num_workers", 0) or 0))
+
+    DataLoader.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        DataLoader.__init__ = original  # type: ignore[method-assign]
+
+
+def capstone_problem(make_step: Callable, steps: int = 8, made: list | None = None) -> str | None:
     """Run the learner's fixed mystery step on the CPU: each step's batch must be real rows of the lab's
-    dataset (``mystery.FeatureRows``), the batches distinct, and the model's weights must change."""
+    dataset (``mystery.FeatureRows``), the batches distinct, and the model's weights must change. ``made``: the
+    worker counts of the DataLoaders the learner's function built are appended to it."""
     import numpy as np
 
     from ..workloads import mystery, sync_stall
@@ -350,7 +375,10 @@ def capstone_problem(make_step: Callable, steps: int = 8) -> str | None:
         base = np.tanh(base * 0.9 + 0.1)
     base_t = torch.from_numpy(base)
     with _threads_kept(), _first_inputs(width) as (seen, layers):
-        step = _call(make_step, torch.device("cpu"), what="your step function")
+        with loaders_made() as loaders:
+            step = _call(make_step, torch.device("cpu"), what="your step function")
+        if made is not None:
+            made.extend(loaders)
         if isinstance(step, _Failed):
             return step.message
         first = None
@@ -381,4 +409,424 @@ def capstone_problem(make_step: Callable, steps: int = 8) -> str | None:
     if first is None or end is None or all(torch.equal(a, b) for a, b in zip(first, end)):
         return ("the update is missing: the model's weights do not change over your steps; keep loss.backward(), "
                 "opt.step() and opt.zero_grad() in the step")
+    return None
+
+
+# --- lab 08: a low-precision step against the course's step in the same precision -------------------
+#: The autocast dtypes a low-precision step may run its Linear layers in, by name.
+LOW_PRECISION = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+class _StepRecord:
+    """What one call of a training step did to the model and optimizer it was given."""
+
+    def __init__(self, y: torch.Tensor) -> None:
+        self.y = y
+        self.linear_dtypes: list[torch.dtype] = []
+        self.heads: list[torch.Tensor] = []  # the model head's outputs (detached, fp32)
+        self.returned: float = float("nan")
+        self.scale: float | None = None  # what an enabled GradScaler multiplied the loss by; None: no scaler
+        self.scaler: Any = None
+        self.back_sq = 0.0  # squared norm of the gradients backward delivered to the parameters
+        self.step_sq: float | None = None  # ... and of those the optimizer stepped on (None: it did not step)
+        self.moved = False  # whether the head's bias changed (Adam moves every parameter with a gradient)
+        self.lowered = False  # whether a GradScaler lowered its scale: it found overflowed gradients and skipped
+
+
+@contextmanager
+def _instrumented(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Iterator[Callable[[torch.Tensor], _StepRecord]]:
+    """Hooks that fill one :class:`_StepRecord` per step: the dtype of every Linear call, the head's outputs,
+    the scale an enabled ``torch.amp.GradScaler`` applied, the gradients backward delivered to the parameters
+    and those the optimizer stepped on. Yields ``start(y)``, which opens the next step's record."""
+    records: list[_StepRecord] = []
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def current() -> _StepRecord | None:
+        return records[-1] if records else None
+
+    def on_linear(_m: torch.nn.Module, _i: tuple, out: Any) -> None:
+        rec = current()
+        if rec is not None and isinstance(out, torch.Tensor):
+            rec.linear_dtypes.append(out.dtype)
+
+    def on_head(_m: torch.nn.Module, _i: tuple, out: Any) -> None:
+        rec = current()
+        if rec is not None and isinstance(out, torch.Tensor):
+            rec.heads.append(out.detach().float())
+
+    def on_grad(g: torch.Tensor) -> None:
+        rec = current()
+        if rec is not None:
+            rec.back_sq += float(g.detach().float().square().sum())
+
+    def on_step(_opt: Any, _args: Any, _kw: Any) -> None:
+        rec = current()
+        if rec is not None:
+            rec.step_sq = (rec.step_sq or 0.0) + sum(float(p.grad.detach().float().square().sum())
+                                                     for p in params if p.grad is not None)
+
+    scaler_cls = torch.amp.GradScaler
+    original_scale, original_update = scaler_cls.scale, scaler_cls.update
+
+    def scale(self: Any, outputs: Any) -> Any:  # GradScaler.scale's own signature
+        out = original_scale(self, outputs)
+        rec = current()
+        if rec is not None and self.is_enabled():
+            rec.scale, rec.scaler = float(self.get_scale()), self
+        return out
+
+    def update(self: Any, new_scale: Any = None) -> None:  # GradScaler.update's own signature
+        before = self.get_scale() if self.is_enabled() else None
+        original_update(self, new_scale)
+        rec = current()
+        if rec is not None and before is not None and self.get_scale() < before:
+            rec.lowered = True
+
+    handles = [mod.register_forward_hook(on_linear) for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    head = getattr(model, "head", None)
+    if isinstance(head, torch.nn.Module):
+        handles.append(head.register_forward_hook(on_head))
+    handles += [p.register_hook(on_grad) for p in params]
+    handles.append(opt.register_step_pre_hook(on_step))
+
+    def start(y: torch.Tensor) -> _StepRecord:
+        records.append(_StepRecord(y))
+        return records[-1]
+
+    scaler_cls.scale, scaler_cls.update = scale, update
+    try:
+        yield start
+    finally:
+        scaler_cls.scale, scaler_cls.update = original_scale, original_update
+        for h in handles:
+            h.remove()
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().float().cpu() for p in model.parameters()])
+
+
+def _lowp_run(step: Callable, device: torch.device, steps: int,
+              perturb_seed: int | None = None) -> tuple[list[_StepRecord], torch.Tensor, tuple[str, str]]:
+    """``steps`` calls of ``step(model, opt, x, y)`` on the lab's model from seed 0 (``gpu_bound.setup``): its
+    records, the parameters' change and the parameters' dtypes before and after. ``perturb_seed``: every initial weight first multiplied by ``1 + e``,
+    e of the size of fp32's rounding (:data:`thresholds.LOWP_SPREAD_PERTURBATION`): a run of the same step whose
+    arithmetic rounds differently, as another order of the same sums does."""
+    from ..thresholds import LOWP_SPREAD_PERTURBATION
+    from ..workloads import gpu_bound as gb
+
+    model, opt, xs, ys = gb.setup(device)
+    if perturb_seed is not None:
+        g = torch.Generator().manual_seed(perturb_seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + LOWP_SPREAD_PERTURBATION * torch.randn(p.shape, generator=g).to(p.device))
+    start = _flat(model)
+    dtypes = ", ".join(sorted({str(p.dtype) for p in model.parameters()}))
+    bias = getattr(getattr(model, "head", None), "bias", None)
+    with _instrumented(model, opt) as new_step:
+        records = []
+        for i in range(steps):
+            rec = new_step(ys[i % len(ys)])
+            was = bias.detach().clone() if isinstance(bias, torch.Tensor) else None
+            loss = step(model, opt, xs[i % len(xs)], ys[i % len(ys)])
+            try:
+                rec.returned = float(loss)
+            except (TypeError, ValueError, RuntimeError):
+                rec.returned = float("nan")
+            rec.moved = was is not None and not torch.equal(was, bias.detach())
+            records.append(rec)
+    return records, _flat(model) - start, (dtypes, ", ".join(sorted({str(p.dtype) for p in model.parameters()})))
+
+
+class _Reference:
+    """The course's step in one precision from seed 0, and its own spread: how far runs of the same step whose
+    arithmetic rounds differently land from it (:data:`thresholds.LOWP_SPREAD_RUNS` runs from initial weights
+    moved by fp32's rounding, and on a GPU one more plain run: its reductions need not add in one order)."""
+
+    def __init__(self, records: list[_StepRecord], update: torch.Tensor, loss_spread: float, update_spread: float) -> None:
+        self.records, self.update = records, update
+        self.losses = [r.returned for r in records]
+        self.loss_spread, self.update_spread = loss_spread, update_spread
+
+
+_REFERENCES: dict[tuple, _Reference] = {}
+
+
+def _course_lowp_step(dtype: torch.dtype, scaler: tuple | None) -> Callable:
+    """The course's own training step (``gpu_bound.train_step``) in ``dtype``, with a fresh GradScaler of the
+    settings ``scaler`` (init scale, growth factor, backoff factor, growth interval) when one is given."""
+    from ..workloads import gpu_bound as gb
+
+    made: list = []
+
+    def step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if scaler is not None and not made:
+            init, growth, backoff, interval = scaler
+            made.append(torch.amp.GradScaler(x.device.type, init_scale=init, growth_factor=growth,
+                                             backoff_factor=backoff, growth_interval=interval))
+        return gb.train_step(model, opt, x, y, dtype=dtype, scaler=made[0] if made else None)
+
+    return step
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else abs(a - b)
+
+
+def _same_kind_reference(device: torch.device, steps: int, dtype: torch.dtype, scaler: tuple | None) -> _Reference:
+    """The reference of the learner's kind, computed once per device, precision, scaler settings, TF32 setting
+    and length: it never changes."""
+    from ..capability import tf32_enabled
+    from ..thresholds import LOWP_SPREAD_RUNS
+
+    key = (str(device), steps, str(dtype), scaler, tf32_enabled())
+    if key not in _REFERENCES:
+        records, update, _ = _lowp_run(_course_lowp_step(dtype, scaler), device, steps)
+        losses = [r.returned for r in records]
+        others = [_lowp_run(_course_lowp_step(dtype, scaler), device, steps, perturb_seed=s) for s in range(1, LOWP_SPREAD_RUNS + 1)]
+        if device.type == "cuda":
+            others.append(_lowp_run(_course_lowp_step(dtype, scaler), device, steps))
+        norm = float(update.norm()) or 1.0
+        update_spread = max(float((u - update).norm()) / norm for _, u, _ in others)
+        loss_spread = max(_rel(r.returned, b) for recs, _, _ in others for r, b in zip(recs, losses))
+        _REFERENCES[key] = _Reference(records, update, loss_spread, update_spread)
+    return _REFERENCES[key]
+
+
+def _loss_of(rec: _StepRecord) -> list[float]:
+    """The losses the step's forwards give (cross-entropy of each head output against the step's labels)."""
+    import torch.nn.functional as F
+
+    return [float(F.cross_entropy(h, rec.y.to(h.device))) for h in rec.heads]
+
+
+def _gradient_problem(mine: list[_StepRecord], ref: list[_StepRecord], kind: str) -> str | None:
+    """Whether backward started from the (scaled) loss and the optimizer stepped on unscaled gradients, each step
+    against the reference's gradients at the same step (the parameters are nearly the same there)."""
+    import math
+
+    from ..thresholds import LOWP_GRADIENT_FACTOR
+
+    def within(ratio: float) -> bool:
+        return 1 / LOWP_GRADIENT_FACTOR <= ratio <= LOWP_GRADIENT_FACTOR
+
+    for k, (m, r) in enumerate(zip(mine, ref)):
+        want = math.sqrt(r.back_sq) / (r.scale or 1.0)  # the gradient norm of the step's loss itself
+        if not (math.isfinite(want) and want > 0 and math.isfinite(m.back_sq)):
+            continue  # an overflowed step (the scaler skips it): nothing to compare
+        got, scale = math.sqrt(m.back_sq), m.scale or 1.0
+        if not within(got / (want * scale)):
+            if scale > LOWP_GRADIENT_FACTOR and within(got / want):
+                return (f"at step {k} backward started from the loss, not from the scaled loss: the gradients reached the "
+                        f"parameters unscaled although your GradScaler's scale was {scale:g}, so {kind}'s small gradients "
+                        "still flush to zero. Call backward on what the scaler returns: scaler.scale(loss).backward()")
+            return (f"at step {k} the gradients backward delivered to the parameters are {got / (want * scale):.3g}x those of "
+                    f"the step's loss{f' times your GradScaler scale {scale:g}' if m.scale else ''}: run backward once a "
+                    "step, on the loss of the step's forward" + (" (scaled: scaler.scale(loss).backward())" if m.scale else ""))
+        if m.step_sq is not None and math.isfinite(m.step_sq):
+            at_step = math.sqrt(m.step_sq) / want
+            if not within(at_step):
+                if m.scale and m.scale > LOWP_GRADIENT_FACTOR and within(at_step / m.scale):
+                    return (f"at step {k} the optimizer stepped on the scaled gradients ({m.scale:g} times too large): call "
+                            "scaler.step(opt), which unscales them first (and skips a step whose gradients overflowed), "
+                            "then scaler.update(), instead of opt.step()")
+                return (f"at step {k} the optimizer stepped on gradients {at_step:.3g}x those of the step's loss"
+                        + (": the gradients of earlier steps are still in .grad; zero them once a step "
+                           "(opt.zero_grad(set_to_none=True))" if at_step > 1 else
+                           ": step the optimizer once a step, on the gradients of this step's loss")
+                        + (" (scaler.step(opt) unscales them)" if m.scale else ""))
+    return None
+
+
+def lowp_step_problem(step_fn: Callable, device: torch.device, steps: int = 4) -> tuple[str | None, str]:
+    """The learner's low-precision ``step_fn(model, opt, x, y) -> loss`` next to the course's step in the same
+    precision (bf16 with bf16; fp16 with fp16 and a GradScaler of the learner's settings), from seed 0 on the
+    lab's model: (a message naming what is wrong, or None; a summary of what was measured).
+
+    Judged in order: every Linear call of each step ran in one low precision (not "any": an fp32 step with one
+    bf16 call beside it is refused); the loss the step returns is the loss of its own forward; fp16 has an
+    enabled GradScaler; backward delivered the gradients of that loss (scaled by the scaler's scale) and the
+    optimizer stepped on unscaled ones; then the losses and the parameters' change after ``steps`` steps lie
+    within the reference's own spread (:class:`_Reference`, times :data:`thresholds.LOWP_SPREAD_TIMES`, at least
+    the floors), so a changed learning rate, optimizer, loss or a skipped step fails. ``step_fn`` is called as
+    given: pass it through the checks' guard (:func:`helpers.checks._core.run_learner`)."""
+    import math
+
+    from ..thresholds import LOWP_SAME_KIND_LOSS_FLOOR, LOWP_SAME_KIND_UPDATE_FLOOR, LOWP_SPREAD_TIMES
+
+    with _threads_kept(1):
+        mine, update, kept_dtypes = _lowp_run(step_fn, device, steps)
+    calls = [d for r in mine for d in r.linear_dtypes]
+    if not calls or any(not r.linear_dtypes for r in mine):
+        return ("your step ran no Linear layer of the model it was given in at least one step: call model(x) in the "
+                "step, on the model and batch the step receives"), ""
+    low = {LOW_PRECISION[d] for d in calls if d in LOW_PRECISION}
+    full = [d for d in calls if d not in LOW_PRECISION]
+    if not low:
+        return (f"your step's Linear layers produced {sorted(map(str, set(calls)))}: the matrix products still run in "
+                "fp32. Put forward and the loss inside torch.autocast(device_type, dtype=...) with bf16 (or fp16 and a "
+                "GradScaler on a GPU without native bf16)."), ""
+    if full or len(low) > 1:
+        return (f"{len(full) or len(calls)} of the {len(calls)} Linear calls of your {steps} steps ran in "
+                f"{sorted(map(str, set(full))) or 'another precision'} beside {sorted(low)}: every Linear of the step runs "
+                "in the one low precision, in the forward the loss comes from (one torch.autocast around forward and "
+                "loss, not a low-precision call beside an fp32 forward)"), ""
+    kind = low.pop()
+    dtype = next(d for d, name in LOW_PRECISION.items() if name == kind)
+    if kept_dtypes[1] != kept_dtypes[0]:
+        return (f"your step changed the model's weights from {kept_dtypes[0]} to {kept_dtypes[1]}: autocast keeps the "
+                "weights, their gradients and the optimizer's state in fp32 and casts to low precision op by op; "
+                f"{kind} weights lose every update smaller than their rounding step. Leave the model as it is and put "
+                "forward and the loss in torch.autocast"), ""
+    for k, rec in enumerate(mine):
+        own = _loss_of(rec)
+        if not any(abs(rec.returned - v) <= 1e-4 * max(1.0, abs(v)) for v in own):
+            shown = "nothing a float can hold" if not math.isfinite(rec.returned) else f"{rec.returned:.5g}"
+            return (f"at step {k} your step returned {shown}, not the loss of its own {kind} forward "
+                    f"({', '.join(f'{v:.5g}' for v in own[:2])}): return the loss the step's backward started from "
+                    "(loss.detach())"), ""
+    scaled = [r for r in mine if r.scale is not None]
+    if kind == "fp16" and not scaled:
+        return ("your step autocasts to fp16 without a GradScaler: fp16's 5-bit exponent ends at 65504 and flushes "
+                "gradients under about 6e-8 to zero, so the loss must be scaled before backward and the gradients "
+                "unscaled before the optimizer: scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); "
+                "scaler.step(opt); scaler.update() (a scaler made with enabled=False scales nothing). bf16 has fp32's "
+                "range and needs none"), ""
+    if not any(r.moved for r in mine):
+        return (f"{steps} calls of your step left every parameter as it was: run backward and opt.step()"
+                + (" (scaler.step(opt) with a GradScaler)." if scaled else "."), "")
+    unexplained = [k for k, r in enumerate(mine) if not r.moved and not r.lowered]
+    if unexplained:
+        return (f"your step left the parameters unchanged at step(s) {unexplained} of {steps}: call opt.step() every step "
+                "(only a GradScaler may skip a step, when fp16 gradients overflowed; it then lowers its scale, and "
+                f"{'yours did not' if scaled else 'your step has none'})."), ""
+    settings = None
+    if kind == "fp16" or scaled:
+        s = scaled[0].scaler
+        settings = (scaled[0].scale, s.get_growth_factor(), s.get_backoff_factor(), s.get_growth_interval())
+    if kind == "bf16":
+        settings = None  # scaling by a power of two is exact in bf16: the same training with or without a scaler
+    with _threads_kept(1):
+        ref = _same_kind_reference(device, steps, dtype, settings)
+    problem = _gradient_problem(mine, ref.records, kind)
+    if problem:
+        return problem, ""
+    what = f"the course's step in {kind}" + (" with a GradScaler of your settings" if settings else "")
+    losses, want = [r.returned for r in mine], ref.losses
+    loss_tol = max(LOWP_SPREAD_TIMES * ref.loss_spread, LOWP_SAME_KIND_LOSS_FLOOR)
+    worst = max(_rel(a, b) for a, b in zip(losses, want)) if all(map(math.isfinite, losses)) else math.inf
+    update_tol = max(LOWP_SPREAD_TIMES * ref.update_spread, LOWP_SAME_KIND_UPDATE_FLOOR)
+    off = float((update - ref.update).norm() / (ref.update.norm() or 1.0))
+    drift = (f"your losses {[round(v, 4) for v in losses]} drift from {what}'s {[round(v, 4) for v in want]} by up to "
+             f"{worst:.2%} (the tolerance, from the reference's own spread: {loss_tol:.2%})")
+    if off > update_tol:
+        ratio = float(update.norm() / (ref.update.norm() or 1.0))
+        return (f"after {steps} steps your parameters moved {off:.1%} away from where {what} moved them (the tolerance, "
+                f"from the reference's own spread: {update_tol:.1%}; your step moved them {ratio:.2f}x as far)"
+                + (f", and {drift}" if worst > loss_tol else "") + ": keep the same optimizer and learning rate, one "
+                "backward, one opt.step() and one zero_grad a step"
+                + (" (with the GradScaler: scaler.step(opt), scaler.update())" if settings else "")), ""
+    if worst > loss_tol:
+        return drift + ": only the matmuls' precision may change, not the data, the model or the loss", ""
+    return None, (f"every Linear in {kind}, against {what}: losses within {worst:.2%} (tolerance {loss_tol:.2%}), the "
+                  f"parameters' change within {off:.1%} (tolerance {update_tol:.1%}, from the reference's own spread)")
+
+
+# --- lab 08: what a forward keeps for backward -----------------------------------------------------
+def kept_for_backward(fn: Callable[[], torch.Tensor], keep_out: tuple[torch.Tensor, ...] = ()) -> tuple[int, int, Any]:
+    """Run ``fn()`` (a forward) and measure what it keeps: (bytes of the tensors made during it that are still
+    alive when it returns, bytes autograd's saved-tensor hooks saw saved, its output).
+
+    The first is memory, counted by storage: every tensor an op made inside ``fn`` (seen by a dispatch mode) and
+    still referenced afterwards, by the autograd graph, a saved-tensor hook of the caller's (``save_on_cpu``'s
+    host copies), a custom Function's ``ctx`` or anything else, less the output's own storage and those of
+    ``keep_out`` (the model's parameters, its input). A hook can hide tensors from the second figure (an inner
+    ``saved_tensors_hooks`` shadows the outer one), not from the first: checkpointing keeps less because it
+    recomputes, and only that lowers both.
+    """
+    import gc
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    made: list[weakref.ref] = []
+
+    class _Made(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            made.extend(weakref.ref(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+    saved = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _Made():
+        out = fn()
+    gc.collect(0)  # the youngest objects only (a full collection takes seconds): the counts are the same here
+    skip = {t.untyped_storage().data_ptr() for t in (*keep_out, *tree_leaves(out)) if isinstance(t, torch.Tensor)}
+    storages: dict[int, int] = {}
+    for ref in made:
+        t = ref()
+        if t is None:
+            continue
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values()), saved, out
+
+
+def activation_saving_problem(kept: int, saved: int, plain_kept: int, share: float) -> str | None:
+    """Whether a checkpointed forward keeps at most ``share`` of a plain forward's memory for backward (``kept``
+    and ``saved`` from :func:`kept_for_backward`); a message naming what is kept, or None."""
+    if kept <= share * plain_kept:
+        return None
+    mib = 2**20
+    if saved < share * kept:
+        return (f"your forward keeps {kept / mib:.1f} MiB alive for backward ({plain_kept / mib:.1f} MiB plain), though "
+                f"saved-tensor hooks see only {saved / mib:.1f} MiB of it: the activations are stored somewhere else "
+                "(save_on_cpu copies them to host memory, a pack hook of your own keeps them where it likes), not "
+                "recomputed. Checkpointing keeps only each block's input and runs the block again in backward: "
+                "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) around every block")
+    return (f"your forward keeps {kept / mib:.1f} MiB alive for backward against {plain_kept / mib:.1f} MiB plain (want at "
+            f"most {share:.0%} of it): wrap each block (not only one) in checkpoint so only block inputs are kept")
+
+
+# --- lab 08: a graph break removed, the statistic kept ---------------------------------------------
+def kept_statistic_problem(mine: torch.nn.Module, want: list[float], run: Callable[[], Any], forwards: int,
+                           where: str = "the first block's output mean") -> str | None:
+    """``run()`` calls the learner's model ``forwards`` times (gradients on, as in training); it must append one
+    value to its ``seen`` list each forward: a tensor (kept on the device: a Python number is the host read-back
+    the fix removes), detached (a statistic that carries the autograd graph keeps every forward's activations
+    alive), equal to ``want`` (the course's model's statistic on the same inputs). Deleting it is no fix."""
+    seen = getattr(mine, "seen", None)
+    name = type(mine).__name__
+    if not isinstance(seen, list):
+        return (f"{name} has no `seen` list: keep gpu_bound.Net's statistic ({where}, appended to self.seen each "
+                "forward), as a tensor")
+    start = len(seen)
+    run()
+    kept = seen[start:]
+    if len(kept) != forwards:
+        return (f"your model recorded {len(kept)} values of the statistic in {forwards} forwards: the fix keeps the statistic "
+                f"({where}, x.detach().mean(), appended to self.seen each forward) and only stops reading it back to "
+                "the host inside forward; deleting it is not a fix")
+    if not all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in kept):
+        odd = next(v for v in kept if not (isinstance(v, torch.Tensor) and v.numel() == 1))
+        return (f"your model's statistic is a {type(odd).__name__}"
+                + (f" of shape {tuple(odd.shape)}" if isinstance(odd, torch.Tensor) else "")
+                + ", not a one-value tensor: keep x.detach().mean() as a tensor on the device (a Python number is a read-back "
+                "to the host, the graph break itself)")
+    if any(v.requires_grad for v in kept):
+        return ("your model's statistic carries the autograd graph (requires_grad=True): each value keeps its forward's "
+                "activations alive for as long as the list holds it, every step. Append x.detach().mean()")
+    values = [float(v) for v in kept]
+    if not all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(values, want)):
+        return (f"your model records {[round(v, 4) for v in values]} where gpu_bound.Net records {where} "
+                f"{[round(v, 4) for v in want]}: keep the same statistic, only as a tensor")
     return None

@@ -17,6 +17,7 @@ from ..diagnosis import diagnose
 from ..model import Trace
 from . import _core, behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
+from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -131,27 +132,23 @@ def _copy_words(t: Trace) -> str:
     return "; ".join(parts)
 
 
-def _busy(before: Trace, after: Trace) -> str:
+def _busy(before: Trace, after: Trace, workers: int | None = None) -> str:
     """What measured says this machine is too busy to judge timing (the steps' own spread, the load average), or ''."""
     band = m.step_time_band(before, after)
     spread = max(band["before_spread"], band["after_spread"])
     if spread > th.NOISE_BUSY_SPREAD:
         return f"the steps spread {spread:.0%} around their median (over {th.NOISE_BUSY_SPREAD:.0%} is a busy machine)"
-    return _core._cores_busy()
+    return _core._cores_busy(workers)
 
 
-def _slower(before: Trace, after: Trace) -> str:
-    """A line when the fix made the median step slower beyond the noise band, else ''."""
-    if m.timing_verdict(before, after) != "slower":
-        return ""
-    if _core._cores_busy():
-        return ""  # no core to spare (load, or workers and training sharing 2 cores): the step time measures that
-    band = m.step_time_band(before, after)
-    return (f"your step is slower: median {band['before_ms']:.1f} -> {band['after_ms']:.1f} ms, beyond the noise band "
-            f"(+/- {band['band_ms']:.1f} ms from the steps' own spread); a fix never makes the step slower")
+def _slower(before: Trace, after: Trace, workers: int | None = None) -> str:
+    """A line when the fix made the median step slower beyond the noise band, else '' (on every machine but one
+    with too few cores for the ``workers`` asked, where the verdict says so: helpers.checks.speed)."""
+    return slower_problem(before, after, workers)
 
 
-def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers: bool = True) -> tuple[bool, str]:
+def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers: bool = True,
+                  workers: int | None = None) -> tuple[bool, str]:
     """Whether the data side is fixed, and a line saying on what evidence.
 
     The data-wait share is the main evidence. On a busy machine the workers compete with other work
@@ -163,8 +160,8 @@ def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers:
     line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
     if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
         return True, line
-    busy = _busy(before, after)
-    if enough_workers and _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after):
+    busy = _busy(before, after, workers)
+    if enough_workers and _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after, workers):
         return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows, and measured too busy to "
                       f"judge the wait: {busy}; so the verdict falls back to the structure, the loader using worker processes)")
     return False, line
@@ -222,8 +219,10 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     with fewer worker processes than ``before`` shows the loop needs (:func:`workers_needed`) fails, busy
     machine or not. Then passes when the data-wait share falls ``PASS_DATA_WAIT_DROP`` x with no data_stall finding left (on
     a busy machine: falls, with worker processes prefetching) and, on a GPU trace, the batches are
-    copied from pinned memory without the host waiting for each copy. Step times are reported, not
-    judged (``min_speedup`` is what a quiet machine shows).
+    copied from pinned memory without the host waiting for each copy. Last the speed: a step slower than
+    ``before`` beyond the noise band never passes, on a machine of any core count that has a core for each
+    worker and the training process; one that has not cannot show the loader's gain, and the verdict says so
+    (the speed-up itself is reported, not judged: ``min_speedup`` is what a quiet machine shows).
     """
     refused = own_capture_problem(after, before)
     if refused is None and not callable(make_loader):
@@ -241,9 +240,9 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
         raise CheckFailed(refused)
     too_few = _too_few_workers(before, workers)
     found = [f.pattern for f in diagnose(after)]
-    data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few)
+    data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few, workers=workers)
     problems = _pipeline_problems(before, after, data_ok, too_few)
-    slower = _slower(before, after)
+    slower = _slower(before, after, workers)
     if slower:
         problems.insert(0, slower)
     note = _timing_note(before, after, min_speedup)
@@ -252,7 +251,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     structure = f"loader {loader_kind(after) or 'none'}"
     if after.has_gpu:
         structure += f", {_copy_words(after)}, {blocking_copies_per_step(after):.0f} blocking copies per step"
-    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {note})"
+    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {'; '.join(filter(None, (note, speed_note(workers))))})"
 
 
 # --- the second loop: host-to-device copies --------------------------------------------------

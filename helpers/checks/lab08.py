@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,105 +54,6 @@ def check_gemm_reading(answer: dict, trace: Trace) -> str:
 
 
 # --- 2. precision ---------------------------------------------------------------------------------
-class _ScalerWatch:
-    """While active, counts the loss scalings of every ``torch.amp.GradScaler`` and notes each ``update()`` that
-    lowered the scale: what a scaler does after gradients that overflowed, the one reason it skips a step."""
-
-    def __init__(self) -> None:
-        self.scaled = 0
-        self.lowered = 0
-
-    def __enter__(self) -> _ScalerWatch:
-        cls = torch.amp.GradScaler
-        self._originals = scale, update = cls.scale, cls.update
-        watch = self
-
-        def counting_scale(self, outputs):  # noqa: ANN001, ANN202 - GradScaler.scale's own signature
-            watch.scaled += 1
-            return scale(self, outputs)
-
-        def watching_update(self, new_scale=None):  # noqa: ANN001, ANN202 - GradScaler.update's own signature
-            before = self.get_scale() if self.is_enabled() else None
-            update(self, new_scale)
-            if before is not None and self.get_scale() < before:
-                watch.lowered += 1
-
-        cls.scale, cls.update = counting_scale, watching_update
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        torch.amp.GradScaler.scale, torch.amp.GradScaler.update = self._originals
-
-
-def _forward_dtypes(step_fn: Callable, model: torch.nn.Module, opt, x, y) -> tuple[set[torch.dtype], int]:
-    """The dtypes the model's Linear layers produced during one call of ``step_fn``, and how many times the
-    call scaled a loss with a ``torch.amp.GradScaler`` (fp16 needs one)."""
-    seen: set[torch.dtype] = set()
-    hooks = [mod.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
-             for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
-    try:
-        with _ScalerWatch() as watch:
-            step_fn(model, opt, x, y)
-    finally:
-        for h in hooks:
-            h.remove()
-    return seen, watch.scaled
-
-
-_REFERENCE: dict[tuple[str, int, tuple[int, ...]], tuple[list[float], torch.Tensor]] = {}
-
-
-def _fp32_reference(device: torch.device, steps: int, skipped: tuple[int, ...] = ()) -> tuple[list[float], torch.Tensor]:
-    """The fp32 run from seed 0 (TF32 off), computed once per device, length and set of skipped steps: it never
-    changes. ``skipped``: the steps whose optimizer step is left out, as a GradScaler leaves out a step whose
-    fp16 gradients overflowed, so that an fp16 step is compared with the same training, step for step."""
-    from ..capability import set_tf32, tf32_enabled
-    from ..workloads import gpu_bound as gb
-
-    key = (str(device), steps, skipped)
-    if key not in _REFERENCE:
-        calls = iter(range(steps))
-
-        def step(model, opt, x, y):  # noqa: ANN001, ANN202 - gb.run_steps' step signature
-            if next(calls) in skipped:
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                opt.zero_grad(set_to_none=True)
-                return loss.detach()
-            return gb.train_step(model, opt, x, y)
-
-        was = tf32_enabled()
-        set_tf32(False)  # the reference is true fp32
-        try:
-            _REFERENCE[key] = gb.run_steps(step, device, steps=steps)
-        finally:
-            set_tf32(was)
-    return _REFERENCE[key]
-
-
-def _learner_run(step_fn: Callable, device: torch.device, steps: int) -> tuple[list[float], torch.Tensor, tuple[int, ...], tuple[int, ...]]:
-    """``gb.run_steps`` of the learner's step, also noting the steps that changed no parameter (Adam moves every
-    parameter whose gradient is not zero, and the head's bias always has one) and, of those, the ones a GradScaler
-    skipped: it lowered its scale in that step, having found gradients that overflowed."""
-    from ..workloads import gpu_bound as gb
-
-    skipped: list[int] = []
-    unexplained: list[int] = []
-    calls = iter(range(steps))
-
-    def watched(model, opt, x, y):  # noqa: ANN001, ANN202 - gb.run_steps' step signature
-        i = next(calls)
-        before = model.head.bias.detach().clone()
-        lowered = watch.lowered
-        loss = step_fn(model, opt, x, y)
-        if torch.equal(before, model.head.bias.detach()):
-            (skipped if watch.lowered > lowered else unexplained).append(i)
-        return loss
-
-    with _ScalerWatch() as watch:
-        losses, update = gb.run_steps(watched, device, steps=steps)
-    return losses, update, tuple(skipped), tuple(unexplained)
-
-
 def _guarded_step(step_fn: Callable) -> Callable:
     """``step_fn`` run through the checks' guard (a time limit, one line when it raises), returning one loss."""
     if not callable(step_fn):
@@ -171,55 +71,22 @@ def _guarded_step(step_fn: Callable) -> Callable:
 
 
 def check_same_training(step_fn: Callable, device: torch.device | str | None = None, steps: int = 4) -> str:
-    """The learner's ``step_fn(model, opt, x, y) -> loss`` trains the same model as the fp32 step: from
-    seed 0 its losses stay within the bf16 tolerance of the fp32 losses, its parameters change, and its
-    matrix products ran in bf16 or fp16."""
+    """The learner's ``step_fn(model, opt, x, y) -> loss`` trains the same model as the course's step in the same
+    low precision (:func:`helpers.checks.behaviour.lowp_step_problem`): every Linear of each step runs in bf16
+    (or fp16, with a GradScaler), the loss it returns is its own forward's, backward and the optimizer see the
+    gradients of that loss (scaled, then unscaled), and from seed 0 its losses and its parameters' change lie
+    within the reference's own spread, so a changed learning rate, a skipped step or another optimizer fails."""
+    from . import behaviour
+
     try:
-        return _same_training(_guarded_step(step_fn), device, steps)
+        step = _guarded_step(step_fn)
+        device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        problem, summary = behaviour.lowp_step_problem(step, device, steps)
     except CheckFailed:
         _record("gpu_bound", "check_same_training", False)
         raise
-
-
-def _same_training(step_fn: Callable, device: torch.device | str | None, steps: int) -> str:
-    from ..thresholds import LOWP_LOSS_RTOL, LOWP_UPDATE_RTOL
-    from ..workloads import gpu_bound as gb
-
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, opt, xs, ys = gb.setup(device)
-    dtypes, scaled = _forward_dtypes(step_fn, model, opt, xs[0], ys[0])  # the learner's step first: its failure is said at once
-    if not dtypes & {torch.bfloat16, torch.float16}:
-        return _check("gpu_bound", "check_same_training", False,
-                      f"your step's Linear layers produced {sorted(map(str, dtypes))}: the matrix products still run in "
-                      "fp32. Put forward and the loss inside torch.autocast(device_type, dtype=...) with bf16 (or fp16 "
-                      "and a GradScaler on a GPU without native bf16).")
-    if torch.float16 in dtypes and not scaled:
-        return _check("gpu_bound", "check_same_training", False,
-                      "your step autocasts to fp16 without a GradScaler: fp16's range ends at 65504 and its smallest "
-                      "normal number is 6e-5, so small gradients become zero. Scale the loss with a "
-                      "torch.amp.GradScaler (scaler.scale(loss).backward(), scaler.step(opt), scaler.update()).")
-    got, update, skipped, unexplained = _learner_run(step_fn, device, steps)
-    if len(skipped) + len(unexplained) == steps:
-        return _check("gpu_bound", "check_same_training", False,
-                      f"{steps} calls of your step left every parameter as it was: run backward and opt.step()"
-                      + (" (scaler.step(opt) with a GradScaler)." if scaled else "."))
-    if unexplained:
-        return _check("gpu_bound", "check_same_training", False,
-                      f"your step left the parameters unchanged at step(s) {list(unexplained)} of {steps}: call "
-                      "opt.step() every step (only a GradScaler may skip a step, when fp16 gradients overflowed; "
-                      "it then lowers its scale, and yours did not).")
-    ref, ref_update = _fp32_reference(device, steps, skipped)
-    same_steps = f" (with the same step(s) {list(skipped)} skipped, as your GradScaler did)" if skipped else ""
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref, strict=True))
-    if not (all(map(math.isfinite, got)) and worst <= LOWP_LOSS_RTOL):
-        return _check("gpu_bound", "check_same_training", False,
-                      f"your losses {[round(v, 4) for v in got]} drift from fp32's {[round(v, 4) for v in ref]}{same_steps} "
-                      f"by up to {worst:.1%} (the tolerance is {LOWP_LOSS_RTOL:.0%}): only the matmuls' precision may change.")
-    off = float((update - ref_update).norm() / ref_update.norm())
-    return _check("gpu_bound", "check_same_training", off <= LOWP_UPDATE_RTOL,
-                  f"after {steps} steps your parameters moved {off:.0%} away from where fp32's did{same_steps} (the "
-                  f"tolerance is {LOWP_UPDATE_RTOL:.0%}): keep the same optimizer and learning rate, one opt.step() and "
-                  "one zero_grad a step (fp16 needs a GradScaler).")
+    _check("gpu_bound", "check_same_training", problem is None, (problem or "")[:1].upper() + (problem or "")[1:])
+    return f"passed: check_same_training ({summary})"
 
 
 def _profile(live: bool):  # noqa: ANN202 - a capability.DeviceProfile
@@ -292,28 +159,59 @@ def check_graph_breaks(answer: dict, explain_output) -> str:
                   "splits forward into one more graph).")
 
 
+#: Forwards of the learner's model in which its statistic is compared with the course's.
+STATISTIC_FORWARDS = 3
+
+
 def check_break_fixed(model_cls: type, width: int = 64) -> str:
-    """The learner's model class compiles to one graph with no break and computes what gpu_bound.Net does."""
+    """The learner's model class compiles to one graph with no break, computes what gpu_bound.Net does, and keeps
+    its statistic (:func:`helpers.checks.behaviour.kept_statistic_problem`: the first block's output mean, a
+    detached tensor each forward, as gpu_bound.Net with ``item_break=True`` records it as a float)."""
     import torch._dynamo
 
     from ..workloads import gpu_bound as gb
+    from . import behaviour
 
+    name = "check_break_fixed"
+    if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
+        return _check("gpu_bound", name, False, "pass your model class itself: check_break_fixed(NoBreakNet)")
+    if str(getattr(model_cls, "__module__", "")).startswith("helpers."):
+        return _check("gpu_bound", name, False,
+                      f"{model_cls.__module__}.{model_cls.__qualname__} is the course's own model, not yours: write "
+                      "class NoBreakNet(gb.Net) in a cell, with a forward of your own")
     torch.manual_seed(0)
-    ref = gb.Net(width, gb.DEPTH)
+    ref = gb.Net(width, gb.DEPTH, item_break=True)
     torch.manual_seed(0)
-    mine = model_cls(width, gb.DEPTH)
+    try:
+        mine = run_learner(model_cls, width, gb.DEPTH, name=f"{model_cls.__name__}(width, depth)", returns=torch.nn.Module)
+    except CheckFailed:
+        _record("gpu_bound", name, False)
+        raise
     x = torch.randn(4, width, generator=torch.Generator().manual_seed(1))
     torch._dynamo.reset()
     ex = torch._dynamo.explain(mine)(x)
     if ex.graph_break_count:
-        return _check("gpu_bound", "check_break_fixed", False,
+        return _check("gpu_bound", name, False,
                       f"explain still finds {ex.graph_break_count} graph break(s): keep the statistic a tensor "
                       "(no .item(), float(), print of a tensor or branch on one inside forward).")
+    xs = [torch.randn(4, width, generator=torch.Generator().manual_seed(1 + k)) for k in range(STATISTIC_FORWARDS)]
     with torch.no_grad():
-        same = torch.allclose(mine(x), ref(x), rtol=1e-5, atol=1e-6)
-    return _check("gpu_bound", "check_break_fixed", same,
-                  "your model has no break but computes something else than gpu_bound.Net: keep the same "
-                  "blocks and head, remove only the host read-back.")
+        want = [ref(xk) for xk in xs]
+        outs = [run_learner(mine, xk, name=f"{model_cls.__name__}.forward", returns=torch.Tensor, note=model_cls) for xk in xs]
+    if not all(o.shape == w.shape and torch.allclose(o, w, rtol=1e-5, atol=1e-6) for o, w in zip(outs, want)):
+        return _check("gpu_bound", name, False,
+                      "your model has no break but computes something else than gpu_bound.Net: keep the same "
+                      "blocks and head, remove only the host read-back.")
+    stats = list(ref.seen[-STATISTIC_FORWARDS:])
+    try:  # gradients on, as in training: a statistic that keeps the graph shows here
+        problem = behaviour.kept_statistic_problem(
+            mine, stats, lambda: [run_learner(mine, xk, name=f"{model_cls.__name__}.forward", note=model_cls) for xk in xs],
+            STATISTIC_FORWARDS)
+    except CheckFailed:
+        _record("gpu_bound", name, False)
+        raise
+    _check("gpu_bound", name, problem is None, (problem or "")[:1].upper() + (problem or "")[1:] + ".")
+    return f"passed: {name} (one graph, the same output, the statistic kept as a tensor each forward)"
 
 
 def check_compile_seconds(answer: float, cold_trace: Trace) -> str:
@@ -422,22 +320,32 @@ def saved_tensor_bytes(fn: Callable[[], torch.Tensor]) -> int:
 
 
 def check_activation_saving(forward_fn: Callable, width: int = 128, batch: int = 256) -> str:
-    """The learner's ``forward_fn(model, x)`` (checkpointed) saves at most half the activation bytes of a
-    plain forward, and gives the same output and gradients."""
+    """The learner's ``forward_fn(model, x)`` (checkpointed) keeps at most half the memory of a plain forward alive
+    for backward, counted as memory (:func:`helpers.checks.behaviour.kept_for_backward`: a saved-tensor hook that
+    stores the activations elsewhere, save_on_cpu's host copies included, does not lower it), and gives the same
+    output and gradients."""
+    from . import behaviour
+
+    with behaviour._threads_kept(1):  # small CPU runs: one thread is faster on a busy machine, and adds in one order
+        return _activation_saving(forward_fn, width, batch)
+
+
+def _activation_saving(forward_fn: Callable, width: int, batch: int) -> str:
     from ..thresholds import CHECKPOINT_SAVED_SHARE
     from ..workloads import gpu_bound as gb
+    from . import behaviour
 
     torch.manual_seed(0)
     model = gb.Net(width, gb.DEPTH).train()
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(2), requires_grad=False)
-    plain = saved_tensor_bytes(lambda: model(x))
-    out_ref = model(x)
+    params = tuple(model.parameters())
+    plain, _, out_ref = behaviour.kept_for_backward(lambda: model(x), (x, *params))
     out_ref.square().mean().backward()
     grads_ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    try:  # the saved-tensor hooks are per thread: they are set inside the learner's guarded call
-        mine_bytes = run_learner(lambda: saved_tensor_bytes(lambda: forward_fn(model, x)), name="your forward_fn",
-                                 note=forward_fn)
+    try:  # the dispatch mode and the saved-tensor hooks are per thread: set inside the learner's guarded call
+        mine, saved, _ = run_learner(lambda: behaviour.kept_for_backward(lambda: forward_fn(model, x), (x, *params)),
+                                     name="your forward_fn", note=forward_fn)
         out = run_learner(forward_fn, model, x, name="your forward_fn", returns=torch.Tensor)
     except CheckFailed:
         _record("gpu_bound", "check_activation_saving", False)
@@ -454,9 +362,10 @@ def check_activation_saving(forward_fn: Callable, width: int = 128, batch: int =
         return _check("gpu_bound", "check_activation_saving", False,
                       "your forward gives other outputs or gradients than model(x): checkpoint the same blocks in the "
                       "same order (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)), then the head.")
-    return _check("gpu_bound", "check_activation_saving", mine_bytes <= CHECKPOINT_SAVED_SHARE * plain,
-                  f"your forward saves {mine_bytes / 2**20:.1f} MiB for backward against {plain / 2**20:.1f} MiB plain: "
-                  "wrap each block (not only one) in checkpoint so only block inputs are kept.")
+    problem = behaviour.activation_saving_problem(mine, saved, plain, CHECKPOINT_SAVED_SHARE)
+    _check("gpu_bound", "check_activation_saving", problem is None, (problem or "")[:1].upper() + (problem or "")[1:] + ".")
+    return (f"passed: check_activation_saving (your forward keeps {mine / 2**20:.1f} MiB for backward against "
+            f"{plain / 2**20:.1f} MiB plain)")
 
 
 def check_alloc_churn(answer: dict, trace: Trace) -> str:
