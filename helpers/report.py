@@ -253,8 +253,11 @@ def _diagnosis(trace: Trace, findings, timeline: int) -> str:
     if not findings:
         out.append("<p>Nothing stands out" + ("." if trace.has_gpu else " (a CPU-only trace: host-side checks only).") + "</p>")
     for i, f in enumerate(findings, 1):
-        cost = "" if f.pattern == "capture_window" else f" — at most {_pct(f.cost)} of step time to win back"
-        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{cost}</h3><p>{_e(f.summary)}</p><ul class="evidence">')
+        cost = render.finding_cost_text(f)
+        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{" — " + _e(cost) if cost else ""}</h3><p>{_e(f.summary)}</p>')
+        if render.what_if_text(f):
+            out.append(f'<p class="what-if">{_e(render.what_if_text(f))}</p>')
+        out.append('<ul class="evidence">')
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 v = render.steady_text(v)
