@@ -316,6 +316,7 @@ def _ranks(trace: Trace, timeline: int) -> str:
                    f"({_num(median / 1e3)} ms a step).")
     spread = float((comp.max() - comp.min()) / comp.max()) if comp.max() > 0 else 0.0
     out.append(f" Compute spread across ranks {_pct(spread)} (slowest rank {int(comp.idxmax())}, fastest {int(comp.idxmin())}).</p>")
+    out.append(_job_path(trace))
     out.append('<p class="note">A click on a cell shows that rank\'s step on the timeline.</p>')
     out.append("<h3>Step time, rank by step</h3>" + _heatmap(step_ms, "step time", set(stragglers), windows, timeline))
     out.append("<h3>Compute time, rank by step</h3>" + _heatmap(comp_ms, "compute", set(stragglers), windows, timeline))
@@ -325,6 +326,33 @@ def _ranks(trace: Trace, timeline: int) -> str:
     out.append(_table(table, [("rank", "rank", "num"), ("window_ms", "step (ms)", "num"), ("compute_ms", "compute (ms)", "num"),
                               ("collective_ms", "collectives (ms)", "num"), ("exposed_ms", "exposed (ms)", "num")], "ranks",
                       row_class=lambda r: "straggler" if int(r["rank"]) in stragglers else ""))
+    return "".join(out)
+
+
+def _job_path(trace: Trace) -> str:
+    """Which rank bound each step, and what the job saves (:func:`helpers.critical.job_path`), when it is known."""
+    from .critical import critical_path
+
+    job = getattr(critical_path(m.stepped(trace)), "job", None)
+    if job is None or job.steps.empty:
+        return ""
+    out = ["<h3>Which rank held each step back (the job's critical path)</h3><ul>"]
+    for b in job.bounds:
+        if b["kind"] == "straggler":
+            out.append(f"<li>rank {b['rank']} bounds {b['steps_bound']} of {len(job.steps)} steps (its path mostly "
+                       f"{_e(b['cause'])}): were its own work the next slowest rank's, the job would save "
+                       f"{_num(b['saving_ms'])} ms a step</li>")
+        else:
+            out.append(f"<li>collective {b['index'] + 1} of the step (<code>{_e(render.cut_name(b['name'], 80))}</code>): "
+                       f"overlapping it with compute would save {_num(b['saving_ms'])} ms a step</li>")
+    if not job.bounds:
+        out.append("<li>no rank and no collective bounds the job by more than the noise floor</li>")
+    out.append("</ul>")
+    steps = job.steps.assign(job_ms=job.steps["job_ms"], own_ms=job.steps["own_ms"])
+    out.append("<details><summary>each step</summary>" + _table(
+        steps, [("step", "step", "num"), ("job_ms", "step (ms)", "num"), ("rank", "bound by rank", "num"),
+                ("cause", "its path mostly", "text"), ("own_ms", "its own work (ms)", "num"),
+                ("median_own_ms", "median rank's (ms)", "num")], "job-path", limit=200) + "</details>")
     return "".join(out)
 
 
