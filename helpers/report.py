@@ -253,8 +253,11 @@ def _diagnosis(trace: Trace, findings, timeline: int) -> str:
     if not findings:
         out.append("<p>Nothing stands out" + ("." if trace.has_gpu else " (a CPU-only trace: host-side checks only).") + "</p>")
     for i, f in enumerate(findings, 1):
-        cost = "" if f.pattern == "capture_window" else f" — at most {_pct(f.cost)} of step time to win back"
-        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{cost}</h3><p>{_e(f.summary)}</p><ul class="evidence">')
+        cost = render.finding_cost_text(f)
+        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{" — " + _e(cost) if cost else ""}</h3><p>{_e(f.summary)}</p>')
+        if render.what_if_text(f):
+            out.append(f'<p class="what-if">{_e(render.what_if_text(f))}</p>')
+        out.append('<ul class="evidence">')
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 v = render.steady_text(v)
@@ -347,7 +350,8 @@ def _tables(trace: Trace, shapes: dict[str, list[tuple[str, int]]] | None, prefi
     return "".join(out)
 
 
-def _diff(diff, before_name: str, after_name: str) -> str:
+def _diff(diff) -> tuple[str, str]:
+    """The diff's verdict and what changed most; and the whole matched table (collapsed), apart."""
     out = [f"<p class=\"verdict\">{_e(render.verdict_text(diff.step, diff.steps))}</p>"]
     if diff.changes:
         out.append("<h3>What changed most</h3><p class=\"note\">Operators matched through the call tree (each kernel under "
@@ -365,6 +369,7 @@ def _diff(diff, before_name: str, after_name: str) -> str:
         out.append("</ol>")
     else:
         out.append("<p>No operator or kernel changed beyond its own noise band.</p>")
+    head, out = "".join(out), []
     t = diff.table.copy()
     if not t.empty:
         t = t.sort_values("size_ms", ascending=False, kind="stable")
@@ -381,7 +386,7 @@ def _diff(diff, before_name: str, after_name: str) -> str:
                               ("gpu_delta_ms", "GPU Δ", "num"), ("calls_before", "calls before", "num"),
                               ("calls_after", "calls after", "num")], "diff", limit=600,
                           row_class=lambda r: "st-" + str(r["status"]).replace(" ", "-")) + "</details>")
-    return "".join(out)
+    return head, "".join(out)
 
 
 def _pair(before_name: str, after_name: str, metas: list[dict[str, Any]]) -> str:
@@ -458,6 +463,16 @@ def _section(sid: str, title: str, body: str, open_: bool = True) -> str:
         f'<section id="{sid}"><details><summary><h2>{_e(title)}</h2></summary>{body}</details></section>'
 
 
+def _section_links(sections: list[str]) -> list[tuple[str, str]]:
+    """``(id, title)`` of each section's HTML, for the contents line."""
+    return [m_.groups() for m_ in (re.search(r'<section id="([^"]+)">(?:<details><summary>)?<h2>([^<]+)</h2>', x)
+                                   for x in sections) if m_]
+
+
+def _nav(links: list[tuple[str, str]]) -> str:
+    return '<nav class="contents">' + " · ".join(f'<a href="#{_e(i)}">{_e(t)}</a>' for i, t in links) + "</nav>"
+
+
 def _timeline_host(i: int, caption: str = "") -> str:
     return (f'<div class="timeline-host" data-timeline="{i}"><p class="loading">Drawing the timeline… (it needs '
             "JavaScript and a browser from 2023 or later)</p></div>" + (f'<p class="note">{caption}</p>' if caption else ""))
@@ -488,7 +503,6 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
 
     traces = [m.stepped(t) for t in inputs]
     names = [trace_name(t) for t in traces]
-    main = traces[-1]
     title = f"Trace report: {names[-1]}" if len(traces) == 1 else f"Trace report: {names[0]} → {names[1]}"
     timelines = []
     parts_by_trace = []
@@ -520,31 +534,26 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
             f"<code>{_e(command or 'python -m helpers report')}</code> from "
             + " and ".join(f"<code>{_e(str(t.source))}</code> ({_e(t.format)})" for t in traces)
             + ". Times are milliseconds; every figure is taken over the steps (the diagnosis's steady state).</p></header>"]
-    nav = []
     if len(traces) == 2:
         from .diff import work_diff
 
         d = work_diff(traces[0], traces[1])
         tick()
-        head, cut, table = _diff(d, names[0], names[1]).partition("<details>")
+        head, table = _diff(d)
         body.append(_section("diff", f"What changed: {names[0]} → {names[1]}",
-                             head + _pair(names[0], names[1], [t["meta"] for t in timelines]) + cut + table))
-        nav.append(("diff", "what changed"))
-        body.append(f'<div class="trace-block"><h1 class="side">After: {_e(names[1])}</h1>' + "".join(parts_by_trace[1]) + "</div>")
-        body.append(f'<div class="trace-block"><details><summary><h1 class="side">Before: {_e(names[0])}</h1></summary>'
+                             head + _pair(names[0], names[1], [t["meta"] for t in timelines]) + table))
+        body.insert(1, _nav([("diff", "what changed"), ("after", f"after: {names[1]}"), ("before", f"before: {names[0]}")]))
+        body.append(f'<div class="trace-block" id="after"><h1 class="side">After: {_e(names[1])}</h1>'
+                    + _nav(_section_links(parts_by_trace[1])) + "".join(parts_by_trace[1]) + "</div>")
+        body.append(f'<div class="trace-block" id="before"><details><summary><h1 class="side">Before: {_e(names[0])}</h1></summary>'
                     + "".join(parts_by_trace[0]) + "</details></div>")
     else:
         tick()
-        body.append("".join(parts_by_trace[0]))
-    del main
+        body.append(_nav(_section_links(parts_by_trace[0])) + "".join(parts_by_trace[0]))
     tick()
     page = _page(title, "".join(body), timelines)
     tick()
     return page
-
-
-def report_size_note(html_text: str) -> str:
-    return f"{len(html_text.encode()) / 1e6:.1f} MB"
 
 
 __all__ = ["build", "input_shapes"]
