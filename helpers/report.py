@@ -556,4 +556,22 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
     return page
 
 
-__all__ = ["build", "input_shapes"]
+def save(traces: Sequence[Trace], path: str | os.PathLike, force: bool = False, detail_events: int = DETAIL_EVENTS) -> Path:
+    """Write the report of one trace (or two: before, after) to ``path`` (an ``.html`` file), as
+    ``python -m helpers report`` does; an existing file is kept unless ``force`` (:class:`~helpers.errors.TraceError`
+    says so in one line). Returns the path written. For a notebook: ``report.save([before, after], "fix.html")``."""
+    from .errors import TraceError
+    from .outputs import check_output, write_output
+
+    traces = list(traces)
+    if not 1 <= len(traces) <= 2 or not all(isinstance(t, Trace) for t in traces):
+        raise TraceError("report.save takes one trace, or two (before, after), as helpers.load or helpers.capture give them")
+    out = Path(os.fspath(path))
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"{out}: a report is an HTML file; give a name ending in .html")
+    out = check_output(out, force, [str(t.source) for t in traces if t.source and Path(str(t.source)).exists()])
+    page = build(traces, detail_events=detail_events, command="helpers.report.save")
+    return write_output(out, lambda fh: fh.write(page.encode("utf-8")), force)
+
+
+__all__ = ["build", "input_shapes", "save"]
