@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,12 +85,34 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    from .jobs import rank_by_rank
+
+    why = rank_by_rank(args.trace)
+    if why is not None:  # too large to hold as one timeline: each rank diagnosed on its own, in bounded memory
+        return _diagnose_rank_by_rank(args, why)
     trace = load(args.trace, args)
     findings = diagnose(trace)
     if args.json:
         print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(metrics.stepped(trace))))
+    return 0
+
+
+def _diagnose_rank_by_rank(args: argparse.Namespace, why: str) -> int:
+    """``diagnose FOLDER`` of a job too large to read as one timeline: the cross-rank report of ``ranks``."""
+    from .jobs import analyse_job, stderr_progress
+
+    max_bytes, max_events = _limits_given(args)
+    report = analyse_job(args.trace, step_pattern=_step_pattern(args.steps), max_bytes=max_bytes, max_events=max_events,
+                         progress=stderr_progress())
+    read = (f"{why}, so read rank by rank: each rank is diagnosed on its own, as python -m helpers ranks does "
+            "(diagnose one rank's file for its whole diagnosis)")
+    if args.json:
+        print(render.to_json({"trace": str(args.trace), "read": read, **report,
+                              "per_rank": report["per_rank"].to_dict(orient="records")}))
+    else:
+        print(f"{args.trace}: {read}\n{render.job_text(report)}")
     return 0
 
 
@@ -142,7 +165,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         shapes.append(report.input_shapes(path, _limits_given(args)[0] or MAX_BYTES))
         if progress:
             progress(2 * i + 2, total + 6)
-    command = "python -m helpers report " + " ".join(inputs)
+    command = "python -m helpers report " + " ".join(shlex.quote(str(p)) for p in inputs)
     page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
                         progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
     written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)
@@ -295,11 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = guarded = _Stream(out, "stdout"), _Stream(err, "stderr")
     try:
-        with signals_as_exceptions():
-            try:
-                return _run(argv)
-            except Interrupted as exc:
-                return stopped(exc)
+        with signals_as_exceptions():  # (the try is outside: a signal may land as the handlers go in or out)
+            return _run(argv)
+    except Interrupted as exc:
+        return stopped(exc)
     finally:
         sys.stdout, sys.stderr = out, err
         for stream in guarded:  # a library that kept a reference (a logging handler) gets a quiet stream

@@ -40,3 +40,9 @@ class Interrupted(KeyboardInterrupt):
         except ValueError:
             name = f"signal {self.signum}"
         return "Ctrl-C (SIGINT)" if name == "SIGINT" else name
+
+
+class ArgumentError(TraceError, ValueError):
+    """An argument a function cannot use: a step or window the trace does not have, a cause that does not
+    exist, a count below one. A TraceError (one line, like every error a user can cause) and a ValueError
+    (what such an argument is in Python), so code written against either catches it."""

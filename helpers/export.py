@@ -21,6 +21,7 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
+from .arguments import checked
 from .errors import TraceError
 from .model import Trace, times_problem
 from .outputs import write_output
@@ -321,11 +322,13 @@ def _write_all(fh: BinaryIO, chunks: Iterator[bytes]) -> None:
             fh.write(view[i:i + _WRITE_BYTES])
 
 
+@checked
 def to_chrome_trace(trace: Trace) -> dict:
     """The trace as a Chrome-trace document: one process per rank, one thread per lane."""
     return json.loads(b"".join(_fragments(trace)))
 
 
+@checked
 def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
     """Write the trace to ``path`` (``.json`` or ``.json.gz``).
 

@@ -73,8 +73,13 @@ def _unraisable(hook_args) -> None:
 
 
 def _send_again(signum: int) -> None:
-    """Deliver ``signum`` to this process again in a moment (from a helper thread)."""
-    timer = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    """Deliver ``signum`` to this process again in a moment (from a helper thread), if the handlers are
+    still in place then (a command that has finished meanwhile is left alone)."""
+    def resend() -> None:
+        if _state["active"]:
+            os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(0.01, resend)
     timer.daemon = True
     timer.start()
 
@@ -133,6 +138,7 @@ def signals_as_exceptions() -> Iterator[None]:
 def stopped(exc: Interrupted) -> int:
     """Say on one line that the command was stopped, remove what it left, and return its exit status
     (128 + the signal's number, as a shell reports a command a signal ended)."""
+    _state["count"] = max(_state["count"], 1)  # from here on a signal is the cleanup's to wait for, not raised
     remove_registered()
     try:
         import sys

@@ -48,6 +48,8 @@ class RankSummary:
     has_gpu: bool
     comm: dict[str, np.ndarray]  # COMM_COLUMNS -> one value per analysis window (step)
     findings: list[tuple[str, float, str]] = field(default_factory=list)  # (pattern, cost, summary), costliest first
+    diagnosed: bool = True  # False: only its figures were taken (a job of more than DIAGNOSED_RANKS ranks)
+    path: dict[str, Any] = field(default_factory=dict)  # its critical path: step_ms, ms a step by cause, each fix's step
 
     @property
     def steps(self) -> int:
@@ -74,6 +76,40 @@ def job_files(folder: str | os.PathLike) -> list[Path]:
     return files
 
 
+#: ``diagnose FOLDER`` reads a folder as one timeline up to this many ranks and bytes of trace text together;
+#: past either it reads it rank by rank (:func:`rank_by_rank`). One timeline holds every event at once (about
+#: twice the text in memory) and its diagnosis walks the ranks one after another on one core; rank by rank,
+#: memory is a rank per core and the ranks are diagnosed in parallel.
+TIMELINE_RANKS = 64
+TIMELINE_BYTES = 512 << 20
+
+
+def rank_by_rank(folder: str | os.PathLike) -> str | None:
+    """Why ``diagnose`` reads ``folder`` rank by rank (a phrase: its ranks or its size, beyond what is read as one
+    timeline), or None when
+    it is a file or a job small enough to read as one timeline. Sizes are the files' own (a gzipped file's
+    size as recorded in it)."""
+    from .readers import _gzip_size_hint
+
+    try:
+        if not Path(folder).is_dir():
+            return None
+    except (OSError, ValueError):
+        return None
+    files = job_files(folder)
+    if len(files) > TIMELINE_RANKS:
+        return f"{len(files):,} ranks, more than the {TIMELINE_RANKS} diagnosed as one timeline"
+    total = 0
+    for f in files:
+        try:
+            size = f.stat().st_size
+        except OSError:
+            return None  # the reader says what is wrong with it
+        total += _gzip_size_hint(f, size) if f.name.endswith(".gz") else size
+    return (f"{total / 2**20:,.0f} MB of traces, more than the {TIMELINE_BYTES >> 20} MB held as one timeline"
+            if total > TIMELINE_BYTES else None)
+
+
 def _rank_of(path: Path, meta: dict[str, Any], index: int) -> int:
     """The rank a file holds, as the folder reader decides it: the trace's own distributed info, else
     ``rank N`` in the file name, else the file's place in the sorted folder."""
@@ -87,13 +123,14 @@ def _rank_of(path: Path, meta: dict[str, Any], index: int) -> int:
 
 
 def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | None = None,
-                 max_bytes: int | None = None, max_events: int | None = None, *,
+                 max_bytes: int | None = None, max_events: int | None = None, findings: bool = True, *,
                  budget: Budget | None = None) -> RankSummary:
     """Read one rank's trace and analyse it alone: its per-step communication figures and its findings.
 
     ``index`` is the file's place in its folder (the rank when the file says none). Runs in a worker
     process or on a cluster worker, so it takes and returns only small, picklable values. ``budget``
-    counts what is read against the job's limits together (:mod:`helpers.readers.budget`).
+    counts what is read against the job's limits together (:mod:`helpers.readers.budget`). Without
+    ``findings`` the rank's own diagnosis is left out (its figures only).
     """
     from . import metrics
     from .diagnosis import diagnose
@@ -111,8 +148,16 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
     comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
-    found = [(f.pattern, float(f.cost), f.summary) for f in diagnose(trace)]
-    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found)
+    if not findings:
+        return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False)
+    result = diagnose(trace)
+    found = [(f.pattern, float(f.cost), f.summary) for f in result]
+    sg = result.signals
+    path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "step_ms_if_fixed") if k in sg}  # type: ignore[literal-required]
+    from .critical import rank_steps
+
+    path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
+    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path)
 
 
 def default_workers(n_files: int) -> int:
@@ -171,17 +216,56 @@ def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, schedu
         total = (Path(folder), _NO_LIMIT if max_bytes is None else max_bytes, _NO_LIMIT if max_events is None else max_events)
         if max_bytes is not None:
             _refuse_job_size(Path(folder), files, max_bytes)
-    args = [(str(f), i, step_pattern, max_bytes, max_events) for i, f in enumerate(files)]
-    if scheduler is not None:
-        summaries = _on_dask(scheduler, args, progress)
-        if total is not None:
-            _refuse_job_events(total, sum(s.events for s in summaries))
-    else:
-        n = worker_count(workers, len(files))
-        summaries = _on_pool(n, args, progress, total) if n > 1 else _serial(args, progress, total)
+    every = len(files) <= DIAGNOSED_RANKS
+    args = [(str(f), i, step_pattern, max_bytes, max_events, every) for i, f in enumerate(files)]
+    n = 1 if scheduler is not None else worker_count(workers, len(files))
+
+    def run(todo: list[tuple], budget: tuple | None, shown: Progress | None) -> list[RankSummary]:
+        if scheduler is not None:
+            return _on_dask(scheduler, todo, shown)
+        return _on_pool(n, todo, shown, budget) if n > 1 else _serial(todo, shown, budget)
+
+    steps = len(files) if every else len(files) + DIAGNOSED_RANKS
+    summaries = run(args, total, progress and (lambda done, _: progress(done, steps)))
+    if scheduler is not None and total is not None:
+        _refuse_job_events(total, sum(s.events for s in summaries))
+    if not every:  # the ranks worth a diagnosis of their own, read again for it (their bytes were counted once)
+        chosen = ranks_to_diagnose(summaries, DIAGNOSED_RANKS)
+        redone = run([(*args[i][:5], True) for i in chosen], None,
+                     progress and (lambda done, _: progress(len(files) + done, len(files) + len(chosen))))
+        for i, s in zip(chosen, redone):
+            summaries[i] = s
     report = reduce_ranks(summaries)
     report["folder"] = str(folder)
     return report
+
+
+#: A job of more ranks than this is diagnosed rank by rank for this many of them (the stragglers, the ranks
+#: that compute most and least and wait most, and an even spread of the rest: :func:`ranks_to_diagnose`);
+#: the others give their figures only. A diagnosis costs a rank 20-40 ms however small it is, so 10,000
+#: tiny ranks would spend minutes in it; their figures take a few milliseconds each.
+DIAGNOSED_RANKS = 256
+
+
+def ranks_to_diagnose(summaries: list[RankSummary], k: int) -> list[int]:
+    """Which of ``summaries`` (their positions, at most ``k``) get a diagnosis of their own: every straggler (by
+    compute per step against the median rank's, as :func:`reduce_ranks` finds them), the eight that compute
+    most, least and wait most, then ranks evenly spread across the order of their compute."""
+    compute = np.array([float(np.mean(s.comm["compute_us"])) if len(s.comm["compute_us"]) else 0.0 for s in summaries])
+    exposed = np.array([float(np.mean(s.comm["exposed_us"])) if len(s.comm["exposed_us"]) else 0.0 for s in summaries])
+    rank = np.array([s.rank for s in summaries])
+    by_compute = np.lexsort((rank, -compute))  # ties in the order the report's tables list them: by rank
+    median = float(np.median(compute)) if len(compute) else 0.0
+    stragglers = [int(i) for i in by_compute if median > 0 and compute[i] > median * (1 + th.STRAGGLER_EXCESS)]
+    picks = [*stragglers, *by_compute[:8].tolist(), *np.lexsort((rank, compute))[:8].tolist(),
+             *np.lexsort((rank, -exposed))[:8].tolist(),
+             *by_compute[np.linspace(0, len(by_compute) - 1, k).round().astype(int)].tolist()]
+    chosen: dict[int, None] = {}
+    for i in picks:
+        if len(chosen) >= k:
+            break
+        chosen.setdefault(int(i))
+    return sorted(chosen)
 
 
 _NO_LIMIT = 2**62  # a total not limited (only the limits given hold for the ranks together)
@@ -373,10 +457,11 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
                      "compute_ms": v["compute_us"] / 1e3, "collective_ms": v["collective_us"] / 1e3,
                      "exposed_ms": v["exposed_us"] / 1e3,
                      "exposed_share": v["exposed_us"] / v["window_us"] if v["window_us"] > 0 else 0.0,
-                     "top_finding": top[0], "top_cost": top[1]})
+                     "top_finding": top[0], "top_cost": top[1], "diagnosed": s.diagnosed})
     table = pd.DataFrame(rows, columns=["rank", "events", "steps", "step_ms", "compute_ms", "collective_ms", "exposed_ms",
-                                        "exposed_share", "top_finding", "top_cost"])
-    report: dict[str, Any] = {"ranks": len(summaries), "events": int(sum(s.events for s in summaries)),
+                                        "exposed_share", "top_finding", "top_cost", "diagnosed"])
+    report: dict[str, Any] = {"ranks": len(summaries), "diagnosed": sum(s.diagnosed for s in summaries),
+                              "events": int(sum(s.events for s in summaries)),
                               "has_gpu": any(s.has_gpu for s in summaries), "per_rank": table,
                               "compute_spread": 0.0, "stragglers": [], "has_collectives": False}
     comp = per_rank["compute_us"]
@@ -392,18 +477,31 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
                        "comm_exposed_share": float(cs["exposed_us"].sum() / cs["window_us"].sum()),
                        "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
                        "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
+    steps = [s.path.get("step_ms") for s in summaries if s.path.get("step_ms")]
+    if steps:  # the job's step is its slowest rank's; a fix's, the slowest rank's once each rank has it
+        report["step_ms"] = max(steps)
+        fixed = [s.path.get("step_ms_if_fixed", {}).get("communication") for s in summaries if s.diagnosed]
+        if fixed and all(f is not None for f in fixed):
+            report["step_ms_if_collectives_overlapped"] = max(fixed)
+    from .critical import job_path
+
+    job = job_path({s.rank: s.path.get("steps", []) for s in summaries})
+    report["job_path"] = job.to_dict() if job is not None else None
     report["findings"] = _job_findings(report)
     return report
 
 
 def _job_findings(r: dict[str, Any]) -> list[str]:
-    """The job-level patterns, held to the diagnosis's own thresholds: uneven load across ranks, else
-    communication that nothing hides."""
+    """The job-level patterns, held to the diagnosis's own rules: uneven load across ranks, else communication
+    whose overlap with the compute saves more of the job's step than noise."""
     if not r["has_collectives"]:
         return []
     if r["ranks"] >= 2 and r["compute_spread"] >= th.IMBALANCE_SPREAD:
         return ["load_imbalance"]
-    return ["communication"] if r["comm_exposed_share"] >= th.COMM_EXPOSED_SHARE else []
+    step, after = r.get("step_ms"), r.get("step_ms_if_collectives_overlapped")
+    if step and after is not None and r["comm_exposed_share"] > 0:
+        return ["communication"] if (step - after) / step >= th.GAIN_FLOOR_SHARE else []
+    return []
 
 
 def stderr_progress(label: str = "ranks") -> Progress | None:

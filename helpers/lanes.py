@@ -10,15 +10,26 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
 
 from . import metrics as m
-from .diagnosis import Finding
+from .errors import ArgumentError
 from .model import Trace
 from .paths import printable
 from .patterns import colour as pattern_colour
+
+
+@runtime_checkable
+class Finding(Protocol):
+    """What the timeline reads of a finding (:class:`helpers.diagnosis.Finding`, not imported: the diagnosis's
+    own modules draw figures through this one, and the import graph keeps no cycle)."""
+
+    pattern: str
+    window: tuple[float, float] | None
+
 
 KIND_COLORS = {
     "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",
@@ -99,7 +110,7 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
     if step is not None:
         row = win[win["step"] == step]
         if row.empty:
-            raise ValueError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
+            raise ArgumentError(f"step {step} is not in the trace (steps: {sorted(set(win['step']))})")
         return float(row["start_us"].min()), float(row["end_us"].max())
     ev = trace.events
     return float(ev["start_us"].min()), float(ev["end_us"].max())
@@ -199,6 +210,12 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     (``x_origin`` overrides it); ``window_ms`` zooms to a stretch of that axis, ``window`` takes
     absolute microseconds as the events table holds them.
     """
+    if not 100 <= width_px <= 20_000:
+        raise ArgumentError(f"timeline(): width_px={width_px}: give the figure's width in pixels, 100 to 20,000")
+    if max_lanes < 1:
+        raise ArgumentError(f"timeline(): max_lanes={max_lanes}: give 1 or more")
+    if ax is not None and not (hasattr(ax, "figure") and hasattr(ax, "add_collection")):
+        raise ArgumentError(f"timeline(): ax={ax!r:.40}: give a matplotlib Axes to draw on, or leave it out")
     plt = _plt()
     trace = m.stepped(trace)  # its steps, and so its axis, are those diagnose reports on
     axis_origin = time_origin_us(trace) if x_origin is None else x_origin

@@ -150,7 +150,12 @@ class Trace:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(int(r) for r in self.events["rank"].unique())
+        from .metrics._store import _memo  # the metric store: emptied when the events table changes
+
+        memo = _memo(self)
+        if "__ranks__" not in memo:  # asked by every metric that walks the ranks
+            memo["__ranks__"] = sorted(int(r) for r in self.events["rank"].unique())
+        return list(memo["__ranks__"])
 
     @property
     def has_gpu(self) -> bool:
@@ -203,12 +208,98 @@ class Trace:
         )
 
 
+# ``Trace.events`` is what the user assigned (or a reader built), checked against the model whenever it
+# changes: the metrics index rows by position and need the model's columns, and a user may drop rows in
+# place, filter, sort or build a table by hand. A table that conforms is used as it is (no copy, edits in
+# place keep reaching the trace); one whose index is not 0..n-1, or that lacks an optional column, is
+# replaced by the same rows with a fresh index and the column's default; one the analysis cannot use at all
+# (not a DataFrame, no times, text where times should be) is one TraceError line.
+_ESSENTIAL = ("name", "kind", "start_us", "dur_us")
+
+
+def _identity(ev: Any) -> tuple:
+    """What an edit in place or a new table changes: the frame, its axes and its block arrays, by identity."""
+    if not isinstance(ev, pd.DataFrame):
+        return (id(ev),)
+    mgr = ev._mgr
+    return (id(ev), *(id(a) for a in mgr.axes), *(id(b.values) for b in mgr.blocks))
+
+
+def conform(ev: Any) -> pd.DataFrame:
+    """``ev`` itself when it is an events table the analysis can use as it is; else the same rows made one
+    (see above), or :class:`~helpers.errors.TraceError` saying what is missing."""
+    from .errors import TraceError
+
+    if not isinstance(ev, pd.DataFrame):
+        raise TraceError(f"trace.events is a {type(ev).__name__}, not the events table (a pandas DataFrame with the "
+                         "columns of helpers.model.COLUMNS); load the trace again")
+    missing = [c for c in _ESSENTIAL if c not in ev.columns]
+    if missing:
+        raise TraceError(f"trace.events has no column {missing[0]!r}" + (f" (nor {', '.join(map(repr, missing[1:]))})"
+                         if len(missing) > 1 else "") + "; the events table needs the columns of helpers.model.COLUMNS: "
+                         "load the trace again, or build the table with helpers.model.build_events")
+    out = ev
+    index = ev.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        out = out.reset_index(drop=True)  # rows dropped, filtered or shuffled: positions are what metrics use
+    for col, dtype in COLUMNS.items():
+        if col not in out.columns or (col in TEXT_COLUMNS and not isinstance(out[col].dtype, pd.CategoricalDtype)):
+            if out is ev:
+                out = out.copy(deep=False)
+            if col in TEXT_COLUMNS:  # held as categoricals of text: the metrics read their codes
+                out[col] = _as_text(out[col].to_numpy(dtype=object) if col in out.columns else None, len(out),
+                                    _DEFAULTS.get(col, ""))
+            else:
+                out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
+                            np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
+        elif dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf":
+            try:
+                values = pd.to_numeric(out[col], errors="raise").astype(dtype)
+            except (TypeError, ValueError):
+                raise TraceError(f"trace.events[{col!r}] holds values that are not numbers (dtype {out[col].dtype}); "
+                                 "the analysis needs numbers there: load the trace again") from None
+            if out is ev:
+                out = out.copy(deep=False)
+            out[col] = values
+    if not isinstance(out["kind"].dtype, pd.CategoricalDtype) or out["kind"].dtype != KIND_DTYPE:
+        if out is ev:
+            out = out.copy(deep=False)
+        out["kind"] = pd.Categorical(out["kind"].astype(object), dtype=KIND_DTYPE)
+    return out
+
+
+def _events_get(self: Trace) -> pd.DataFrame:
+    d = self.__dict__
+    ev = d["_events"]
+    stamp = _identity(ev)
+    if d.get("_events_stamp") != stamp:
+        fixed = conform(ev)
+        if fixed is not ev:  # the trace takes the conforming copy; the caller's frame is left as it was
+            d["_events"] = ev = fixed
+            stamp = _identity(ev)
+        d["_events_stamp"] = stamp
+    return ev
+
+
+def _events_set(self: Trace, value: pd.DataFrame) -> None:
+    self.__dict__["_events"] = value
+    self.__dict__.pop("_events_stamp", None)
+
+
+Trace.events = property(_events_get, _events_set, doc="The events table (see the module's doc); checked "  # type: ignore[assignment]
+                        "against the model whenever it is replaced or edited in place.")
+
+
 def empty_steps() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
          "start_us": pd.Series(dtype="float64"), "end_us": pd.Series(dtype="float64"),
          "dur_us": pd.Series(dtype="float64")}
     )
+
+
+_DEFAULTS = {"rank": 0, "lane": "", "device": -1, "stream": -1, "pid": -1, "tid": -1, "correlation": -1, "bytes": np.nan,
+             "copy_kind": "", "host_memory": "", "step": -1}
 
 
 #: The columns held as categoricals of text (see the module's docstring).
@@ -301,25 +392,43 @@ def build_events(columns: dict[str, Any]) -> pd.DataFrame:
             out[col] = pd.Categorical.from_codes(values.codes[order], dtype=values.dtype)
         else:
             out[col] = values[order]
-    return pd.DataFrame(out, copy=False)
+    # A small table's numeric columns go into one block each of ints and floats (a row filter then costs a few
+    # array operations, not one per column: 10% of a small trace's diagnosis); a large one's stay as they are
+    # (the copy that joins them costs more than it saves).
+    return pd.DataFrame(out, copy=None if n <= _JOIN_BLOCKS_UP_TO else False)
+
+
+#: Rows up to which build_events joins the table's numeric columns into shared blocks.
+_JOIN_BLOCKS_UP_TO = 500_000
 
 
 def _row_order(data: dict[str, Any]) -> np.ndarray:
-    """The rows sorted (stably) by start, end, kind, lane, name: the numeric keys with one numpy
-    lexsort, the two text keys only inside runs of rows whose numeric keys are equal (rare: sorting
-    every row's strings cost most of a read)."""
+    """The rows sorted (stably) by start, end, kind, lane, name: one stable sort of the starts, then the
+    other keys only inside runs of rows whose earlier keys are equal (few: sorting every row by every key
+    cost most of building the table)."""
     start, end = data["start_us"], data["end_us"]
     codes = data["kind"].codes.astype(np.int64)
     codes[codes < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
-    order = np.lexsort((codes, end, start))
+    order = np.argsort(start, kind="stable")
     if len(order) < 2:
         return order
+    # rows that start together: by end, then kind
+    order = _within_ties(order, _same(start[order]), lambda rows: (codes[rows], end[rows]))
+    # rows that start and end together and are of one kind: by lane, then name (their categories are sorted,
+    # so their codes sort as their texts do)
     s, e, k = start[order], end[order], codes[order]
+    tie = _same(s) & _same(e) & (k[1:] == k[:-1])
+    return _within_ties(order, tie, lambda rows: (data["name"].codes[rows], data["lane"].codes[rows]))
 
-    def same(a: np.ndarray) -> np.ndarray:
-        return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
 
-    tie = same(s) & same(e) & (k[1:] == k[:-1])
+def _same(a: np.ndarray) -> np.ndarray:
+    """Whether each element equals the one before it (NaN equal to NaN)."""
+    return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+
+
+def _within_ties(order: np.ndarray, tie: np.ndarray, keys) -> np.ndarray:
+    """``order`` with each run of rows tied to the one before (``tie``) sorted stably by ``keys(rows)``
+    (least significant first, as numpy's lexsort takes them)."""
     if not tie.any():
         return order
     group = np.concatenate(([0], np.cumsum(~tie)))
@@ -328,9 +437,8 @@ def _row_order(data: dict[str, Any]) -> np.ndarray:
     in_run[:-1] |= tie
     at = np.flatnonzero(in_run)
     rows = order[at]
-    # the text columns' categories are sorted, so their codes sort as their texts do
-    sub = np.lexsort((data["name"].codes[rows], data["lane"].codes[rows], group[at]))
-    order[at] = rows[sub]
+    order = order.copy()
+    order[at] = rows[np.lexsort((*keys(rows), group[at]))]
     return order
 
 
@@ -400,12 +508,13 @@ def find_steps(events: pd.DataFrame, pattern: str | None = None) -> pd.DataFrame
                 break
     if hits.empty:
         return empty_steps()
-    rows = []
-    for rank, group in hits.groupby("rank", sort=True):
-        group = group.sort_values("start_us")
-        for i, (s, e) in enumerate(zip(group["start_us"], group["end_us"])):
-            rows.append((int(rank), i, float(s), float(e), float(e - s)))
-    return pd.DataFrame(rows, columns=["rank", "step", "start_us", "end_us", "dur_us"])
+    rank = hits["rank"].to_numpy(dtype=np.int64)
+    start, end = hits["start_us"].to_numpy(dtype=np.float64), hits["end_us"].to_numpy(dtype=np.float64)
+    order = np.lexsort((start, rank))  # each rank's ranges by start, the ranks in order
+    rank, start, end = rank[order], start[order], end[order]
+    at = np.arange(len(rank))
+    first = np.maximum.accumulate(np.where(np.r_[True, rank[1:] != rank[:-1]], at, 0))  # where each rank's run begins
+    return pd.DataFrame({"rank": rank, "step": at - first, "start_us": start, "end_us": end, "dur_us": end - start})
 
 
 def _names_found(pattern: str, names: np.ndarray) -> list[str]:
@@ -440,8 +549,9 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
         return
     ranks = events["rank"].to_numpy()
     starts = events["start_us"].to_numpy()
+    one_rank = bool((ranks == ranks[0]).all())
     # One pass over the events groups their rows by rank (a mask per rank would read every row per rank).
-    rows_of = pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
+    rows_of = {ranks[0]: slice(None)} if one_rank else pd.Series(np.arange(n)).groupby(ranks, sort=False).indices
     for rank, st in steps.groupby("rank"):
         rows = rows_of.get(rank)
         if rows is None:
@@ -459,11 +569,20 @@ def assign_steps(events: pd.DataFrame, steps: pd.DataFrame) -> None:
     api = ((kind == "runtime").to_numpy()) & (corr >= 0)
     dev = (events["device"].to_numpy() >= 0) & (corr >= 0)
     if api.any() and dev.any():
-        keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
-        keys = keys.drop_duplicates(["rank", "corr"], keep="last")
-        index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
-        found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
-        step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
+        if one_rank:  # the calls' ids sorted (stably: the last call of an id is its group's last), then looked up
+            order = np.argsort(corr[api], kind="stable")
+            ids, of = corr[api][order], step[api][order]
+            last = np.r_[ids[1:] != ids[:-1], True]
+            ids, of = ids[last], of[last]
+            want = corr[dev]
+            at = np.clip(np.searchsorted(ids, want), 0, len(ids) - 1)
+            step[dev] = np.where(ids[at] == want, of[at], step[dev])
+        else:
+            keys = pd.DataFrame({"rank": ranks[api], "corr": corr[api], "step": step[api]})
+            keys = keys.drop_duplicates(["rank", "corr"], keep="last")
+            index = pd.MultiIndex.from_arrays([keys["rank"].to_numpy(), keys["corr"].to_numpy()])
+            found = index.get_indexer(pd.MultiIndex.from_arrays([ranks[dev], corr[dev]]))
+            step[dev] = np.where(found >= 0, keys["step"].to_numpy()[np.clip(found, 0, None)], step[dev])
     events["step"] = step
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .errors import ArgumentError
 from .explore import explore as _explore  # anywidget itself is imported only when a view is asked for
 
 # The timeline and its lanes live in helpers.lanes (the interactive view builds on them too); re-exported here.
@@ -37,7 +38,7 @@ from .lanes import (  # noqa: F401
     trace_name,
 )
 from .model import Trace
-from .patterns import BY_CAUSE
+from .patterns import CAUSE
 from .patterns import colour as pattern_colour  # noqa: F401  (re-exported)
 from .render import change_text
 
@@ -87,6 +88,8 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
 
     ``by_cause=False`` draws the gaps in one colour: the figure to read before any cause is named.
     """
+    if not 1 <= bins <= 10_000:
+        raise ArgumentError(f"gap_histogram(): bins={bins}: give 1 to 10,000 bins")
     plt = _plt()
     gaps = m.idle_gaps(m.stepped(trace))
     fig, ax = plt.subplots(figsize=(8, 3.5), dpi=100)
@@ -96,7 +99,7 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
     edges = np.logspace(np.log10(max(gaps["dur_us"].min(), 0.1)), np.log10(gaps["dur_us"].max() * 1.01), bins)
     if by_cause:
         data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
-        colors = [BY_CAUSE[c].colour if c in BY_CAUSE else "#999999" for c in m.CAUSES]
+        colors = [CAUSE[c].colour for c in m.CAUSES]  # the catalogue's colour of each cause
         ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
     else:
         d = gaps["dur_us"].to_numpy()
@@ -158,3 +161,9 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
     """
     return _explore(trace, window_ms=window_ms, step=step, ranks=ranks, title=title, fallback=fallback, causes=causes,
                     overlays=overlays, critical_path=critical_path)
+
+
+# The public figures hold their arguments to their type hints (a pd.NA window is one TraceError line).
+from .arguments import check_namespace  # noqa: E402
+
+check_namespace(globals(), ["timeline", "compare", "gap_histogram", "step_breakdown", "explore"])

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .errors import NoGPUError, TraceError
+from .errors import ArgumentError, NoGPUError, TraceError
 from .model import Trace
 from .procs import run_bounded
 from .readers import load
@@ -164,7 +164,7 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     from torch.profiler import ProfilerActivity, profile, schedule
 
     if steps < 1 or warmup < 0 or wait < 0:
-        raise ValueError(f"capture needs steps >= 1, warmup >= 0 and wait >= 0, not steps={steps}, "
+        raise ArgumentError(f"capture needs steps >= 1, warmup >= 0 and wait >= 0, not steps={steps}, "
                          f"warmup={warmup}, wait={wait}: the schedule would record no step")
     cuda = torch.cuda.is_available() if cuda is None else cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -259,7 +259,7 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
     the loop keeps whatever overlap it has.
     """
     if steps < 1 or warmup < 0:
-        raise ValueError(f"time_steps needs steps >= 1 and warmup >= 0, not steps={steps}, warmup={warmup}: "
+        raise ArgumentError(f"time_steps needs steps >= 1 and warmup >= 0, not steps={steps}, warmup={warmup}: "
                          "a mean over no steps is no time")
     for i in range(warmup):
         step_fn(i)
@@ -289,7 +289,7 @@ def nsys_command(program: Sequence[str], output: str = "profile", capture_range:
     long (nsys's default is 1000 ns: every file stat of Python's imports).
     """
     if cuda_graph_trace not in (None, "graph", "node"):
-        raise ValueError(f"cuda_graph_trace must be 'graph' or 'node', not {cuda_graph_trace!r}")
+        raise ArgumentError(f"cuda_graph_trace must be 'graph' or 'node', not {cuda_graph_trace!r}")
     cmd = ["nsys", "profile", f"--trace={trace}", "-o", output, "--force-overwrite=false"]
     if stats:
         cmd.append("--stats=true")

@@ -311,3 +311,12 @@ def test_a_gpu_the_table_does_not_know_is_judged_by_its_measured_roof():
     assert measured.tensor_flops == pytest.approx(capability.recorded_profile().gemm_tflops["bf16"] * 1e12)
     assert measured.bytes_per_s == pytest.approx(capability.recorded_profile().memory_gbps * 1e9)
     assert "measured" in measured.name and measured.tensor_flops < roofline.RECORDED.tensor_flops
+
+
+def test_the_figures_the_lab_and_its_instructor_page_quote():
+    """78% and 87% of the roofs, 1024 FLOP/byte, the head's 0.72%: what the lab's text and page say, from the recording."""
+    bf16 = course.recorded("gpu_bound", "bf16")
+    p = checks.lab09._kernel_points(bf16, roofline.RECORDED)
+    assert p["gemm"]["intensity"] == 1024.0 and round(p["gemm"]["share_of_roof"], 2) == 0.78
+    assert round(p["gelu"]["share_of_roof"], 2) == 0.87 and round(p["gelu"]["achieved_bytes_per_s"] / 1e12, 2) == 4.17
+    assert round(checks.lab09._head_kernels(bf16)[1] * 100, 2) == 0.72

@@ -1,12 +1,13 @@
 """Benchmark the helpers: a 2M-event trace, an 8-rank folder, the real launch-bound H200 trace, and
 synthetic traces of growing size. Results and the commands that made them: docs/benchmarks.md.
 
-    python tools/benchmark.py --big             # 2M events (~407 MB of JSON): diagnose, plot, export
+    python tools/benchmark.py --big             # 2M events as heavy as a training step: the floor, diagnose, plot, export
     python tools/benchmark.py --big --costs --keep /tmp/big.json   # what each of those adds to the read
-    python tools/benchmark.py --folder          # 8 ranks: load + diagnose, ranks in parallel vs one by one
-    python tools/benchmark.py --real            # the recorded trace, helpers vs HTA's load
+    python tools/benchmark.py --folder          # 8 ranks: load + diagnose, ranks in parallel vs one by one, HTA's load
+    python tools/benchmark.py --real            # the recorded traces against the floor, and HTA's load
     python tools/benchmark.py --scaling         # 10k, 100k, 1M synthetic events
-    python tools/benchmark.py --ranks 256 --events-per-rank 50000   # a synthetic job: python -m helpers ranks
+    python tools/benchmark.py --ranks 256 --events-per-rank 50000   # a synthetic job: python -m helpers ranks and diagnose
+    python tools/benchmark.py --tiny 10000      # 10,000 tiny ranks: ranks and diagnose
     python tools/benchmark.py --ranks 256 --scheduler local          # the same on a local Dask cluster
     python tools/benchmark.py --series          # time and memory against size: ranks and single traces
     python tools/benchmark.py --explore-browser --keep PATH   # the widget on the --big trace in JupyterLab, headless Chromium
@@ -15,7 +16,9 @@ synthetic traces of growing size. Results and the commands that made them: docs/
     python tools/benchmark.py --cloud-setup                  # each lab's setup cell on a notebook image with torch
     python tools/benchmark.py                   # all of the above
 
-Each command-line figure comes from a fresh ``python -m helpers ...`` process: wall time, CPU time
+The floor (:func:`floor_decoder`) is msgspec decoding the trace's events into records of the seven fields the
+reader needs, ``args`` skipped, measured in the same process and run as the toolkit, alternately; the toolkit
+is reported as a ratio to it. Each command-line figure comes from a fresh ``python -m helpers ...`` process: wall time, CPU time
 (user + system, its child processes included) and peak RSS from os.wait4. The machine's load average
 is printed beside every figure: on a shared machine wall time is only meaningful when the load is
 below the core count, and CPU time is the figure to compare then. HTA figures need
@@ -550,35 +553,65 @@ def run_tree(argv: list[str]) -> tuple[float, float, float, int, str]:
     return wall, cpu, peak / 2**20, proc.returncode, out
 
 
-def ranks_job(ranks: int, events_per_rank: int, workers: int | None, scheduler: str | None) -> tuple[float, float]:
-    """``python -m helpers ranks`` on a synthetic job, in a fresh process (or on a local Dask cluster)."""
+def ranks_job(ranks: int, events_per_rank: int, workers: int | None, scheduler: str | None,
+              commands: tuple[str, ...] = ("ranks",)) -> tuple[float, float]:
+    """``python -m helpers ranks`` (and ``diagnose``, which takes the same bounded path on a job this large) on
+    a synthetic job, in a fresh process each (or on a local Dask cluster)."""
     with tempfile.TemporaryDirectory() as tmp:
         size = job_folder(Path(tmp), ranks, events_per_rank)
-        argv = [sys.executable, "-m", "helpers", "ranks", tmp, "--json"]
-        argv += ["--workers", str(workers)] if workers else []
-        cluster = None
-        if scheduler == "local":
-            from distributed import LocalCluster
-
-            n = workers or len(os.sched_getaffinity(0))
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
-            argv += ["--scheduler", cluster.scheduler_address]
-        elif scheduler:
-            argv += ["--scheduler", scheduler]
-        try:
-            before = _load()
-            wall, cpu, rss, code, out = run_tree(argv)
-        finally:
-            if cluster is not None:
-                cluster.close()
-        where = "local Dask cluster" if scheduler == "local" else scheduler or f"{workers or 'default'} workers"
-        ok = ""
-        if code == 0:
-            doc = json.loads(out)
-            ok = f", {doc['events']:,} events read, stragglers {len(doc['stragglers'])}"
-        print(f"  {ranks} ranks x {events_per_rank:,} events ({size / 1e6:.0f} MB gzipped), {where}: wall {wall:6.2f} s  "
-              f"CPU {cpu:6.2f} s  peak RSS (all processes) {rss:6.0f} MB   ({before} before{ok})")
+        for command in commands:
+            wall, rss = _job_command(command, tmp, f"{ranks} ranks x {events_per_rank:,} events ({size / 1e6:.0f} MB gzipped)",
+                                     workers, scheduler)
         return wall, rss
+
+
+def _job_command(command: str, folder: str, what: str, workers: int | None = None, scheduler: str | None = None):
+    argv = [sys.executable, "-m", "helpers", command, folder, "--json"]
+    argv += ["--workers", str(workers)] if workers and command == "ranks" else []
+    cluster = None
+    if scheduler == "local":
+        from distributed import LocalCluster
+
+        n = workers or len(os.sched_getaffinity(0))
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+        argv += ["--scheduler", cluster.scheduler_address]
+    elif scheduler:
+        argv += ["--scheduler", scheduler]
+    try:
+        before = _load()
+        wall, cpu, rss, code, out = run_tree(argv)
+    finally:
+        if cluster is not None:
+            cluster.close()
+    where = "local Dask cluster" if scheduler == "local" else scheduler or f"{workers or 'default'} workers"
+    ok = ""
+    if code == 0:
+        doc = json.loads(out)
+        ok = f", {doc['events']:,} events read, {doc.get('diagnosed', doc['ranks']):,} ranks diagnosed, stragglers {len(doc['stragglers'])}"
+    print(f"  {command:8s} {what}, {where}: wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS (all processes) {rss:6.0f} MB"
+          f"   ({before} before{ok})")
+    return wall, rss
+
+
+def tiny_ranks(ranks: int) -> None:
+    """A job of ``ranks`` tiny ranks (one step of three kernel launches each, one rank 3x slower): ``ranks`` and
+    ``diagnose`` on it in a fresh process each, what reading thousands of files costs beside their events."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(ranks):
+            k = 3.0 if r == ranks // 2 else 1.0
+            events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+                       "dur": 700 * k, "args": {}}]
+            for i in range(3):
+                t = 10 + 200 * k * i
+                events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t,
+                            "dur": 5, "args": {"correlation": i + 1}},
+                           {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + 8, "dur": 150 * k,
+                            "args": {"device": 0, "stream": 7, "correlation": i + 1}}]
+            doc = {"distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks}, "traceEvents": events}
+            (Path(tmp) / f"rank{r:05d}.json").write_text(json.dumps(doc))
+        size = sum(f.stat().st_size for f in Path(tmp).iterdir())
+        for command in ("ranks", "diagnose"):
+            _job_command(command, tmp, f"{ranks:,} tiny ranks ({size / 1e6:.1f} MB)")
 
 
 def series(ranks: list[int], events_per_rank: int, sizes: list[int]) -> None:
@@ -947,7 +980,8 @@ def main() -> int:
     parser.add_argument("--startup", action="store_true",
                         help="lab 00's script: start-up seconds and step ms from outside the process")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--ranks", type=int, help="a synthetic job of this many ranks through python -m helpers ranks")
+    parser.add_argument("--ranks", type=int, help="a synthetic job of this many ranks through python -m helpers ranks and diagnose")
+    parser.add_argument("--tiny", type=int, help="a job of this many tiny ranks through python -m helpers ranks and diagnose")
     parser.add_argument("--events-per-rank", type=int, default=50_000, help="events in each rank's trace (--ranks, --series)")
     parser.add_argument("--workers", type=int, help="with --ranks: processes (default one per core)")
     parser.add_argument("--scheduler", help="with --ranks: a Dask scheduler address, or 'local' to start a local cluster")
@@ -980,10 +1014,15 @@ def main() -> int:
             print(json.dumps(first_timeline(args.source, args.install, args.pip_arg, args.chromium, args.out, 300)))
         return 0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
+    if args.tiny:
+        for _ in range(args.repeat):
+            tiny_ranks(args.tiny)
+        return 0
     if args.ranks or args.series:
         for _ in range(args.repeat):
             if args.ranks:
-                ranks_job(args.ranks, args.events_per_rank, args.workers, args.scheduler)
+                ranks_job(args.ranks, args.events_per_rank, args.workers, args.scheduler,
+                          ("ranks",) if args.scheduler else ("ranks", "diagnose"))
             if args.series:
                 series([16, 64, 256], args.events_per_rank, [250_000, 500_000, 1_000_000, 2_000_000])
         return 0

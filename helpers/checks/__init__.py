@@ -41,3 +41,12 @@ from .reading import EVIDENCE, Reading, check_reading, describe_window, pattern_
 CREDIT: dict[str, dict[str, tuple[str, ...]]] = {}
 for _lab in (lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11):
     CREDIT.update(_lab.CREDIT)
+
+
+# Every check holds its traces, numbers and texts to their type hints: check_longest_gap(pd.NA, trace) or a path where a
+# Trace goes is one TraceError line naming the check and the argument (helpers.arguments), not an error from
+# inside it. A learner's reading, dict of answers or function is left to the check, which explains its form.
+from ..arguments import check_namespace  # noqa: E402
+from ..model import Trace as _Trace  # noqa: E402
+
+check_namespace(globals(), [_name for _name in list(globals()) if _name.startswith("check_")], only=(_Trace, float, int, str))

@@ -72,3 +72,8 @@ __all__ = [
     "steady_steps", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_point_calls", "sync_stats", "unrecorded_gpu_lead", "windows",
     "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]
+
+# Every public metric holds its arguments to its type hints: metrics.summary(pd.NA) is one TraceError line.
+from ..arguments import check_namespace  # noqa: E402
+
+check_namespace(globals(), __all__)

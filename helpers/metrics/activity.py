@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as _th
+from ..errors import ArgumentError
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from ..patterns import IDLE_CAUSES
 from ._store import _memo, name_mask
 from .intervals import intersect, merge_intervals, subtract
 
@@ -58,12 +60,16 @@ DATA_WAIT_OS_CALLS = frozenset({
 STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|Init|Ctx|DevicePrimaryCtx|"
                            r"SetDevice|GetDeviceCount|GetDeviceProperties|DeviceGetStreamPriorityRange|StreamCreate|"
                            r"EventCreate|ModuleLoad|ModuleUnload|ModuleGetLoadingMode|LibraryLoad|LibraryUnload)")
+#: Calls that free device (or pinned host) memory. CUDA synchronizes the device inside them, so once the GPU has work
+#: they are syncs not named sync (a loop calling ``torch.cuda.empty_cache()``, or an allocator that frees and
+#: reallocates every step); before any GPU work, the first of them creates the CUDA context (PyTorch's cudaFree(0)).
+FREE_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Free|MemFree|FreeHost|HostFree|FreeAsync|MemFreeAsync)(?:_v\d+)?$")
 #: ... of them, the ones that unload modules (a program ending).
 UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
-#: Idle gaps are blamed on one of these causes. ``graph``: a gap between two kernels of one CUDA Graph
-#: replay, the GPU's own per-node cost, which nothing the host does (it launched the whole graph in one
-#: call) can fill.
-CAUSES = ("sync", "data_wait", "collective", "launch", "graph", "other")
+#: Idle gaps are blamed on one of these causes: the catalogue's idle causes (:data:`helpers.patterns.IDLE_CAUSES`, each
+#: with its words and colour there). ``graph``: a gap between two kernels of one CUDA Graph replay, the GPU's own
+#: per-node cost, which nothing the host does (it launched the whole graph in one call) can fill.
+CAUSES = IDLE_CAUSES
 
 # Constants live in thresholds.py (one home); these names stay importable from here.
 SMALL_KERNEL_US = _th.SMALL_KERNEL_US
@@ -75,8 +81,8 @@ def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[mask_fn(ev)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = np.asarray(mask_fn(ev), dtype=bool)  # two columns taken, not the whole table's rows
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
@@ -95,8 +101,8 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        sel = ev[(ev["rank"] == rank) & (ev["device"] == device) & ev["kind"].isin(kinds)]
-        memo[key] = merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        rows = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device) & ev["kind"].isin(kinds).to_numpy()
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 
 
@@ -190,7 +196,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "host_compute":  # framework ops on threads that are not collective threads
             coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
-        raise ValueError(f"unknown host activity {cause!r}")
+        raise ArgumentError(f"unknown host activity {cause!r}")
 
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)

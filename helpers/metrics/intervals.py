@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
+
+
+def _pair(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` as two float arrays of one length (no copy when they already are)."""
+    s, e = np.asarray(starts, dtype="float64"), np.asarray(ends, dtype="float64")
+    if s.ndim != 1 or s.shape != e.shape:
+        raise ArgumentError(f"interval starts and ends must be two 1-D arrays of one length, not of shapes {s.shape} "
+                            f"and {e.shape}")
+    return s, e
+
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals, as sorted disjoint ``(starts, ends)`` arrays."""
-    starts = np.asarray(starts, dtype="float64")
-    ends = np.asarray(ends, dtype="float64")
+    starts, ends = _pair(starts, ends)
     if starts.size == 0:
         return starts, ends
     order = np.argsort(starts, kind="stable")
@@ -24,6 +34,7 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
 
 def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the union ``(us, ue)`` that lies before each time ``t``."""
+    us, ue = _pair(us, ue)
     t = np.asarray(t, dtype="float64")
     if us.size == 0:
         return np.zeros_like(t)
@@ -36,11 +47,13 @@ def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def overlap(us: np.ndarray, ue: np.ndarray, qs: np.ndarray, qe: np.ndarray) -> np.ndarray:
     """How much of each query interval ``[qs, qe)`` the union ``(us, ue)`` covers."""
+    qs, qe = _pair(qs, qe)
     return covered_before(us, ue, qe) - covered_before(us, ue, qs)
 
 
 def gaps_in(us: np.ndarray, ue: np.ndarray, ws: float, we: float) -> tuple[np.ndarray, np.ndarray]:
     """The parts of ``[ws, we)`` that the union ``(us, ue)`` leaves uncovered."""
+    us, ue = _pair(us, ue)
     i0 = np.searchsorted(ue, ws, side="right")
     i1 = np.searchsorted(us, we, side="left")
     s = np.clip(us[i0:i1], ws, we)
@@ -51,14 +64,13 @@ def gaps_in(us: np.ndarray, ue: np.ndarray, ws: float, we: float) -> tuple[np.nd
     return gs[keep], ge[keep]
 
 
-def intersect(as_, ae, bs, be) -> tuple[np.ndarray, np.ndarray]:
+def intersect(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two unions, as sorted disjoint ``(starts, ends)`` arrays.
 
     Each interval of ``a`` meets the run of ``b``'s intervals that end after it starts and start before it
     ends (two binary searches, both unions being sorted); the pairs are cut to their common part, in
     order. The same intervals as walking both lists side by side, without a Python step per interval."""
-    as_, ae = np.asarray(as_, dtype="float64"), np.asarray(ae, dtype="float64")
-    bs, be = np.asarray(bs, dtype="float64"), np.asarray(be, dtype="float64")
+    (as_, ae), (bs, be) = _pair(as_, ae), _pair(bs, be)
     if as_.size == 0 or bs.size == 0:
         return np.empty(0), np.empty(0)
     first = np.searchsorted(be, as_, side="right")  # b's first interval ending after a's starts

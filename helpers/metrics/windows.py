@@ -38,6 +38,7 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
             continue
         if st.empty:
             s, e = float(on_rank["start_us"].min()), float(on_rank["end_us"].max())
+            s = _first_cuda_work(on_rank, s)
             st = pd.DataFrame({"rank": [r], "step": [-1], "start_us": [s], "end_us": [e], "dur_us": [e - s]})
         else:
             st = st.sort_values("start_us").reset_index(drop=True)
@@ -62,6 +63,14 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
         rows.append(st)
     return (pd.concat(rows, ignore_index=True) if rows
             else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
+
+
+def _first_cuda_work(on_rank: pd.DataFrame, start: float) -> float:
+    """Where a capture without steps begins its GPU program: its first CUDA call or GPU op. Before it the host only
+    started (imports, building the model and the data): no loop of its is there to judge (a loop whose iterations
+    vary finds no repeat, and the whole capture is its one window). A trace with no GPU program keeps its start."""
+    cuda = on_rank[(on_rank["kind"] == "runtime") | (on_rank["device"] >= 0)]
+    return max(start, float(cuda["start_us"].min())) if len(cuda) else start
 
 
 def _gpu_paced(st: pd.DataFrame, dev: pd.DataFrame) -> pd.DataFrame | None:
@@ -95,33 +104,45 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
     much GPU work recorded before it. An idle GPU starts queued work within microseconds, so until then
     it ran (or its stream waited on) work launched before the profiler started. None otherwise."""
     on = rank_events(trace, rank)
-    dev = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)].sort_values("start_us", kind="stable")
-    if dev.empty:
+    kind, device = on["kind"], on["device"].to_numpy()
+    gpu = np.flatnonzero(kind.isin(GPU_WORK_KINDS).to_numpy() & (device >= 0))
+    if not gpu.size:
         return None
-    calls = on[(on["kind"] == "runtime") & (on["correlation"] >= 0)].drop_duplicates("correlation", keep="last")
-    call_end = dict(zip(calls["correlation"].to_numpy(), calls["end_us"].to_numpy()))
-    start, end, corr = dev["start_us"].to_numpy(), dev["end_us"].to_numpy(), dev["correlation"].to_numpy()
+    all_start, all_end, all_corr = (on[c].to_numpy() for c in ("start_us", "end_us", "correlation"))
+    gpu = gpu[np.argsort(all_start[gpu], kind="stable")]
+    start, end, corr = all_start[gpu], all_end[gpu], all_corr[gpu]
     prev_end = np.r_[-np.inf, np.maximum.accumulate(end)[:-1]]
     done_before = np.r_[0.0, np.cumsum(end - start)[:-1]]
     limit = _th.QUEUED_BEFORE_RECORD_US
     first_of_call = ~pd.Series(corr).duplicated().to_numpy()  # a graph's later kernels were not queued one by one
-    for i in np.flatnonzero(first_of_call & (corr >= 0)):
-        if done_before[i] >= limit:
-            return None
-        queued_at = call_end.get(corr[i])
-        if queued_at is None:
+    # only the GPU work before QUEUED_BEFORE_RECORD_US of it was done can be the lead's end: look those up
+    looked = np.flatnonzero(first_of_call & (corr >= 0) & (done_before < limit))
+    stop = np.flatnonzero(first_of_call & (corr >= 0) & (done_before >= limit))
+    if stop.size:
+        looked = looked[looked < stop[0]]
+    if not looked.size:
+        return None
+    calls = np.flatnonzero((kind == "runtime").to_numpy() & (all_corr >= 0))
+    ids, ends = all_corr[calls], all_end[calls]
+    order = np.argsort(ids, kind="stable")  # the last call of an id is its run's last: that call's end counts
+    ids, ends = ids[order], ends[order]
+    last = np.r_[ids[1:] != ids[:-1], True] if ids.size else np.zeros(0, dtype=bool)
+    ids, ends = ids[last], ends[last]
+    for i in looked:
+        j = int(np.searchsorted(ids, corr[i]))
+        if j == ids.size or ids[j] != corr[i]:
             continue
-        queued = float(start[i] - max(queued_at, prev_end[i]))
+        queued = float(start[i] - max(ends[j], prev_end[i]))
         if queued >= limit:
-            return float(on["start_us"].min()), float(start[i]), queued
+            return float(all_start.min()), float(start[i]), queued
     return None
 
 
 @_cached
 def _devices_of(trace: Trace, rank: int) -> list[int]:
-    ev = trace.events
-    sel = ev[(ev["rank"] == rank) & (ev["device"] >= 0) & ev["kind"].isin(GPU_WORK_KINDS)]
-    return sorted(int(d) for d in sel["device"].unique())
+    ev = rank_events(trace, rank)
+    device = ev["device"].to_numpy()
+    return sorted(int(d) for d in np.unique(device[(device >= 0) & ev["kind"].isin(GPU_WORK_KINDS).to_numpy()]))
 
 
 def time_origin_us(trace: Trace) -> float:

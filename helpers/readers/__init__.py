@@ -146,6 +146,10 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
         first = _take(blocks, len(SQLITE_MAGIC))
         if first.startswith(SQLITE_MAGIC):
             return _read_sqlite_blocks(p, itertools.chain((first,), blocks), max_events, budget)
+        size_hint = _gzip_size_hint(p, info.st_size)
+
+        def again() -> Iterator[bytes]:
+            return _gunzip_blocks(p, max_bytes, budget)
     else:
         if p.suffix in (".sqlite", ".sqlite3", ".db"):
             raise TraceError(
@@ -157,7 +161,23 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
         blocks = _file_blocks(p, max_bytes, budget)  # the limit holds for the bytes read, not only the size stat() gave
         first = _take(blocks, 4)
-    # JSON: read as a stream of blocks, never whole (kineto.parse_stream).
+        size_hint = info.st_size
+
+        def again() -> Iterator[bytes]:
+            return _file_blocks(p, max_bytes, budget)
+    # JSON: read as a stream of blocks, never whole (kineto.parse_stream); a large one by two processes when
+    # the machine has them (a folder's ranks are read by processes of their own already).
+    events, metadata = kineto.parse_stream(_json_text(first, blocks, p), p, max_events, table=table, budget=budget,
+                                           reopen=(lambda: _json_text(b"", again(), p)) if table else None,
+                                           size_hint=size_hint)
+    return events, metadata, "kineto"
+
+
+def _json_text(first: bytes, blocks: Iterator[bytes], p: Path) -> Iterator[bytes]:
+    """The JSON document's bytes as UTF-8 (``first``: what was already taken of ``blocks``), checked to open
+    like a trace: an object, or Chrome's bare array of events."""
+    if len(first) < 4:
+        first += _take(blocks, 4 - len(first))
     first, blocks = _as_utf8(first, blocks, p)
     while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
         first += more
@@ -166,8 +186,19 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
             f"{p}: not a PyTorch-profiler trace (JSON) or an Nsight Systems SQLite export; "
             "pass a *.json / *.json.gz from torch.profiler or a *.sqlite from nsys export"
         )
-    events, metadata = kineto.parse_stream(itertools.chain((first,), blocks), p, max_events, table=table, budget=budget)
-    return events, metadata, "kineto"
+    return itertools.chain((first,), blocks)
+
+
+def _gzip_size_hint(p: Path, size: int) -> int:
+    """About how many bytes a gzip file expands to: its last member's recorded size (mod 4 GiB), at least the
+    compressed size. Only a hint (for how a document is read), never a limit."""
+    try:
+        with open(p, "rb") as fh:
+            fh.seek(max(size - 4, 0))
+            tail = fh.read(4)
+    except OSError:
+        return size
+    return max(int.from_bytes(tail, "little"), size) if len(tail) == 4 else size
 
 
 def _refuse_damaged_times(events: pd.DataFrame, p: Path) -> None:

@@ -7,13 +7,20 @@ memory kinds, e.g. ``Memcpy HtoD (Pageable -> Device)``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import json
 import math
+import multiprocessing
+import os
+import queue
 import re
+import signal
+import sys
+import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +195,11 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _LIST_READ_TEXT = "\x00the list read above"
 _LIST_READ = json.dumps(_LIST_READ_TEXT).encode()  # a JSON string, quotes included
 _CUT = re.compile(rb"\}\s*,\s*\{")
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+#: Where a segment handed to another process may end: a cut whose next object opens with a key, which a
+#: string cannot imitate (a quote inside one is escaped), so a segment's end is an event's end but for
+#: lists of objects nested inside an event (then the read starts again in one process).
+_SEGMENT_CUT = re.compile(rb'\}\s*,\s*\{(?=\s*"[^"\\]*"\s*:)')
 # 1 MB pieces: the parsed objects of one piece (about 6x its bytes) then reuse the memory the last
 # piece's freed instead of mapping fresh pages; on the 2M-event trace 4 MB pieces took 380k page
 # faults and 2.0-2.5 s of system time, 1 MB pieces 65k and 1.4-1.6 s (docs/benchmarks.md).
@@ -203,23 +215,39 @@ def parse(raw: bytes, path: Path, max_events: int | None = None) -> tuple[pd.Dat
 
 
 def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = None, *,
-                 table: bool = True, budget: Budget | None = None) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
+                 table: bool = True, budget: Budget | None = None,
+                 reopen: Callable[[], Iterable[bytes]] | None = None,
+                 size_hint: int = 0) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
     """Parse Chrome-trace JSON arriving as consecutive byte blocks (a file read piece by piece, a gzip
     stream), without ever holding the whole document or one Python dict per event of it.
 
-    The ``traceEvents`` list is cut into pieces of about ``_PIECE`` bytes at ``}, {`` and each piece is
-    parsed on its own (``[`` + piece + ``]``); a cut that falls inside a string or a nested value makes
-    that parse fail, and the piece simply grows until it ends where an event ends. Each piece's events
-    go straight into column arrays and are dropped. Anything this scanner does not recognise (no
-    top-level ``"traceEvents": [``) is parsed whole, so every document reads exactly as ``json.loads``
-    would read it. With ``table=False`` the result is the columns for :func:`helpers.model.build_events`
-    instead (times not yet shifted, rows not sorted), for a folder reader that builds one table of all ranks.
-    ``budget`` counts the events against a folder's limits too (:mod:`.budget`).
+    The ``traceEvents`` list (or a bare JSON array of events, Chrome's array format) is cut into pieces of
+    about ``_PIECE`` bytes at ``}, {`` and each piece is parsed on its own (``[`` + piece + ``]``); a cut
+    that falls inside a string or a nested value makes that parse fail, and the piece simply grows until it
+    ends where an event ends. Each piece's events go straight into column arrays and are dropped. A document
+    whose events this scanner does not find is parsed whole, as ``json.loads`` would read it, up to
+    :data:`_WHOLE_LIMIT` bytes. With ``table=False`` the result is the columns for
+    :func:`helpers.model.build_events` instead (times not yet shifted, rows not sorted), for a folder reader
+    that builds one table of all ranks. ``budget`` counts the events against a folder's limits too (:mod:`.budget`).
+
+    A document of at least :data:`PARALLEL_FROM_BYTES` (``size_hint``) is read by two processes where the
+    machine has two cores to give (:func:`parallel_decoding`): this one reads the bytes and cuts the list into
+    segments of whole events, and hands some to a helper process that parses them meanwhile; the columns come
+    back in the document's order, so the table is the same row for row. Anything unusual in parallel (a cut
+    that was not between two events, a damaged event, the event limit) starts the read again from
+    ``reopen()`` in this process alone, so what is refused, and how, is exactly what a read in one process says.
     """
-    cols = _Columns(path, max_events, budget)
     gc_was_on = gc.isenabled()
-    gc.disable()  # the pieces' dicts die by reference counting; collecting would only rescan them
+    gc.disable()  # the pieces' objects die by reference counting; collecting would only rescan them
     try:
+        if reopen is not None and budget is None and size_hint >= PARALLEL_FROM_BYTES and parallel_decoding():
+            cols = _Columns(path, max_events)
+            try:
+                doc = _scan(iter(blocks), path, cols, segment=_segment_size(size_hint))
+                return cols.finish(doc, table)
+            except _Restart:
+                blocks = reopen()
+        cols = _Columns(path, max_events, budget)
         doc = _scan(iter(blocks), path, cols)
         return cols.finish(doc, table)
     finally:
@@ -227,8 +255,39 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
             gc.enable()
 
 
-def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
-    """Feed every trace event to ``cols``; return the document's other top-level members."""
+#: A document at least this large (its JSON bytes) is read by two processes when two cores are free.
+#: Below it, starting the second process costs more than it saves.
+PARALLEL_FROM_BYTES = 8 << 20
+#: Largest document parsed whole when its events cannot be found as a list to stream (the parsed objects of
+#: a document are several times its size): larger ones are refused.
+_WHOLE_LIMIT = 64 << 20
+
+
+def parallel_decoding() -> bool:
+    """Whether a large document is decoded by two processes here: a Linux machine with two usable cores (a
+    process started by ``fork`` shares this one's memory as it is, and costs milliseconds)."""
+    if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):  # pragma: no cover - Linux always has it
+        return False
+
+
+def _segment_size(size_hint: int) -> int:
+    """The events handed out at a time: a sixteenth of the document, within 1-8 MB (small enough that
+    the two processes finish close together, large enough that handing them over is cheap)."""
+    return int(min(max(size_hint // 16, _PIECE), 8 * _PIECE))
+
+
+class _Restart(Exception):
+    """The parallel read met something it does not decide alone: read again in one process."""
+
+
+def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns, segment: int = 0) -> dict:
+    """Feed every trace event to ``cols``; return the document's other top-level members. With ``segment``,
+    the events are cut into segments of about that many bytes, parsed here or by a helper process
+    (:class:`_Helper`) and merged into ``cols`` in order; :class:`_Restart` when that cannot be trusted."""
     # A bytearray: appending a block and dropping the used front cost the block's size, not the buffer's.
     buf, eof = bytearray(), False
 
@@ -243,51 +302,42 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
         eof = True
         return False
 
-    # The head: everything before the top-level "traceEvents": [ ... Each candidate key costs a parse of
-    # the head before it, so only _HEAD_TRIES are tried (a document of nested "traceEvents" keys would
-    # otherwise cost keys x head); past that the document is parsed whole, as json.loads would.
-    search_from, tries = 0, 0
+    # The head: everything before the top-level "traceEvents": [ (or the [ of a bare array) ... Each candidate
+    # key costs a parse of the head before it, so only _HEAD_TRIES are tried (a document of nested
+    # "traceEvents" keys would otherwise cost keys x head); past that the document is parsed whole.
+    search_from, tries, bare, first = 0, 0, False, None
     while True:
+        if first is None and (first := _first_byte(buf)) is not None and buf[first] == 0x5B:  # [
+            bare, head, list_from = True, {}, first + 1
+            break
         m = _EVENTS_KEY.search(buf, search_from)
         if m is not None:
             tries += 1
             if tries > _HEAD_TRIES:
-                return _whole(_rest(buf, blocks), path, cols)
+                return _whole(buf, path, cols, blocks)
             head = _try_loads(buf[:m.start()] + b'"traceEvents":null}')
             if type(head) is dict:
+                list_from = m.end()
                 break
             search_from = m.start() + 1
             continue
         searched = len(buf)
         if searched > _HEAD_LIMIT or not more():
-            return _whole(_rest(buf, blocks), path, cols)
+            return _whole(buf, path, cols, blocks)
         search_from = max(search_from, searched - 4096)  # the key may straddle two blocks
-    # ... then the events, piece by piece. A search that finds no cut is repeated only once the unparsed
-    # part has doubled: a long run without one (megabytes of spaces) is then scanned a bounded number
-    # of times instead of once per block.
-    pos, piece = m.end(), _PIECE
-    search_at = pos + piece
-    while True:
-        cut = None
-        if len(buf) > pos + piece and len(buf) >= search_at:
-            cut = _CUT.search(buf, pos + piece)
-            if cut is None:
-                search_at = pos + 2 * (len(buf) - pos)
-        if cut is None:
-            if more(pos - 1):  # the byte before the piece stays: _loads_list writes its [ there
-                search_at -= pos - 1
-                pos = 1
-                continue
-            tail = _last_piece(bytes(memoryview(buf)[pos:]), path, cols)
-            break
-        events = _loads_list(buf, pos, cut.start() + 1)
-        if events is None:  # the cut fell inside a string or a nested value: take a longer piece
-            piece *= 2
-            search_at = pos + piece
-            continue
-        cols.add(events)
-        pos, piece = cut.end() - 1, _PIECE
-        search_at = pos + piece
+    cols.legacy = bare  # a bare array is the legacy profiler's format: its rows are told apart by pid
+    helper = _Helper(path, bare) if segment else None
+    try:
+        tail, parts = _events(buf, list_from, more, path, cols, segment, helper, bare)
+        if helper is not None:
+            parts = helper.finish(parts, cols)
+        for part in parts:
+            cols.merge(part)
+    finally:
+        if helper is not None:
+            helper.close()
+    if bare:
+        return {}
     # ... and the members after the list.
     if tail.get("traceEvents") != _LIST_READ_TEXT:
         # json.loads would keep only that later value (the last of the same keys wins): refused, not guessed
@@ -299,19 +349,225 @@ def _scan(blocks: Iterator[bytes], path: Path, cols: _Columns) -> dict:
     return head
 
 
+def _first_byte(buf: bytearray) -> int | None:
+    """Where the document's first byte that is not white space is, or None when there is none yet."""
+    m = _NOT_SPACE.search(buf)
+    return None if m is None else m.start()
+
+
+def _events(buf: bytearray, pos: int, more: Callable[[int], bool], path: Path, cols: _Columns, segment: int,
+            helper: _Helper | None, bare: bool) -> tuple[dict, list]:
+    """The events list from ``buf[pos]`` on, piece by piece into ``cols`` (or, with ``segment``, segment by
+    segment into parts in the document's order, some parsed by ``helper``); returns the members after the
+    list and the parts. A search that finds no cut is repeated only once the unparsed part has doubled: a
+    long run without one (megabytes of spaces) is then scanned a bounded number of times instead of once per block."""
+    step = segment or _PIECE
+    piece = step
+    search_at = pos + piece
+    parts: list = []
+    while True:
+        cut = None
+        if len(buf) > pos + piece and len(buf) >= search_at:
+            cut = (_SEGMENT_CUT if segment else _CUT).search(buf, pos + piece)
+            if cut is None:
+                search_at = pos + 2 * (len(buf) - pos)
+        if cut is None:
+            if more(pos - 1):  # the byte before the piece stays: _loads_list writes its [ there
+                search_at -= pos - 1
+                pos = 1
+                continue
+            if not segment:
+                return _last_piece(bytes(memoryview(buf)[pos:]), path, cols, bare), parts
+            last = _Columns(path, None, legacy=bare)
+            try:
+                tail = _last_piece(bytes(memoryview(buf)[pos:]), path, last, bare)
+            except TraceError:  # its message, event numbers included, is the one-process read's to give
+                raise _Restart from None
+            parts.append(last.export())
+            cols.count(last.seen)
+            return tail, parts
+        end = cut.start() + 1
+        if segment:
+            if helper is not None and helper.wants_more():
+                parts.append(helper.submit(bytes(memoryview(buf)[pos - 1:end + 1])))
+            else:
+                parts.append(_segment(buf, pos, end, path, bare))
+                cols.count(parts[-1]["seen"])
+            if helper is not None:
+                helper.collect(cols)
+        else:
+            events = _loads_list(buf, pos, end)
+            if events is None:  # the cut fell inside a string or a nested value: take a longer piece
+                piece *= 2
+                search_at = pos + piece
+                continue
+            cols.add(events)
+        pos, piece = cut.end() - 1, step
+        search_at = pos + piece
+
+
+def _segment(buf: bytearray, start: int, end: int, path: Path, legacy: bool = False) -> dict:
+    """``buf[start:end]``, whole events separated by commas, parsed piece by piece into columns of its own
+    (:meth:`_Columns.export`); :class:`_Restart` when it does not end exactly at ``end`` with an event
+    (the segment's cut was not between two events) or an event in it is damaged. ``buf[start - 1]`` and
+    ``buf[end]`` are lent to the parse (made ``[`` and ``]``, then put back)."""
+    cols = _Columns(path, None, legacy=legacy)
+    pos, piece = start, _PIECE
+    try:
+        while True:
+            cut = _CUT.search(buf, pos + piece, end) if pos + piece < end else None
+            stop = cut.start() + 1 if cut is not None else end
+            events = _loads_list(buf, pos, stop)
+            if events is None:
+                if stop == end:
+                    raise _Restart
+                piece *= 2
+                continue
+            cols.add(events)
+            if stop == end:
+                return cols.export()
+            pos, piece = cut.end() - 1, _PIECE
+    except TraceError:
+        raise _Restart from None
+
+
+class _Helper:
+    """A second process (forked: it starts with this one's memory) that parses segments of the events list
+    while this one reads the bytes and parses others. Segments go to it through a pipe and its columns come
+    back through another, each pipe served by a thread of this process, so neither process ever waits for
+    the other to take something. The helper ignores the signals a terminal sends the whole group (this
+    process stops it); if this process dies, the helper's pipe ends and it exits."""
+
+    #: Segments handed to the helper and not yet back, at most: one it parses, one waiting for it.
+    IN_FLIGHT = 2
+
+    def __init__(self, path: Path, legacy: bool) -> None:
+        ctx = multiprocessing.get_context("fork")
+        task_out, self._tasks = ctx.Pipe(duplex=False)
+        self._results, result_in = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_helper_main, args=(task_out, result_in, self._tasks, self._results, path, legacy),
+                                 daemon=True)
+        self._proc.start()
+        task_out.close()
+        result_in.close()
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._back: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._feed, daemon=True), threading.Thread(target=self._receive, daemon=True)]
+        for t in self._threads:
+            t.start()
+        self._pending: set[int] = set()
+        self._done: dict[int, dict] = {}
+        self._next = 0
+
+    def _feed(self) -> None:
+        while (item := self._out.get()) is not None:
+            try:
+                self._tasks.send_bytes(item[0])
+                self._tasks.send_bytes(item[1])
+            except OSError:  # the helper is gone: its results' pipe ends, and collect() says so
+                return
+        with contextlib.suppress(OSError):
+            self._tasks.send_bytes(b"")
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                self._back.put(self._results.recv())
+            except (EOFError, OSError):
+                self._back.put(None)
+                return
+
+    def wants_more(self) -> bool:
+        return len(self._pending) < self.IN_FLIGHT
+
+    def submit(self, data: bytes) -> int:
+        """Hand a segment (with one byte either side of it, lent to the parse) over; its token in the parts."""
+        token = self._next
+        self._next += 1
+        self._pending.add(token)
+        self._out.put((token.to_bytes(8, "little"), data))
+        return token
+
+    def collect(self, cols: _Columns, wait: bool = False) -> None:
+        """Take the segments the helper has finished (all of them with ``wait``), counting their events
+        against ``cols``' limit."""
+        while self._pending:
+            if not wait and self._back.empty():
+                return
+            got = self._back.get()
+            if got is None or got[1] is None:  # the helper died (killed for memory, say), or met the unusual
+                raise _Restart
+            token, part = got
+            self._pending.discard(token)
+            self._done[token] = part
+            cols.count(part["seen"])
+
+    def finish(self, parts: list, cols: _Columns) -> list:
+        """``parts`` with every token replaced by the helper's columns for it, in order."""
+        self.collect(cols, wait=True)
+        return [self._done.pop(p) if isinstance(p, int) else p for p in parts]
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._threads[0].join(timeout=5)
+        with contextlib.suppress(OSError):
+            self._tasks.close()
+        self._proc.join(timeout=1)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self._results.close()
+        self._threads[1].join(timeout=5)
+
+
+def _helper_main(tasks, results, parent_tasks, parent_results, path: Path, legacy: bool) -> None:
+    """The helper process: parse each segment it is given, send its columns back (None: cannot be trusted)."""
+    for conn in (parent_tasks, parent_results):  # the parent's ends: with them closed here, a dead parent is EOF
+        conn.close()
+    for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals reach the group: the parent decides
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    buf = bytearray(16 << 20)
+    while True:
+        try:
+            token = tasks.recv_bytes()
+            if not token:
+                return
+            try:
+                n = tasks.recv_bytes_into(buf)
+            except multiprocessing.BufferTooShort as exc:
+                buf = bytearray(exc.args[0])
+                n = len(buf)
+        except (EOFError, OSError):
+            return
+        try:
+            part = _segment(buf, 1, n - 1, path, legacy)
+        except Exception:  # a segment it cannot vouch for (or anything unforeseen): the parent reads alone
+            part = None
+        try:
+            results.send((int.from_bytes(token, "little"), part))
+        except OSError:
+            return
+
+
 def _shown(value: Any) -> str:
     return "null" if value is None else f"a value of type {type(value).__name__}"
 
 
-def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
-    """``rest`` is the list's last events, its ``]`` and the rest of the document: find that ``]``."""
+def _last_piece(rest: bytes, path: Path, cols: _Columns, bare: bool = False) -> dict:
+    """``rest`` is the list's last events, its ``]`` and the rest of the document (only white space after a
+    bare array's): find that ``]``."""
     j, tries, why = len(rest), 0, "the document ends early"
     while tries < _END_TRIES:
         j = rest.rfind(b"]", 0, j)
         if j < 0:
             break
         tries += 1
-        tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
+        if bare:
+            tail = {} if not rest[j + 1:].strip(b" \t\r\n") else None
+        else:
+            tail = _try_loads(b'{"traceEvents":' + _LIST_READ + rest[j + 1:])
         if type(tail) is dict:
             try:
                 events = _parse_events(b"[" + rest[:j] + b"]")
@@ -323,25 +579,28 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns) -> dict:
     raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
 
 
-def _rest(buf: bytearray, blocks: Iterator[bytes]) -> bytearray:
-    """``buf`` and every block after it in one buffer, grown in place (a list of blocks joined at the end
-    would hold the document twice)."""
+def _whole(buf: bytes | bytearray, path: Path, cols: _Columns, blocks: Iterable[bytes] = ()) -> dict:
+    """The fallback for a document whose events list was not found (``buf`` and the ``blocks`` after it):
+    parse it in one go (up to :data:`_WHOLE_LIMIT` bytes; its parsed objects are several times that), then
+    feed its events in pieces."""
     for block in blocks:
-        buf.extend(block)
-    return buf
-
-
-def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
-    """The fallback: parse the document in one go, then feed its events in pieces."""
+        if not isinstance(buf, bytearray):
+            buf = bytearray(buf)
+        buf.extend(block)  # grown in place: a list of blocks joined at the end would hold the document twice
+        if len(buf) > _WHOLE_LIMIT:
+            raise TraceError(f"{path}: JSON of over {_WHOLE_LIMIT >> 20} MB with no top-level 'traceEvents' list in its "
+                             f"first {_HEAD_LIMIT >> 20} MB, so not a PyTorch-profiler trace this reader can stream "
+                             "(torch.profiler writes the list near the start); pass the trace torch.profiler wrote")
     try:
-        doc = _loads(raw)
+        doc = _loads(buf)
     except _DecodeError as exc:
         raise TraceError(
             f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: record or copy it again"
         ) from None
-    del raw
-    if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone
-        doc = {"traceEvents": _legacy_rows(doc)}
+    del buf
+    if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone (streamed by _scan; here for a whole read)
+        doc = {"traceEvents": doc}
+        cols.legacy = True
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(
             f"{path}: JSON without a 'traceEvents' list, so not a PyTorch-profiler trace; "
@@ -351,19 +610,6 @@ def _whole(raw: bytes | bytearray, path: Path, cols: _Columns) -> dict:
     for i in range(0, len(events), 50_000):
         cols.add([_event_of(e) for e in events[i:i + 50_000]])
     return doc
-
-
-def _legacy_rows(events: list) -> list:
-    """Give the legacy profiler's uncategorised rows the category and device Kineto would have given them."""
-    out = []
-    for e in events:
-        if type(e) is dict and "cat" not in e and e.get("ph") == "X" and (cat := _LEGACY_PIDS.get(e.get("pid"))):
-            e = {**e, "cat": cat, "pid": 0}
-            if cat == "kernel":
-                args = e.get("args") if type(e.get("args")) is dict else {}
-                e["args"] = {"device": e.get("tid"), "stream": 0, **args}
-        out.append(e)
-    return out
 
 
 def _loads_list(buf: bytearray, start: int, end: int) -> list | None:
@@ -407,8 +653,9 @@ def _try_loads(data: bytes | bytearray | memoryview) -> Any:
 class _Columns:
     """The events table's columns, filled one parsed piece of ``traceEvents`` at a time."""
 
-    def __init__(self, path: Path, max_events: int | None, budget: Budget | None = None) -> None:
+    def __init__(self, path: Path, max_events: int | None, budget: Budget | None = None, *, legacy: bool = False) -> None:
         self.path, self.max_events, self.budget = path, max_events, budget
+        self.legacy = legacy  # the legacy profiler's rows: categories from their pid (a bare array of events)
         self.seen = 0  # trace events of any kind so far (what max_events counts)
         self.wire_types: Counter[str] = Counter()  # "gloo:all_reduce|c10::Half" -> how many such collectives
         self.name_ids: dict[str, int] = {}  # each distinct name once; events hold its number
@@ -426,6 +673,8 @@ class _Columns:
             raise TraceError(f"{path}: more than {self.max_events:,} events, over the limit; "
                              "profile fewer steps, or raise the limit with --max-events (API: max_events=)")
         charge_events(self.budget, len(raw_events))
+        if self.legacy:
+            _legacy_rows(raw_events)
         code_of = _CATEGORY_CODE  # every category read, and the other accelerators' (counted below)
         try:  # the common case: every category hashable
             evs = [e for e in raw_events if e.ph == "X" and e.cat in code_of]
@@ -493,6 +742,32 @@ class _Columns:
                             ("bytes", nbytes)):
             self.parts[col].append(values)
 
+    def count(self, n: int) -> None:
+        """``n`` more events, parsed elsewhere (a segment): over the limit, the read starts again in one
+        process, which refuses it as it always does."""
+        self.seen += n
+        if self.max_events is not None and self.seen > self.max_events:
+            raise _Restart
+
+    def export(self) -> dict:
+        """What a segment's columns hand to the read's own (:meth:`merge`), names as text."""
+        return {"parts": {c: np.concatenate(v) if v else np.zeros(0, dtype=_PART_DTYPES[c]) for c, v in self.parts.items()},
+                "names": list(self.name_ids), "seen": self.seen, "wire_types": self.wire_types,
+                "unknown": self.unknown, "other": self.other_accelerator}
+
+    def merge(self, part: dict) -> None:
+        """A segment's columns after those already here (its events were counted by :meth:`count`)."""
+        ids = self.name_ids
+        names = part["names"]
+        lut = np.fromiter((ids.setdefault(n, len(ids)) for n in names), dtype=np.int64, count=len(names))
+        cols = part["parts"]
+        if len(cols["kind"]):
+            for c in _PART_COLUMNS:
+                self.parts[c].append(lut[cols[c]] if c == "name" else cols[c])
+        self.unknown.update(part["unknown"])  # used only when no event at all was understood
+        self.wire_types.update(part["wire_types"])
+        self.other_accelerator.update(part["other"])
+
     def finish(self, doc: dict, table: bool = True) -> tuple[pd.DataFrame | dict[str, np.ndarray], dict]:
         c = {col: np.concatenate(parts) if parts else np.zeros(0, dtype=_PART_DTYPES[col])
              for col, parts in self.parts.items()}
@@ -545,6 +820,18 @@ class _Columns:
         if rank is not None:
             events["rank"] = rank
         return events, metadata
+
+
+def _legacy_rows(events: list[_Event]) -> None:
+    """Give the legacy profiler's uncategorised rows the category and device Kineto would have given them
+    (in place: a row with no category whose pid names CPU or CUDA functions; a GPU row's device is its tid)."""
+    for e in events:
+        if e.cat is None and e.ph == "X" and type(e.pid) is str and (cat := _LEGACY_PIDS.get(e.pid)):
+            e.cat, e.pid = cat, 0
+            if cat == "kernel":
+                a = e.args or _NO_ARGS
+                e.args = _Args(device=e.tid if a.device is _UNSET else a.device, stream=0 if a.stream is _UNSET else a.stream,
+                               correlation=a.correlation, bytes=a.bytes, input_type=a.input_type, input_dims=a.input_dims)
 
 
 def _category_of(e: _Event) -> str:

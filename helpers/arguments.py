@@ -1,0 +1,291 @@
+"""The public API's arguments, checked against the type hints the functions already carry.
+
+Every function a user calls (``helpers.diagnose``, ``metrics.*``, ``plots.*``, ``export``, ...) says in its
+signature what it takes: ``trace: Trace``, ``window_ms: tuple[float, float] | None``, ``path: str |
+os.PathLike``. :func:`checked` reads those hints once and holds every call to them, so ``diagnose(pd.NA)``,
+``diagnose(np.float64(1))``, ``explore(None)``, a ``pd.NA`` window or ``export(t, pd.NA)`` end in one
+:class:`~helpers.errors.TraceError` line naming the function, the argument and what it takes, instead of
+an AttributeError from deep inside. One mechanism for all of them: a new function with hints is covered
+by decorating it; a hint this module does not know is not checked (never refused).
+
+Numbers must be finite (NaN, infinity, ``pd.NA`` and ``pd.NaT`` are not numbers a figure can use);
+``bool`` is not taken for a number; a NumPy scalar is taken for the Python number it holds.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import functools
+import math
+import numbers
+import os
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from .errors import TraceError
+
+Check = Callable[[Any], Any]  # returns the value to pass on, or raises _Refused(what it takes)
+
+
+class _Refused(Exception):
+    def __init__(self, wants: str) -> None:
+        super().__init__(wants)
+        self.wants = wants
+
+
+def describe(value: object, limit: int = 48) -> str:
+    """A short ``repr`` and type, as a message names a value it refuses."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that raises is still a value to name
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    kind = type(value).__name__
+    return text if kind in ("str", "int", "float", "bool", "NoneType") or text.startswith(kind) else f"{text} ({kind})"
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool,)) and type(value).__name__ != "bool_"
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, numbers.Integral) and _is_real(value):
+        return int(value)
+    raise _Refused("a whole number")
+
+
+def _float(value: Any) -> float:
+    if _is_real(value):
+        try:
+            out = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise _Refused("a finite number") from None
+        if math.isfinite(out):
+            return out if isinstance(value, float) else value
+    raise _Refused("a finite number")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise _Refused("True or False")
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise _Refused("text (a str)")
+
+
+def _path(value: Any) -> Any:
+    if isinstance(value, (str, bytes, os.PathLike)):
+        try:
+            os.fsdecode(value)
+        except (TypeError, ValueError):
+            raise _Refused("a file path (str or pathlib.Path)") from None
+        return value
+    raise _Refused("a file path (str or pathlib.Path)")
+
+
+def _array(value: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, (np.ndarray, list, tuple, pd.Series, pd.Index)):
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+            return value
+        try:
+            return np.asarray(value, dtype="float64")
+        except (TypeError, ValueError):
+            raise _Refused("an array of numbers (numpy.ndarray)") from None
+    raise _Refused("an array of numbers (numpy.ndarray)")
+
+
+def _instance(cls: type, words: str) -> Check:
+    def check(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        raise _Refused(words)
+    return check
+
+
+def _optional(inner: Check) -> Check:
+    def check(value: Any) -> Any:
+        return None if value is None else inner(value)
+    return check
+
+
+def _either(checks: list[Check]) -> Check:
+    def check(value: Any) -> Any:
+        wants = []
+        for c in checks:
+            try:
+                return c(value)
+            except _Refused as exc:
+                wants.append(exc.wants)
+        raise _Refused(" or ".join(dict.fromkeys(wants)))
+    return check
+
+
+def _items(inner: Check, words: str, container: Callable | None = list, length: int | None = None) -> Check:
+    """Each item held to ``inner``; the items come back in ``container`` (None: the value as it was given)."""
+    def check(value: Any) -> Any:
+        if isinstance(value, (str, bytes, collections.abc.Mapping)) or not isinstance(value, collections.abc.Iterable):
+            raise _Refused(words)
+        items = list(value)
+        if length is not None and len(items) != length:
+            raise _Refused(words)
+        try:
+            checked_items = [inner(v) for v in items]
+        except _Refused:
+            raise _Refused(words) from None
+        if container is None:
+            return value if not isinstance(value, collections.abc.Iterator) else items
+        return container(checked_items)
+    return check
+
+
+def _mapping(key: Check, val: Check, words: str) -> Check:
+    def check(value: Any) -> Any:
+        if not isinstance(value, collections.abc.Mapping):
+            raise _Refused(words)
+        try:
+            return {key(k): val(v) for k, v in value.items()}
+        except _Refused:
+            raise _Refused(words) from None
+    return check
+
+
+def _callable(value: Any) -> Any:
+    if callable(value):
+        return value
+    raise _Refused("a function")
+
+
+def check_for(hint: Any) -> Check | None:
+    """The check of one type hint, or None where the hint says nothing this module checks."""
+    from .model import Trace
+
+    if hint is Trace:
+        return _instance(Trace, "a Trace (from helpers.load('trace.json'))")
+    simple = {int: _int, float: _float, bool: _bool, str: _str}
+    if hint in simple:
+        return simple[hint]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if set(args) >= {str, os.PathLike} or (str in args and any(typing.get_origin(a) is os.PathLike for a in args)):
+            return _optional(_path) if type(None) in args else _path
+        inner = [check_for(a) for a in args if a is not type(None)]
+        if any(c is None for c in inner):
+            return None
+        one = inner[0] if len(inner) == 1 else _either(inner)
+        return _optional(one) if type(None) in args else one
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            inner = check_for(args[0])
+            return None if inner is None else _items(inner, f"a sequence of {_words(args[0])}", tuple)
+        inner_checks = [check_for(a) for a in args]
+        if args and all(c is not None for c in inner_checks) and len(set(args)) == 1:
+            return _items(inner_checks[0], f"{len(args)} {_words(args[0], plural=True)} (a tuple)", tuple, len(args))
+        return None
+    if origin in (list, collections.abc.Sequence, collections.abc.Iterable):
+        inner = check_for(args[0]) if args else None
+        return None if inner is None else _items(inner, f"a list of {_words(args[0], plural=True)}")
+    if origin in (dict, collections.abc.Mapping):
+        key, val = (check_for(a) for a in args) if len(args) == 2 else (None, None)
+        if key is None or val is None:
+            return None
+        return _mapping(key, val, f"a dict of {_words(args[0])} -> {_words(args[1])}")
+    if origin is collections.abc.Callable or hint is collections.abc.Callable:
+        return _callable
+    if hint in (list, tuple, collections.abc.Sequence):  # a bare sequence hint: a list and a tuple both do
+        return _items(lambda v: v, "a list or tuple", None)
+    if isinstance(hint, type):
+        if hint.__module__ == "numpy" and hint.__name__ == "ndarray":
+            return _array
+        if hint is typing.Any or hint is object:
+            return None
+        return _instance(hint, f"a {hint.__name__}")
+    return None
+
+
+def _words(hint: Any, plural: bool = False) -> str:
+    names = {int: "whole number", float: "finite number", str: "str", bool: "bool"}
+    word = names.get(hint, getattr(hint, "__name__", str(hint)))
+    return word + ("s" if plural else "")
+
+
+def checked(fn: Callable, only: tuple | None = None) -> Callable:
+    """``fn`` with its arguments held to its type hints (see the module's doc); the checks are built on
+    the first call, so decorating costs nothing at import. ``only``: hold only the arguments whose hint is
+    one of these types (or one of them or None); the others are left to ``fn``, which says more about them."""
+    import inspect
+
+    plan: list | None = None
+
+    def build() -> list:
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # noqa: BLE001 - a hint that does not resolve: that argument goes unchecked
+            hints = {}
+        sig = inspect.signature(fn)
+        out = []
+        for name, param in sig.parameters.items():
+            hint = hints.get(name)
+            if only is not None and not _one_of(hint, only):
+                continue
+            check = check_for(hint) if hint is not None else None
+            if check is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY,
+                                                    param.POSITIONAL_ONLY):
+                out.append((name, check))
+        return [sig, out]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nonlocal plan
+        if plan is None:
+            plan = build()
+        sig, checks = plan
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:  # a missing or unknown argument: Python's own words, one line
+            raise TraceError(f"{fn.__name__}(): {exc}") from None
+        arguments = bound.arguments
+        for name, check in checks:
+            if name in arguments:
+                try:
+                    arguments[name] = check(arguments[name])
+                except _Refused as exc:
+                    raise TraceError(f"{fn.__name__}(): {name}={describe(arguments[name])}: give {exc.wants}") from None
+        return fn(*bound.args, **bound.kwargs)
+
+    wrapper.__checked__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _one_of(hint: Any, types_: tuple) -> bool:
+    if hint in types_:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return bool(args) and all(a in types_ for a in args)
+    return False
+
+
+def check_namespace(namespace: dict, names: typing.Iterable[str], only: tuple | None = None) -> None:
+    """Replace each public function among ``names`` in ``namespace`` (a module's globals) by its checked
+    form (``only``: see :func:`checked`); classes, constants and private names are left as they are."""
+    import inspect
+
+    for name in names:
+        value = namespace.get(name)
+        if name.startswith("_") or not inspect.isfunction(value) or getattr(value, "__checked__", False):
+            continue
+        namespace[name] = checked(value, only)
+
+
+__all__ = ["check_for", "check_namespace", "checked", "describe"]
