@@ -46,7 +46,7 @@ from . import metrics as m
 from . import thresholds as th
 from .arguments import checked
 from .errors import ArgumentError
-from .metrics.activity import STARTUP_CALL, _is_launch_call
+from .metrics.activity import FREE_CALL, STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
 from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
 from .patterns import PATH_CAUSES
@@ -59,8 +59,14 @@ _NC = len(PATH_CAUSES)
 #: a compiled program *runs* in (``Torch-Compiled Region``, ``CompiledFunction``) are not compilation.
 COMPILE_RANGE = re.compile(
     r"\(dynamo_timed\)$|^(?:dynamo|entire_frame_compile|entire_backward_compile|inductor_compile|backend_compile|"
-    r"compile_fx(?:_inner)?|fx_codegen_and_compile|async_compile\.\w+|CachingAutotuner\.benchmark_all_configs|"
-    r"TritonTemplateCaller\.benchmark|autotune_select_algorithm|select_algorithm\.\w+)$")
+    r"fx_codegen_and_compile|CachingAutotuner\.benchmark_all_configs|TritonTemplateCaller\.benchmark|"
+    r"autotune_select_algorithm|select_algorithm\.\w+)$"
+    # any range naming compilation (nvFuser's KernelExecutor::compileFusion, NVRTC's CompileProgram, XLA's, ...), not
+    # the ranges compiled code runs in ("Torch-Compiled Region", CompiledFunction)
+    r"|(?i:(?<![a-z/])(?:pre)?compil(?:e|er|ing|ation)(?![a-z/]*d\b|[a-z]*/|d)|(?<![a-z])nvrtc|autotun)")
+#: with_stack frames (kind ``python``) of compilation: Inductor's compile workers, code cache and autotuning. Other
+#: frames are matched by their code, not their module's path ("vllm/compilation/..." runs compiled code).
+COMPILE_FRAME = re.compile(r"torch/_inductor/(?:compile_worker|codecache|async_compile|select_algorithm|autotune)")
 
 
 _STEP_MARKER = re.compile("|".join(DEFAULT_STEP_PATTERNS), re.IGNORECASE)
@@ -72,6 +78,10 @@ def _is_step_marker(name: str) -> bool:
 
 def _is_compile_range(name: str) -> bool:
     return bool(COMPILE_RANGE.search(name))
+
+
+def _is_compile_frame(name: str) -> bool:
+    return bool(COMPILE_FRAME.search(name))
 
 
 # --- interval helpers (vectorised) -------------------------------------------------------------
@@ -123,12 +133,43 @@ class _Graph:
     g_pin: np.ndarray  # a start it cannot move before (-inf, or its real start when nothing explains it)
     g_bind: np.ndarray  # 0 launch, 1 stream, 2 cross, 3 pinned: which dependency it waited on
     g_pageable: np.ndarray  # copies to or from pageable host memory
+    g_hostcopy: np.ndarray  # copies to or from the host
+    g_h2d: np.ndarray  # copies from the host
+    g_bytes: np.ndarray  # bytes each copy moved (NaN otherwise)
     g_ffma: np.ndarray  # matrix products on the fp32 FFMA pipes
     g_seg: np.ndarray  # the last host item that must be placed before it can be (running max along its stream)
     first_op: int = -1  # the kept steps' first GPU op
     g_kept: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # ops of the kept steps (not work queued before)
     streams: list[np.ndarray] = field(default_factory=list)  # op indices of each stream, in order
     info: dict[str, Any] = field(default_factory=dict)
+    w_free: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # waits that no longer wait (their op moved off)
+    g_extra_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # cause of a stream gap's rest
+    g_hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # ops moved off the path (overlapped)
+
+    def __post_init__(self) -> None:
+        if self.w_free.size != self.w_item.size:
+            self.w_free = np.zeros(self.w_item.size, dtype=bool)
+
+
+def freeing_after_gpu_work(trace: Trace) -> np.ndarray:
+    """For every event: is it a call that frees memory (:data:`helpers.metrics.activity.FREE_CALL`) made after its
+    rank's first launch? CUDA synchronizes the device inside it: a sync not named sync (before any work it is the
+    context's creation, start-up)."""
+    memo = m._memo(trace)
+    if "freeing_after_gpu_work" not in memo:
+        ev = trace.events
+        runtime = (ev["kind"] == "runtime").to_numpy() & (ev["device"].to_numpy() < 0)
+        free = runtime & m.name_mask(trace, "free_call", FREE_CALL.match)
+        out = np.zeros(len(ev), dtype=bool)
+        if free.any():
+            launch = runtime & m.name_mask(trace, "launch", _is_launch_call)
+            ranks, start = ev["rank"].to_numpy(), ev["start_us"].to_numpy()
+            for r in np.unique(ranks[free]):
+                first = start[launch & (ranks == r)]
+                if first.size:
+                    out |= free & (ranks == r) & (start > first.min())
+        memo["freeing_after_gpu_work"] = out
+    return memo["freeing_after_gpu_work"]
 
 
 def _row_positions(trace: Trace, rank: int) -> np.ndarray:
@@ -142,14 +183,25 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
     host = ev["device"].to_numpy()[pos] < 0
     kinds = ev["kind"].to_numpy()[pos]
     start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    comp_mask = host & np.isin(kinds, ("annotation", "cpu_op", "python")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos]
+    comp_mask = host & ((np.isin(kinds, ("annotation", "cpu_op")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
+                        | ((kinds == "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
     parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
     parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
-    parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
-    if gpu:
-        parts.append((_C["launch"], *m.host_union(trace, rank, "launch")))
-    else:
-        parts.append((_C["cpu_compute"], *m.host_union(trace, rank, "host_compute")))
+    if gpu:  # a host collective's (gloo's) wait before the framework's dispatching
+        parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
+        ops = m.host_union(trace, rank, "launch")
+        parts.append((_C["launch"], *ops))
+    else:  # the model's ops on a CPU before a collective another thread runs meanwhile (that part is hidden)
+        ops = m.host_union(trace, rank, "host_compute")
+        parts.append((_C["cpu_compute"], *ops))
+        parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
+    # the interpreter between two of the model's ops: a gap shorter than LAUNCH_DISPATCH_BRIDGE_US is dispatching
+    # the next one, not code of the program's own
+    busy = host & (np.isin(kinds, ("cpu_op", "runtime")))
+    bs, be = m.merge_intervals(start[busy], end[busy])
+    if bs.size > 1:
+        short = (bs[1:] - be[:-1]) < th.LAUNCH_DISPATCH_BRIDGE_US
+        parts.append((_C["launch"] if gpu else _C["cpu_compute"], be[:-1][short], bs[1:][short]))
     out, taken_s, taken_e = [], np.zeros(0), np.zeros(0)
     for cause, s, e in parts:
         s, e = np.asarray(s, float), np.asarray(e, float)
@@ -203,6 +255,8 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # --- host calls on the threads that launch or wait ---
     runtime = host & (kinds == "runtime")
     is_sync = m.is_sync_call(trace)[pos] & runtime
+    frees = freeing_after_gpu_work(trace)[pos]  # a free once the GPU has work is a sync (FREE_CALL)
+    is_sync = is_sync | frees
     blocking = m.blocking_copy_calls(trace)[pos]
     is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[pos] & ~blocking
     is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[pos] & ~is_sync & ~is_launch
@@ -225,6 +279,9 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     g_kinds = kinds[g_sel]
     g_cause, g_ffma = _gpu_cause(g_names, g_kinds)
     g_pageable = (g_kinds == "memcpy") & (ev["host_memory"].to_numpy()[pos][g_sel] == "pageable")
+    g_hostcopy = (g_kinds == "memcpy") & np.isin(ev["copy_kind"].to_numpy()[pos][g_sel], ("H2D", "D2H"))
+    g_h2d = ev["copy_kind"].to_numpy()[pos][g_sel] == "H2D"
+    g_bytes = ev["bytes"].to_numpy()[pos][g_sel].astype(float)
     n_g = g_sel.size
     has_gpu_rows = n_g > 0
 
@@ -291,6 +348,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # --- GPU ops: launch, stream and cross-stream dependencies ---
     g_launch = np.full(n_g, -1, dtype=np.int64)
     launch_time = gs.copy()  # when each op was launched: its call's start (an op with no call: its own start)
+    ok_launch, launch_rows = np.zeros(n_g, dtype=bool), np.zeros(0, dtype=np.int64)
     rt_idx = np.flatnonzero(runtime & (corr >= 0))
     if n_g and rt_idx.size:
         keys = pd.Index(corr[rt_idx])
@@ -299,6 +357,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
         found = keys.get_indexer(corr[g_sel])
         ok = (found >= 0) & (corr[g_sel] >= 0)
         launch_time[ok] = start[lc[found[ok]]]
+        ok_launch, launch_rows = ok, lc[found[ok]]
         on_chain = ok.copy()
         on_chain[ok] = call[lc[found[ok]]] & (start[lc[found[ok]]] >= c0 - 1e-9) & (start[lc[found[ok]]] < t1h)
         g_launch[on_chain] = np.clip(np.searchsorted(cuts, start[lc[found[on_chain]]], side="right") - 1, 0, n_h - 1)
@@ -352,6 +411,23 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     g_lat[:, 0] = np.where(g_bind == 0, lat_launch, np.minimum(lat_launch, a_typ))
     g_lat[:, 1] = own_gap
     g_lat[:, 2] = np.where(g_bind == 1, extra, np.minimum(extra, extra_typ))
+    # What the rest of a stream gap was: the sync's where the host sat in a sync call through at least half of it (a
+    # GPU idle while its host is blocked: nothing else could be queued meanwhile), else eager launching (the op's call
+    # still running as the op before it ended), else, the op long queued, the GPU's own wait for something the trace
+    # does not show.
+    g_extra_cause = np.full(n_g, _C["launch"], dtype=np.int64)
+    if n_g:
+        prev_end = np.where(g_prev >= 0, ge[np.clip(g_prev, 0, None)], -np.inf)
+        call_end = np.full(n_g, np.inf)
+        if rt_idx.size:
+            call_end[ok_launch] = end[launch_rows]
+        queued = call_end < prev_end
+        gap_s, gap_e = prev_end + own_gap, gs
+        sync_sel = call & is_sync
+        ss, se = m.merge_intervals(start[sync_sel].astype(float), end[sync_sel].astype(float))
+        in_sync = m.overlap(ss, se, np.where(np.isfinite(gap_s), gap_s, gs), gap_e) if ss.size else np.zeros(n_g)
+        g_extra_cause = np.where(in_sync >= 0.5 * np.maximum(extra, 1e-9), _C["sync"],
+                                 np.where(queued, _C["graph"], _C["launch"]))
     g_lat[:, 3] = np.where(g_bind == 2, np.where(np.isfinite(r_cross), gs - r_cross, 0.0), 0.0)
     g_cross = np.where(g_bind == 2, g_cross, -1)
     g_pin = np.where(pinned, gs, -np.inf)
@@ -381,7 +457,8 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
             "waits": int(w_item.size), "host_items": int(n_h), "gpu_ops": int(n_g)}
     return _Graph(rank, c0, t0, t1, win, h_start, h_end, comp, h_row, w_item, w_op, w_ret, w_base, w_first,
                   gs, ge, g_cause, g_stream, pos[g_sel], g_launch, g_prev, g_cross, g_lat, g_pin, g_bind,
-                  g_pageable, g_ffma, g_seg, first_op, step_col[g_sel] >= 0, streams, info)
+                  g_pageable, g_hostcopy, g_h2d, g_bytes, g_ffma, g_seg, first_op, step_col[g_sel] >= 0, streams, info,
+                  g_extra_cause=g_extra_cause)
 
 
 def _work(g: _Graph) -> tuple[np.ndarray, float]:
@@ -430,10 +507,16 @@ def _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op, own_pag
     # the call lasted as long as its copy did: a blocking copy (named), or one to or from pageable memory, which
     # CUDA returns from once the last chunk is staged; a copy that started after the call returned was not waited for
     covered = (np.minimum(ce, own_end) - np.maximum(cs, own_start)) >= 0.5 * dur
-    own_wait = (has_own & (own_end > cs) & (own_start < ce) & (np.abs(ce - own_end) <= tol) & (own_end >= last_end)
-                & (named | (own_pageable & covered & (dur >= th.IMPLICIT_SYNC_MIN_US))))
-    ret_last = ce - last_end
-    named_wait = ~own_wait & named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= th.SYNC_RETURN_US)
+    own_ret = ce - own_end
+    own_wait = (has_own & (own_end > cs) & (own_start < ce)
+                & ((named & (own_ret >= -tol) & (own_ret <= th.SYNC_RETURN_US))
+                   | (own_pageable & covered & (np.abs(own_ret) <= tol) & (dur >= th.IMPLICIT_SYNC_MIN_US))))
+    # a named sync waits on the work launched before it that it saw finish last (other streams' work may run on)
+    seen_op, seen_end = _seen_last(np.flatnonzero(named & ~own_wait), cs, ce, ge, launch_time)
+    last_op = np.where(seen_op >= 0, seen_op, last_op)
+    ret_last = np.where(seen_op >= 0, ce - seen_end, ce - last_end)
+    named_wait = ~own_wait & named & (seen_op >= 0) & (seen_end > cs) & (ret_last >= -1e-6) & (ret_last <= th.SYNC_RETURN_US)
+    ret_last = np.where(named, ret_last, ce - last_end)
     implicit = (~own_wait & ~named & have & (last_end > cs) & (ret_last >= -1e-6) & (ret_last <= tol)
                 & (dur >= th.IMPLICIT_SYNC_MIN_US))
     op = np.where(own_wait, own_op, last_op)
@@ -452,6 +535,28 @@ def _waits(call_idx, is_sync, cs, ce, cuts, gs, ge, launch_time, own_op, own_pag
     items, ops, rets, base, firsts = items[keep], ops[keep], rets[keep], base[keep], firsts[keep]
     firsts = np.maximum(firsts, np.r_[0, items[:-1] + 1])  # a wait never reaches back over the one before it
     return items, ops.astype(np.int64), rets, base, np.minimum(firsts, items)
+
+
+def _seen_last(calls: np.ndarray, cs: np.ndarray, ce: np.ndarray, ge: np.ndarray, launch_time: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """For the calls ``calls`` (indices into cs / ce): the GPU op launched before each began that ended last at or
+    before its end (-1 where none ended inside it), and that end. Walks back from the call's end through the ops by
+    end time, at most 256 of them: those launched later than the call (by other threads) are few."""
+    op = np.full(cs.size, -1, dtype=np.int64)
+    end = np.full(cs.size, -np.inf)
+    if calls.size == 0 or ge.size == 0:
+        return op, end
+    by_end = np.argsort(ge, kind="stable")
+    e_sorted, lt_sorted = ge[by_end], launch_time[by_end]
+    at = np.searchsorted(e_sorted, ce[calls] + 1e-6, side="right") - 1
+    for k, j in zip(calls.tolist(), at.tolist()):
+        stop = max(j - 256, -1)
+        while j > stop and e_sorted[j] > cs[k]:
+            if lt_sorted[j] < cs[k]:
+                op[k], end[k] = int(by_end[j]), float(e_sorted[j])
+                break
+            j -= 1
+    return op, end
 
 
 def _running_argmax(x: np.ndarray) -> np.ndarray:
@@ -489,12 +594,12 @@ def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
     if op_scale is not None:
         d_gpu = d_gpu * op_scale
     fl, fg = f[_C["launch"]], f[_C["graph"]]
-    lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * fl, g.g_lat[:, 3]], axis=1)
+    lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * f[g.g_extra_cause], g.g_lat[:, 3]], axis=1)
     hs, he = np.empty(n_h), np.empty(n_h)
     gs_, ge_ = np.full(n_g, np.nan), np.full(n_g, np.nan)
     ptr = [0] * len(g.streams)
     seg_of = [g.g_seg[idx] for idx in g.streams]
-    keep = _kept_waits(g.w_item.size, f[_C["sync"]])
+    keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
     scale = max(f[_C["sync"]], 1.0)
     for first, w in zip(g.w_first.tolist(), g.w_item.tolist()):  # a wait's call is one wait, however it is cut
         if w > first:
@@ -517,6 +622,8 @@ def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
         if kept:
             target = ge_[op] if np.isfinite(ge_[op]) else g.g_end[op]
             t = t + scale * max(base, target + ret - t)
+        else:  # made asynchronous: the call costs what it does with nothing to wait for
+            t = t + base
         he[w] = t
         i0 = w + 1
     return hs, he, gs_, ge_
@@ -543,41 +650,24 @@ def _place_gpu(g: _Graph, upto: int, ptr: list[int], seg_of: list[np.ndarray], h
     if not blocks:
         return
     launch_start = hs  # the item starts placed so far (every launch item of these ops is among them)
-    for _round in range(8):
-        changed = False
+    if any((g.g_cross[g.streams[s][p:q]] >= 0).any() for s, p, q in blocks):
+        _place_in_order(g, blocks, launch_start, d, lat, gs_, ge_)
+    else:
         for s, p, q in blocks:
-            idx = g.streams[s][p:q]
-            launch = g.g_launch[idx]
-            rl = np.where(launch >= 0, launch_start[np.clip(launch, 0, None)], -np.inf) + lat[idx, 0]
-            rl = np.where(np.isfinite(g.g_pin[idx]) | (launch < 0), -np.inf, rl)
-            cross = g.g_cross[idx]
-            cross_end = ge_[np.clip(cross, 0, None)] if cross.size else cross
-            cross_end = np.where(np.isnan(cross_end), g.g_end[np.clip(cross, 0, None)], cross_end)
-            rc = np.where(cross >= 0, cross_end + lat[idx, 2], -np.inf)
-            x = np.maximum(np.maximum(rl, rc), g.g_pin[idx])
-            dd = d[idx]
-            bb = lat[idx, 1]
-            prev_end = ge_[g.streams[s][p - 1]] if p > 0 else -np.inf
-            steps = bb + dd
-            steps[0] = (bb[0] if p > 0 else 0.0) + dd[0]
-            P = np.cumsum(steps)
-            y = np.maximum.accumulate(np.r_[prev_end, x + dd - P])[1:]
-            e = P + y
-            if not np.array_equal(e, ge_[idx]):
-                changed = True
-                ge_[idx] = e
-                gs_[idx] = e - dd
-        if not changed or all(not (g.g_cross[g.streams[s][p:q]] >= 0).any() for s, p, q in blocks):
-            break
+            _place_stream(g, s, p, q, launch_start, d, lat, gs_, ge_)
     for s, _, q in blocks:
         ptr[s] = q
 
 
-def _overlapped(g: _Graph, causes: tuple[int, ...]) -> _Graph:
-    """The graph with the GPU work of ``causes`` moved off the path: it runs in order on a stream of its own
-    beside the rest, and nothing waits for it (copies prefetched a step ahead on a side stream, a collective
-    overlapped with the backward pass). The work after it on its stream follows the work before it."""
-    hid = np.isin(g.g_cause, causes)
+def _overlapped(g: _Graph, names: tuple[str, ...]) -> _Graph:
+    """The graph with the GPU work of ``names`` (causes or :data:`OP_GROUPS`) moved off the path: it runs in order
+    on a stream of its own beside the rest, and nothing waits for it (copies prefetched a step ahead on a side
+    stream, a collective overlapped with the backward pass). The work after it on its stream follows the work
+    before it; the host's own time on such a cause goes to another thread."""
+    hid = np.zeros(g.g_start.size, dtype=bool)
+    for name in names:
+        hid |= _group(g, name)
+    causes = tuple(_C[n] for n in names if n in _C)
     comp = {k: v for k, v in g.comp.items() if k not in causes}  # host time of it: another thread's now
     if not hid.any():
         return _Graph(**{**g.__dict__, "comp": comp})
@@ -593,11 +683,64 @@ def _overlapped(g: _Graph, causes: tuple[int, ...]) -> _Graph:
     for idx in streams:
         seg[idx] = np.maximum.accumulate(seg[idx])
     cross = np.where(hid[np.clip(g.g_cross, 0, None)] & (g.g_cross >= 0), -1, g.g_cross)
-    keep = ~hid[g.w_op] if g.w_op.size else np.zeros(0, bool)
-    return _Graph(g.rank, g.c0, g.t0, g.t1, g.windows, g.h_start, g.h_end, comp, g.h_row, g.w_item[keep], g.w_op[keep],
-                  g.w_ret[keep], g.w_base[keep], g.w_first[keep], g.g_start, g.g_end, g.g_cause, stream, g.g_row,
-                  g.g_launch, prev, cross, g.g_lat, g.g_pin, g.g_bind, g.g_pageable, g.g_ffma, seg, g.first_op, g.g_kept,
-                  streams, g.info)
+    free = hid[g.w_op] if g.w_op.size else np.zeros(0, bool)  # a wait for work nothing waits for any more
+    return _Graph(g.rank, g.c0, g.t0, g.t1, g.windows, g.h_start, g.h_end, comp, g.h_row, g.w_item, g.w_op,
+                  g.w_ret, g.w_base, g.w_first, g.g_start, g.g_end, g.g_cause, stream, g.g_row,
+                  g.g_launch, prev, cross, g.g_lat, g.g_pin, g.g_bind, g.g_pageable, g.g_hostcopy, g.g_h2d, g.g_bytes, g.g_ffma, seg,
+                  g.first_op, g.g_kept, streams, g.info, g.w_free | free, g.g_extra_cause, hid)
+
+
+def _ready(g: _Graph, idx: np.ndarray, launch_start: np.ndarray, lat: np.ndarray, ge_: np.ndarray) -> np.ndarray:
+    """When each op of ``idx`` could start, its stream aside: after its launch call, and the op on another stream
+    it waits for."""
+    launch = g.g_launch[idx]
+    rl = np.where(launch >= 0, launch_start[np.clip(launch, 0, None)], -np.inf) + lat[idx, 0]
+    rl = np.where(np.isfinite(g.g_pin[idx]) | (launch < 0), -np.inf, rl)
+    cross = g.g_cross[idx]
+    cross_end = ge_[np.clip(cross, 0, None)] if cross.size else np.zeros(0)
+    rc = np.where(cross >= 0, cross_end + lat[idx, 2], -np.inf)
+    return np.maximum(np.maximum(rl, rc), g.g_pin[idx])
+
+
+def _place_stream(g: _Graph, s: int, p: int, q: int, launch_start: np.ndarray, d: np.ndarray, lat: np.ndarray,
+                  gs_: np.ndarray, ge_: np.ndarray) -> None:
+    """Ops p..q of stream s, one after another: e_k = max(e_{k-1} + gap_k, ready_k) + d_k, as a running maximum."""
+    idx = g.streams[s][p:q]
+    x = _ready(g, idx, launch_start, lat, ge_)
+    dd, bb = d[idx], lat[idx, 1]
+    prev_end = ge_[g.streams[s][p - 1]] if p > 0 else -np.inf
+    steps = bb + dd
+    steps[0] = (bb[0] if p > 0 else 0.0) + dd[0]
+    P = np.cumsum(steps)
+    e = P + np.maximum.accumulate(np.r_[prev_end, x + dd - P])[1:]
+    ge_[idx] = e
+    gs_[idx] = e - dd
+
+
+def _place_in_order(g: _Graph, blocks: list[tuple[int, int, int]], launch_start: np.ndarray, d: np.ndarray,
+                    lat: np.ndarray, gs_: np.ndarray, ge_: np.ndarray) -> None:
+    """Ops of several streams that wait on each other: one pass in the order they started in the trace (every
+    dependency ended before its dependent started, so that order places each after what it waits for)."""
+    idx = np.concatenate([g.streams[s][p:q] for s, p, q in blocks])
+    idx = idx[np.argsort(g.g_start[idx], kind="stable")]
+    launch = g.g_launch[idx]
+    rl = np.where(launch >= 0, launch_start[np.clip(launch, 0, None)], -np.inf) + lat[idx, 0]
+    rl = np.where(np.isfinite(g.g_pin[idx]) | (launch < 0), -np.inf, rl)
+    base = np.maximum(rl, g.g_pin[idx]).tolist()
+    cross, prev = g.g_cross[idx].tolist(), g.g_prev[idx].tolist()
+    gap, lc, dur = lat[idx, 1].tolist(), lat[idx, 2].tolist(), d[idx].tolist()
+    end = ge_  # filled as we go (ops before these are placed already)
+    real_end = g.g_end
+    for k, op in enumerate(idx.tolist()):
+        t = base[k]
+        pr = prev[k]
+        if pr >= 0:
+            t = max(t, end[pr] + gap[k])
+        c = cross[k]
+        if c >= 0:  # an op waited for that is not placed yet (launched later) binds at its recorded end
+            t = max(t, (end[c] if end[c] == end[c] else real_end[c]) + lc[k])
+        end[op] = t + dur[k]
+        gs_[op] = t
 
 
 # --- the path --------------------------------------------------------------------------------------
@@ -607,12 +750,13 @@ _PATH_COLUMNS = ["rank", "start_us", "end_us", "dur_us", "cause", "row"]
 def _walk(g: _Graph) -> pd.DataFrame:
     """The critical path of the rank's kept steps as stretches (``rank, start_us, end_us, dur_us, cause, row``),
     each with one cause and the event row it is (or lies in; -1 for host time between calls), in time order."""
-    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, cause, row
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, cause, row, gpu
     host_runs: list[tuple[int, int, float]] = []  # (first item, last item, the time the last item is cut at)
 
-    def emit(s, e, c, r) -> None:
+    def emit(s, e, c, r, gpu: bool = True) -> None:
         s, e = np.atleast_1d(np.asarray(s, float)), np.atleast_1d(np.asarray(e, float))
-        pieces.append((s, e, np.broadcast_to(np.asarray(c, np.int64), s.shape), np.broadcast_to(np.asarray(r, np.int64), s.shape)))
+        pieces.append((s, e, np.broadcast_to(np.asarray(c, np.int64), s.shape), np.broadcast_to(np.asarray(r, np.int64), s.shape),
+                       np.full(s.shape, gpu)))
 
     n_h, n_g = g.h_start.size, g.g_start.size
     wait_of = dict(zip(g.w_item.tolist(), g.w_op.tolist()))
@@ -630,7 +774,7 @@ def _walk(g: _Graph) -> pd.DataFrame:
         if node == "h":
             op = wait_of.get(i)
             if op is not None and t >= g.h_end[i] - 1e-9 and g.g_end[op] > g.h_start[i] - 1e-9:
-                emit(max(float(g.g_end[op]), g.t0), t, _C["sync"], g.h_row[i])  # the sync's return after the work
+                emit(max(float(g.g_end[op]), g.t0), t, _C["sync"], g.h_row[i], False)  # the sync's return after the work
                 node, i, t = "g", op, min(float(g.g_end[op]), t)
                 continue
             k = int(np.searchsorted(g.w_item, i, side="left")) - 1  # back to the previous binding wait, or the start
@@ -644,12 +788,12 @@ def _walk(g: _Graph) -> pd.DataFrame:
         if idx.size > 1:  # the gaps between them: the GPU's own part, then what eager launching added
             gap_s, own = g.g_end[idx[:-1]], g.g_lat[idx[1:], 1]
             emit(gap_s, np.minimum(gap_s + own, g.g_start[idx[1:]]), _C["graph"], g.g_row[idx[1:]])
-            emit(np.minimum(gap_s + own, g.g_start[idx[1:]]), g.g_start[idx[1:]], _C["launch"], g.g_row[idx[1:]])
+            emit(np.minimum(gap_s + own, g.g_start[idx[1:]]), g.g_start[idx[1:]], g.g_extra_cause[idx[1:]], g.g_row[idx[1:]])
         bind, s0 = int(g.g_bind[lo]), min(float(g.g_start[lo]), t)
         if bind == 0:
             li = int(g.g_launch[lo])
             ready = min(float(g.h_start[li]), s0)
-            emit(ready, s0, _C["launch"], g.g_row[lo])
+            emit(ready, s0, _C["launch"], g.g_row[lo], False)
             node, i, t = "h", li - 1, ready
             if ready < g.h_start[li] - 1e-9:  # a clock that put the kernel before its call: go on inside the call
                 node, i = "h", li
@@ -658,7 +802,7 @@ def _walk(g: _Graph) -> pd.DataFrame:
             ready = min(float(g.g_end[prev]), s0)
             mid = min(ready + float(g.g_lat[lo, 1]), s0)
             emit(ready, mid, _C["graph"], g.g_row[lo])
-            emit(mid, s0, _C["launch"], g.g_row[lo])
+            emit(mid, s0, int(g.g_extra_cause[lo]), g.g_row[lo])
             node, i, t = "g", prev, ready
         elif bind == 2:
             cross = int(g.g_cross[lo])
@@ -668,17 +812,19 @@ def _walk(g: _Graph) -> pd.DataFrame:
         else:  # nothing recorded explains its start: go on with the host where it started
             node, i, t = "h", int(np.searchsorted(g.h_start, s0, side="right")) - 1, s0
     if host_runs:
-        pieces.append(_lay_out(g, host_runs))
+        hs_, he_, hc_, hr_ = _lay_out(g, host_runs)
+        pieces.append((hs_, he_, hc_, hr_, np.zeros(hs_.shape, dtype=bool)))
     if not pieces:
         return _empty_path()
-    s, e, c, r = (np.concatenate([p[k] for p in pieces]) for k in range(4))
+    s, e, c, r, on_gpu = (np.concatenate([p[k] for p in pieces]) for k in range(5))
     s = np.maximum(s, g.t0)  # the steps start at the first window's (the host may have begun them before)
     keep = e > s + 1e-9
-    s, e, c, r = s[keep], e[keep], c[keep], r[keep]
+    s, e, c, r, on_gpu = s[keep], e[keep], c[keep], r[keep], on_gpu[keep]
     order = np.argsort(s, kind="stable")
-    s, e, c, r = s[order], e[order], c[order], r[order]
+    s, e, c, r, on_gpu = s[order], e[order], c[order], r[order], on_gpu[order]
     out = pd.DataFrame({"rank": np.full(s.size, g.rank, dtype=np.int64), "start_us": s, "end_us": e, "dur_us": e - s,
-                        "cause": np.asarray(PATH_CAUSES, dtype=object)[c], "row": r})
+                        "cause": np.asarray(PATH_CAUSES, dtype=object)[c], "row": r,
+                        "on": np.where(on_gpu, "gpu", "host").astype(object)})
     out.attrs["end_us"] = t_end
     return out
 
@@ -713,7 +859,8 @@ def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray,
 def _empty_path() -> pd.DataFrame:
     return pd.DataFrame({"rank": pd.Series(dtype="int64"), "start_us": pd.Series(dtype="float64"),
                          "end_us": pd.Series(dtype="float64"), "dur_us": pd.Series(dtype="float64"),
-                         "cause": pd.Series(dtype="object"), "row": pd.Series(dtype="int64")})
+                         "cause": pd.Series(dtype="object"), "row": pd.Series(dtype="int64"),
+                         "on": pd.Series(dtype="object")})
 
 
 # --- the steps' span before and after a replay -----------------------------------------------------
@@ -723,7 +870,9 @@ def _span(g: _Graph, hs: np.ndarray, he: np.ndarray, gs: np.ndarray, ge: np.ndar
     the steps' first op, since the GPU began the steps when it finished what it ran before). Over the number of
     steps it is the mean step: with the host ahead of its GPU, the GPU's pace."""
     host = (float(he[-1]) - float(hs[0])) if he.size else 0.0
-    if not ge.size:
+    if g.g_hidden.size:  # an overlapped collective's own time is no bound: on one rank it holds its wait for the others
+        ge = np.where(g.g_hidden & (g.g_cause == _C["collective"]), np.nan, ge)
+    if not ge.size or np.isnan(ge).all():
         return host
     if g.t0 > g.c0 + 1e-6 and g.first_op >= 0:  # the GPU's windows, behind the host's steps
         start = g.t0 + float(gs[g.first_op] - g.g_start[g.first_op])
@@ -751,7 +900,8 @@ def _graphs(trace: Trace) -> dict[int, _Graph]:
 class CriticalPath:
     """The critical path of a trace's steps.
 
-    ``stretches``: one row per stretch of the path (``rank, step, start_us, end_us, dur_us, cause, name, row``),
+    ``stretches``: one row per stretch of the path (``rank, step, start_us, end_us, dur_us, cause, on, name, row``;
+    ``on``: ``gpu`` for the GPU's work and its own gaps, ``host`` for the host's time, launch latency and sync returns),
     every microsecond of the steps on exactly one, in time order per rank (``row``: the event it is, or the call
     the host was in; -1 for host time between calls). ``steps``: one row per (rank, step): its time and the
     milliseconds of it on each cause. ``ms_per_step``: milliseconds a step by cause on the path, of the rank whose
@@ -768,6 +918,7 @@ class CriticalPath:
     work_ms_per_step: dict[str, float] = field(default_factory=dict)
     waits_per_step: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    job: JobPath | None = None  # with several ranks: which rank and work bound each step of the job
 
     def to_dict(self, stretches: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {"step_ms": self.step_ms, "ms_per_step": dict(self.ms_per_step), "rank": self.rank,
@@ -775,6 +926,8 @@ class CriticalPath:
                              "steps": self.steps.to_dict("records")}
         if stretches:
             d["stretches"] = self.stretches.to_dict("records")
+        if self.job is not None:
+            d["job"] = self.job.to_dict()
         return d
 
 
@@ -789,7 +942,7 @@ def critical_path(trace: Trace) -> CriticalPath:
     stepped = memo["critical_graphs"][1]
     names = stepped.events["name"].to_numpy()
     frames, step_rows = [], []
-    spans, totals, work = {}, {}, {}
+    spans, totals, work, gpu_share = {}, {}, {}, {}
     for rank, g in graphs.items():
         path = _walk(g)
         t_end = float(path.attrs.get("end_us", g.t1))
@@ -813,6 +966,8 @@ def critical_path(trace: Trace) -> CriticalPath:
         n = max(len(win), 1)
         spans[rank] = (t_end - g.t0) / n
         totals[rank] = tot / n
+        gpu_side = (path["on"].to_numpy() == "gpu") & np.isin(cause_col, ("gemm", "kernel", "graph", "launch"))
+        gpu_share[rank] = float(path["dur_us"].to_numpy()[gpu_side].sum()) / n
         w_tot, waits = _work(g)
         work[rank] = ({c: float(w_tot[ci] / n / 1e3) for ci, c in enumerate(PATH_CAUSES)}, waits / n)
         for k in range(len(win)):
@@ -827,7 +982,7 @@ def critical_path(trace: Trace) -> CriticalPath:
         stretches["name"] = np.where(r >= 0, names[np.clip(r, 0, None)] if names.size else "", "")
     else:
         stretches["name"] = pd.Series(dtype="object")
-    stretches = stretches[["rank", "step", "start_us", "end_us", "dur_us", "cause", "name", "row"]]
+    stretches = stretches[["rank", "step", "start_us", "end_us", "dur_us", "cause", "on", "name", "row"]]
     steps = pd.DataFrame(step_rows, columns=["rank", "step", "start_us", "end_us", "dur_us",
                                              *(f"{c}_ms" for c in PATH_CAUSES), "bound_by"])
     if not spans:
@@ -839,8 +994,11 @@ def critical_path(trace: Trace) -> CriticalPath:
                            {"ranks": {r: dict(g.info) for r, g in graphs.items()},
                             "step_ms_by_rank": {r: v / 1e3 for r, v in spans.items()},
                             "work_ms_per_step_by_rank": {r: w[0] for r, w in work.items()},
+                            "gpu_compute_ms_per_step": gpu_share[rank] / 1e3,
                             "waits_per_step_by_rank": {r: w[1] for r, w in work.items()}})
     memo["critical_path"] = out
+    if len(graphs) > 1:
+        out.job = job_path({r: rank_steps(trace, r) for r in graphs})
     return out
 
 
@@ -848,11 +1006,91 @@ def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarr
                        overlapped: tuple[str, ...] = ()) -> float:
     graphs = _graphs(trace)
     means = []
-    hide = tuple(_C[c] for c in overlapped)
     for rank, g in graphs.items():
-        if hide:
-            g = _overlapped(g, hide)
+        if overlapped:
+            g = _overlapped(g, overlapped)
         hs, he, gs_, ge_ = _simulate(g, f, None if op_scale is None else op_scale.get(rank))
+        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+    return max(means) / 1e3 if means else float("nan")
+
+
+# --- what a pattern's fix changes: groups of GPU ops, and the rates they would run at -------------------------
+#: Groups of GPU ops a fix acts on besides whole causes: ``host_copies`` (to or from the host), ``h2d_copies``,
+#: ``pageable_copies`` (to or from pageable host memory), ``ffma_gemms`` (matrix products on the fp32 FFMA pipes).
+OP_GROUPS = ("host_copies", "h2d_copies", "pageable_copies", "ffma_gemms")
+
+
+def _group(g: _Graph, name: str) -> np.ndarray:
+    if name in _C:
+        return g.g_cause == _C[name]
+    if name == "pageable_copies":
+        return g.g_pageable
+    if name == "ffma_gemms":
+        return g.g_ffma
+    if name == "host_copies":
+        return g.g_hostcopy
+    if name == "h2d_copies":
+        return g.g_hostcopy & g.g_h2d
+    raise ArgumentError(f"unknown op group {name!r}; the groups are {', '.join(OP_GROUPS)} and the causes")
+
+
+def pinned_gb_per_s(trace: Trace) -> float:
+    """The bandwidth of copies between host and pinned memory: the trace's own, where it has such copies, else the
+    course's H200 measurement (:data:`helpers.thresholds.PINNED_COPY_GB_PER_S`)."""
+    c = m.copy_stats(m.stepped(trace))
+    pinned = c[c["copy_kind"].isin(("H2D", "D2H")) & (c["host_memory"] == "pinned")] if len(c) else c
+    if len(pinned) and float(pinned["time_us"].sum()) > 0:
+        return float(pinned["bytes"].sum() / (pinned["time_us"].sum() * 1e3))
+    return th.PINNED_COPY_GB_PER_S
+
+
+def lowp_gemm_speedup(trace: Trace) -> tuple[float, str]:
+    """How many times faster a matrix product runs in the device's low precision (bf16 where native, else fp16)
+    than on its fp32 FFMA pipes, and the device the figure is for: the course's profile whose name the trace's
+    device carries (data/device_profiles.json), else the H200's, recorded here."""
+    from .capability import reference_profiles
+
+    profiles = reference_profiles()
+    names = " ".join(str(n) for n in (trace.metadata.get("device_names") or []) if n).lower()
+    chosen = next((p for k, p in profiles.items() if k in names), profiles["h200"])
+    gain = chosen.gemm_gain(chosen.lowp)
+    return (gain if gain == gain and gain > 1 else th.LOWP_GEMM_SPEEDUP), chosen.name
+
+
+def _op_scale(trace: Trace, g: _Graph, rates: tuple[tuple[str, str], ...]) -> np.ndarray | None:
+    """Per-op duration factors for ``rates``: ``(group, "pinned")`` runs host copies at pinned bandwidth,
+    ``(group, "low_precision")`` matrix products at the device's low-precision rate."""
+    if not rates:
+        return None
+    scale = np.ones(g.g_start.size)
+    for group, rate in rates:
+        sel = _group(g, group)
+        if not sel.any():
+            continue
+        if rate == "pinned":
+            b = g.g_bytes[sel]
+            dur = np.maximum(g.g_end[sel] - g.g_start[sel], 1e-9)
+            own = np.where(b > 0, b / (dur * 1e3), np.nan)  # each copy's GB/s
+            scale[sel] = np.where(np.isfinite(own), np.minimum(own / pinned_gb_per_s(trace), 1.0), 1.0)
+        elif rate == "low_precision":
+            scale[sel] = 1.0 / lowp_gemm_speedup(trace)[0]
+        else:
+            raise ArgumentError(f"unknown rate {rate!r}: pinned or low_precision")
+    return scale
+
+
+def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped: tuple[str, ...] = (),
+                rates: tuple[tuple[str, str], ...] = ()) -> float:
+    """The predicted mean step (ms) when a fix is applied: causes scaled (``factors``), causes or op groups moved
+    off the path (``overlapped``), op groups at another rate (``rates``). :func:`what_if` with op groups."""
+    f = _factors(dict(factors))
+    graphs = _graphs(trace)
+    means = []
+    for g in graphs.values():
+        scale = _op_scale(trace, g, tuple(rates))
+        if overlapped:
+            g = _overlapped(g, tuple(overlapped))
+        hs, he, gs_, ge_ = _simulate(g, f, scale)
         means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
@@ -873,4 +1111,110 @@ def what_if(trace: Trace, factors: dict[str, float], overlapped: tuple[str, ...]
     return _predicted_step_ms(trace, _factors(factors), overlapped=tuple(overlapped))
 
 
-__all__ = ["COMPILE_RANGE", "CriticalPath", "critical_path", "what_if"]
+
+# --- across ranks ----------------------------------------------------------------------------------------
+def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
+    """One rank's steps as the job's path needs them (small, picklable: what ``helpers.jobs`` hands back per rank):
+    each step's ``step``, ``ms``, milliseconds by cause on the rank's path (``by_cause``), and its collectives in
+    order, each ``(name, ms, exposed_ms)``: its time, and the part of it no compute on the rank runs beside."""
+    cp = critical_path(trace)
+    steps = cp.steps[cp.steps["rank"] == rank]
+    if steps.empty:
+        return []
+    stepped = m._memo(trace)["critical_graphs"][1]
+    ev = stepped.events
+    on = ev[ev["rank"] == rank]
+    coll = on[on["kind"] == "collective"].sort_values("start_us", kind="stable")
+    if len(coll):
+        gpu = on["device"].to_numpy() >= 0
+        if (coll["device"].to_numpy() >= 0).any():
+            comp = on[gpu & (on["kind"] == "kernel").to_numpy()]
+            cs, ce = m.merge_intervals(comp["start_us"].to_numpy(), comp["end_us"].to_numpy())
+        else:
+            cs, ce = m.host_union(stepped, rank, "host_compute")
+        cov = m.overlap(cs, ce, coll["start_us"].to_numpy(), coll["end_us"].to_numpy()) if len(cs) else np.zeros(len(coll))
+        exposed = coll["dur_us"].to_numpy() - cov
+    out = []
+    for _, s in steps.iterrows():
+        row: dict[str, Any] = {"step": int(s["step"]), "ms": float(s["dur_us"]) / 1e3,
+                               "by_cause": {c: float(s[f"{c}_ms"]) for c in PATH_CAUSES if s[f"{c}_ms"] > 0}}
+        if len(coll):
+            inside = (coll["start_us"].to_numpy() >= s["start_us"]) & (coll["start_us"].to_numpy() < s["end_us"])
+            row["collectives"] = [(str(n)[:80], float(d) / 1e3, float(x) / 1e3) for n, d, x in
+                                  zip(coll["name"].to_numpy()[inside], coll["dur_us"].to_numpy()[inside], exposed[inside])]
+        else:
+            row["collectives"] = []
+        out.append(row)
+    return out
+
+
+@dataclass
+class JobPath:
+    """Which rank, and which of its work, bound each step of a job of several ranks, and what the job saves if a
+    straggler ran like the median rank or a collective were overlapped.
+
+    A rank's own work in a step is its step less its collectives' waits for the other ranks (a collective's time
+    beyond the same collective's shortest time across the ranks); the rank with the most own work bounds the step
+    (every other rank waits for it in the next collective). ``steps``: per step, ``step, job_ms, rank, cause`` (the
+    cause that held most of that rank's path), ``own_ms`` and the median rank's ``median_own_ms``. ``bounds``: the
+    straggler (``kind`` ``straggler``: the rank that bounds the most steps, what the job saves a step if its own work
+    were the next slowest rank's) and each collective by position in the step (``kind`` ``collective``: its time on
+    every rank, what overlapping it with compute saves a step), costliest first.
+    """
+
+    steps: pd.DataFrame
+    bounds: list[dict[str, Any]]
+    step_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_ms": self.step_ms, "steps": self.steps.to_dict("records"), "bounds": list(self.bounds)}
+
+
+def job_path(ranks: dict[int, list[dict[str, Any]]]) -> JobPath | None:
+    """The job's path from each rank's :func:`rank_steps` (None with fewer than two ranks that have steps)."""
+    ranks = {r: s for r, s in ranks.items() if s}
+    if len(ranks) < 2:
+        return None
+    by_step: dict[int, dict[int, dict[str, Any]]] = {}
+    for r, steps in ranks.items():
+        for s in steps:
+            by_step.setdefault(s["step"], {})[r] = s
+    rows, straggler_saving, coll_saving, coll_name = [], {}, {}, {}
+    for step, per in sorted(by_step.items()):
+        if len(per) < 2:
+            continue
+        n_coll = min(len(s["collectives"]) for s in per.values())
+        shortest = [min(s["collectives"][i][1] for s in per.values()) for i in range(n_coll)]
+        own = {r: s["ms"] - sum(s["collectives"][i][1] - shortest[i] for i in range(n_coll)) for r, s in per.items()}
+        bound = max(own, key=own.get)
+        others = sorted((v for r, v in own.items() if r != bound), reverse=True)
+        cause = max(per[bound]["by_cause"].items(), key=lambda kv: kv[1])[0] if per[bound]["by_cause"] else ""
+        job_ms = max(s["ms"] for s in per.values())
+        rows.append((step, job_ms, bound, cause, own[bound], float(np.median(list(own.values())))))
+        straggler_saving.setdefault(bound, []).append(own[bound] - others[0])
+        for i in range(n_coll):  # a collective's transfer the bounding rank could not hide: overlapping it saves that
+            exposed = per[bound]["collectives"][i][2]
+            coll_saving.setdefault(i, []).append(min(shortest[i], max(exposed, 0.0)))
+            coll_name[i] = per[bound]["collectives"][i][0]
+    if not rows:
+        return None
+    steps = pd.DataFrame(rows, columns=["step", "job_ms", "rank", "cause", "own_ms", "median_own_ms"])
+    n = len(steps)
+    bounds: list[dict[str, Any]] = []
+    job_ms = float(steps["job_ms"].mean())
+    floor = th.GAIN_FLOOR_SHARE * job_ms  # savings under the noise floor are no bound worth naming
+    if straggler_saving:
+        r = max(straggler_saving, key=lambda k: len(straggler_saving[k]))
+        saving = float(sum(straggler_saving[r]) / n)
+        if 2 * len(straggler_saving[r]) >= n and saving >= floor:  # one rank bounds most steps, by more than noise
+            bounds.append({"kind": "straggler", "rank": int(r), "steps_bound": len(straggler_saving[r]),
+                           "saving_ms": saving, "cause": str(steps[steps["rank"] == r]["cause"].mode().iat[0])})
+    for i, v in coll_saving.items():
+        if float(np.mean(v)) >= floor:
+            bounds.append({"kind": "collective", "index": int(i), "name": coll_name[i], "saving_ms": float(np.mean(v))})
+    bounds.sort(key=lambda b: -b["saving_ms"])
+    return JobPath(steps, bounds, job_ms)
+
+
+__all__ = ["COMPILE_RANGE", "OP_GROUPS", "CriticalPath", "JobPath", "critical_path", "fix_step_ms", "job_path",
+           "lowp_gemm_speedup", "pinned_gb_per_s", "rank_steps", "what_if"]

@@ -23,12 +23,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import critical as cr
 from . import metrics as m
+from . import thresholds as th
 from .arguments import checked
+from .capture_check import CaptureIssue, capture_signals, check_capture
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
+from .metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
 from .model import Trace
-from .patterns import CATALOGUE, PATTERNS, Pattern, Rule, Signals, get
+from .patterns import BY_NAME, CATALOGUE, PATTERNS, Pattern, Rule, Signals, gain, get
 
 #: Kept for callers of the old names: the catalogue's fixes, GPU and CPU-only wording.
 FIXES = {p.name: p.fix for p in CATALOGUE}
@@ -45,6 +49,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)  # figures read off the trace (incl. gpu_utilization)
     fix: str = ""
     window: tuple[float, float] | None = None  # (start_us, end_us) where it shows most
+    step_ms: float | None = None  # the mean step, measured on the critical path
+    step_ms_if_fixed: float | None = None  # the step predicted when the fix is applied (helpers.what_if)
+    if_fixed: str = ""  # what that fix is, completing "the step would take about N ms if ..."
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -124,6 +131,12 @@ def signals(trace: Trace) -> Signals:
         sg.update({"cpu_host_other_share": float(b["other_us"].sum()) / total,
                    "cpu_op_share": float(b["launch_us"].sum()) / total,
                    "host_other_ms_per_step": float(b["other_us"].mean()) / 1e3 if len(b) else 0.0})
+    sg.update(_path_signals(trace))
+    sg.update(capture_signals(trace))
+    # start-up judged on the part the diagnosis keeps when it kept a loop, on the whole capture when it found none
+    loop = has_steps and n_steps >= th.STEADY_MIN_REPEATS and "path_ms_per_step" in sg
+    sg["startup_judged_share"] = (sg["path_ms_per_step"].get("startup", 0.0) / sg["step_ms"] if loop
+                                  else sg["startup_share"])
     cs = m.comm_stats(trace)
     if not cs.empty and cs["collective_us"].sum() > 0:
         imb = m.rank_imbalance(trace)
@@ -142,6 +155,35 @@ def signals(trace: Trace) -> Signals:
                        "exposed_collective_ms_per_step_by_rank": {int(r): float(c / 1e3) for r, c in zip(pr["rank"], pr["exposed_us"])}})
     return sg
 
+
+
+def _path_signals(trace: Trace) -> dict[str, Any]:
+    """The critical path's figures: the step it measures, milliseconds a step by cause on it and off it, the share
+    of it the GPU's kernels hold, and each pattern's gain: the share of the step its fix saves (the catalogue's
+    :class:`~helpers.patterns.WhatIf`, replayed), with the step it predicts."""
+    cp = cr.critical_path(trace)
+    out: dict[str, Any] = {}
+    if not cp.step_ms > 0:
+        return out
+    step = cp.step_ms
+    path = cp.ms_per_step
+    out.update({"step_ms": step, "path_ms_per_step": dict(path), "work_ms_per_step": dict(cp.work_ms_per_step),
+                "gpu_path_share": cp.info.get("gpu_compute_ms_per_step", 0.0) / step,
+                "compile_share": path.get("compile", 0.0) / step, "compile_ms_per_step": path.get("compile", 0.0)})
+    gains, fixed = {}, {}
+    for p in CATALOGUE:
+        w = p.what_if
+        if w is None:
+            continue
+        after = cr.fix_step_ms(trace, dict(w.factors), w.overlapped, w.rates)
+        if p.name == "gpu_bound":
+            out["gpu_lowp"] = bool(after < step * (1 - 1e-6))
+            if not out["gpu_lowp"]:  # no fp32 matrix products to speed up: at most, the kernels taking no time
+                after = cr.what_if(trace, {c: 0.0 for c in p.causes})
+        fixed[p.name] = after
+        gains[p.name] = max(step - after, 0.0) / step if after == after else 0.0
+    out["gains"], out["step_ms_if_fixed"] = gains, fixed
+    return out
 
 
 #: Host ops that only run on a GPU (cuDNN / MIOpen convolutions, ops named after the CUDA device, and
@@ -163,7 +205,8 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
         on = m.rank_events(trace, rank)
         total += float(on["end_us"].max() - on["start_us"].min())
         mine = rt[rt["rank"] == rank]
-        hits = mine[m.name_mask(trace, "startup_call", _STARTUP_CALL.match)[mine.index]] if len(mine) else mine
+        startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
+        hits = mine[startup[mine.index]] if len(mine) else mine
         us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
         start += float((ue - us).sum())
         un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
@@ -236,7 +279,8 @@ def steady_state(trace: Trace) -> tuple[Trace, SteadyState]:
         before = (f"until the GPU starts work queued {max(x[2] for x in leads) / 1e3:.1f} ms before: it was running (or its "
                   "stream waiting on) work the capture did not record")
     elif st.empty:
-        before = "before the capture's first event"
+        before = ("before the first CUDA call: the program starting (imports, building the model and its data)"
+                  if kept[0] > cap[0] else "before the capture's first event")
     else:
         before = ("before the first step marker: start-up and profiler warm-up" if marked else
                   "before the first repeat kept: start-up" + (" and the first repeat (ramp-up: the GPU queue starts empty)"
@@ -253,17 +297,23 @@ class Diagnosis(list):
     """The findings, most costly first (this object is their list: iterate, ``len``, index it), with the
     signals they came from (:attr:`signals`) and the steady-state step (:attr:`steady`)."""
 
-    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState) -> None:
+    def __init__(self, findings: list[Finding], signals: Signals, steady: SteadyState,
+                 capture: list[CaptureIssue] | None = None) -> None:
         super().__init__(findings)
         self.signals = signals
         self.steady = steady
+        self.capture = list(capture or [])  # what in the recording bears on the figures (helpers.capture_check)
 
     @property
     def findings(self) -> list[Finding]:
         return list(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict()}
+        sg = self.signals
+        path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "work_ms_per_step", "step_ms_if_all_fixed")  # type: ignore[literal-required]
+                if k in sg}
+        return {"findings": [f.to_dict() for f in self], "steady_state": self.steady.to_dict(), "critical_path": path,
+                "capture": [c.to_dict() for c in self.capture]}
 
 
 # --- the rules -------------------------------------------------------------------------------
@@ -279,16 +329,66 @@ def _finding(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> Finding
         ev["steps_inferred"] = sg["steps_inferred"]
     if rule.reason:
         ev["reason"] = rule.reason
-    return Finding(pattern.name, get(sg, rule.cost), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
-                   _window(trace, pattern, rule, sg))
+    f = Finding(pattern.name, _cost(pattern, rule, sg), rule.say(sg), ev, rule.fix or pattern.fix_for(trace.has_gpu),
+                _window(trace, pattern, rule, sg))
+    if not pattern.exclusive and "step_ms" in sg:
+        f.step_ms = float(sg["step_ms"])
+        after = (sg.get("step_ms_if_fixed") or {}).get(pattern.name)
+        if after is not None and after == after:
+            f.step_ms_if_fixed = float(after)
+            f.if_fixed = pattern.what_if.words if pattern.what_if else ""
+            if pattern.name == "gpu_bound":
+                f.if_fixed = _gpu_if_fixed(trace, sg)
+    return f
+
+
+def _cost(pattern: Pattern, rule: Rule, sg: Signals) -> float:
+    """A finding's cost: the share of the step its fix saves on the critical path (:func:`helpers.what_if` of the
+    pattern's :class:`~helpers.patterns.WhatIf`); for ``gpu_bound``, the share of the path the GPU's kernels hold
+    (what faster kernels could save at most). Without a path (no steps): the rule's own cost figure."""
+    if pattern.exclusive:
+        return get(sg, rule.cost)
+    if pattern.name == "gpu_bound":  # not a fix: how much of the step is the GPU's own compute
+        return get(sg, "gpu_kernel_share")
+    if pattern.name in (sg.get("gains") or {}):
+        return gain(sg, pattern.name)
+    return get(sg, rule.cost)
+
+
+def _gpu_if_fixed(trace: Trace, sg: Signals) -> str:
+    if sg.get("gpu_lowp"):
+        return BY_NAME["gpu_bound"].what_if.words if BY_NAME["gpu_bound"].what_if else ""
+    return "the GPU's kernels took no time (at most: Nsight Compute says how much faster they can run)"
+
+
+def _ranked(found: list[tuple[Finding, Rule]], sg: Signals) -> list[Finding]:
+    """The findings in the order their fixes save the most. The what-if cannot tell apart two fixes whose predicted
+    steps lie within :data:`~helpers.thresholds.WHAT_IF_TIE_SHARE` of each other: among those, the larger share of
+    the step the trace itself shows for each (the rule's cost figure, e.g. the GPU idle time the cause explains)
+    decides."""
+    step = sg.get("step_ms")
+    left = list(found)
+    out: list[Finding] = []
+    while left:
+        best = max(left, key=lambda fr: fr[0].cost)
+        if step:
+            after = step * (1 - best[0].cost)
+            ties = [fr for fr in left if step * (1 - fr[0].cost) <= after * (1 + th.WHAT_IF_TIE_SHARE) + 1e-12]
+            best = max(ties, key=lambda fr: (get(sg, fr[1].cost), fr[0].cost))
+        out.append(best[0])
+        left.remove(best)
+    return out
 
 
 @checked
 def diagnose(trace: Trace) -> Diagnosis:
-    """Findings for a trace, most costly first. An empty result means nothing stood out.
+    """Findings for a trace, the fix that saves most first. An empty result means nothing stood out.
 
-    Costs are shares of step time a fix would save at most; in rank order each is capped at what
-    the findings before it leave, so together they never exceed the step.
+    A finding's cost is the share of the step its fix saves, predicted on the step's critical path
+    (:func:`helpers.what_if`; ``step_ms_if_fixed`` is the step it predicts), and a pattern is found when that is
+    more than noise (:data:`~helpers.thresholds.GAIN_FLOOR_SHARE`). Each cost is that fix's own saving: two fixes
+    that hide the same wait both count it, so costs need not add up; the signals' ``step_ms_if_all_fixed`` is the
+    step with every fix applied together.
     """
     trace, steady = steady_state(trace)
     sg = signals(trace)
@@ -296,18 +396,35 @@ def diagnose(trace: Trace) -> Diagnosis:
         if p.exclusive and any(_applies(r, trace.has_gpu) and r.when(sg) for r in p.rules):
             rule = next(r for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg))
             return Diagnosis([_finding(trace, p, rule, sg)], sg, steady)
+    notes = check_capture(trace)  # what in the recording bears on the figures, said beside them
     if trace.has_gpu:
         top = m.kernel_stats(trace)["top"].head(3)  # the cached call signals() made
         sg["top_kernels"] = top[["name", "total_us", "share"]].to_dict("records")
     sg["host_busy_in"] = _host_ranges_in_other_gaps(trace) if trace.has_gpu else _host_ranges_outside_ops(trace)
-    findings = [_finding(trace, p, r, sg) for p in CATALOGUE if not p.exclusive
-                for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
-    findings.sort(key=lambda f: -f.cost)
-    left = 1.0
-    for f in findings:
-        f.cost = max(min(f.cost, left), 0.0)
-        left -= f.cost
-    return Diagnosis(findings, sg, steady)
+    found = [(_finding(trace, p, r, sg), r) for p in CATALOGUE if not p.exclusive
+             for r in p.rules if _applies(r, trace.has_gpu) and r.when(sg)]
+    findings = _ranked(found, sg)
+    if len(findings) > 1 and "step_ms" in sg:  # fixes overlap: their savings do not add up, replay them together
+        by = {p.name: p for p in CATALOGUE}
+        sg["step_ms_if_all_fixed"] = _all_fixed(trace, [by[f.pattern] for f in findings])
+    return Diagnosis(findings, sg, steady, notes)
+
+
+def _all_fixed(trace: Trace, patterns: list[Pattern]) -> float:
+    """The step predicted with every finding's fix applied at once (each fix's own gain counts what the others
+    also win: two fixes that each hide the same wait save it once)."""
+    factors: dict[str, float] = {}
+    overlapped: list[str] = []
+    rates: list[tuple[str, str]] = []
+    for p in patterns:
+        w = p.what_if
+        if w is None or p.name == "gpu_bound":
+            continue
+        for cause, f in w.factors:
+            factors[cause] = min(factors.get(cause, 1.0), f)
+        overlapped += [o for o in w.overlapped if o not in overlapped]
+        rates += [r for r in w.rates if r not in rates]
+    return cr.fix_step_ms(trace, factors, tuple(overlapped), tuple(rates))
 
 
 def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
@@ -361,37 +478,172 @@ def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
 
 
 def _window(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> tuple[float, float] | None:
-    """Where a finding shows, by its rule's locator (:data:`helpers.patterns.WINDOWS`)."""
+    """Where a finding shows most: its pattern's locate function's window (:data:`LOCATORS`), or for a capture that
+    holds no loop its rule's (:data:`helpers.patterns.WINDOWS`)."""
+    if pattern.locate:
+        return locate(trace, pattern.name).window
     how = rule.window
-    if how in ("idle_gap", "longest_sync"):
-        found = _largest_gap(m.idle_gaps(trace), pattern.cause or "")
-        return found or (_longest_sync(trace) if how == "longest_sync" else None)
-    if how == "host_other":
-        gs, ge = _other_host_stretches(trace)
-        if gs.size:
-            i = int(np.argmax(ge - gs))
-            return float(gs[i]), float(ge[i])
-        return None
-    if how == "largest_h2d":
-        ev = trace.events
-        big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
-        if not big.empty:
-            row = big.loc[big["dur_us"].idxmax()]
-            return float(row["start_us"]), float(row["end_us"])
-        return None
-    if how == "longest_step":
-        win = m.windows(trace)
-        row = win.loc[win["dur_us"].idxmax()]
-        return float(row["start_us"]), float(row["end_us"])
-    if how == "worst_comm_step":
-        cs = m.comm_stats(trace)
-        worst = cs.loc[cs["exposed_us"].idxmax()]
-        win = m.windows(trace, int(worst["rank"]))
-        row = win[win["step"] == worst["step"]].iloc[0]
-        return float(row["start_us"]), float(row["end_us"])
     if how == "steady_state":
         return sg.get("steady_window")
+    if how == "compile_range":
+        return _locate_compile(trace, pattern).window
+    if how == "longest_step":
+        win = m.windows(trace)
+        if len(win):
+            row = win.loc[win["dur_us"].idxmax()]
+            return float(row["start_us"]), float(row["end_us"])
     return None
+
+
+# --- where each pattern shows: one locate function a pattern, for diagnose and the reading check ------------
+@dataclass(frozen=True)
+class Located:
+    """Where a pattern shows in a trace (over its steps): ``starts``/``ends``, the merged stretches (absolute
+    microseconds; a reading's window must lie mostly inside them), and ``window``, the one where it shows most
+    (the finding's)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    window: tuple[float, float] | None = None
+
+
+_NOWHERE = Located(np.zeros(0), np.zeros(0))
+
+
+def locate(trace: Trace, pattern: str) -> Located:
+    """Where ``pattern`` shows in ``trace`` over its steps (the steady state's where none are marked), by its
+    catalogue record's locate function (:data:`LOCATORS`): the finding's window and the stretches a reading's window
+    is held to. Kept with the trace."""
+    stepped = m.stepped(trace)
+    memo = m._memo(stepped)
+    key = ("located", pattern)
+    if key not in memo:
+        rec = BY_NAME.get(pattern)
+        memo[key] = LOCATORS[rec.locate](stepped, rec) if rec is not None and rec.locate in LOCATORS else _NOWHERE
+    return memo[key]
+
+
+def _longest(s: np.ndarray, e: np.ndarray) -> tuple[float, float] | None:
+    if s.size == 0:
+        return None
+    i = int(np.argmax(e - s))
+    return float(s[i]), float(e[i])
+
+
+def _merged(s: np.ndarray, e: np.ndarray, window: tuple[float, float] | None) -> Located:
+    return Located(*m.merge_intervals(s, e), window) if s.size else Located(np.zeros(0), np.zeros(0), window)
+
+
+def _locate_idle_gaps(trace: Trace, p: Pattern) -> Located:
+    """The GPU's idle gaps of the pattern's cause (host_bound: and the gaps after a sync whose host work is its own,
+    which the cost model gives it); the finding's window is its longest own gap. Without GPU rows: the host's time
+    in the pattern's activity (the DataLoader's, or its own code outside ops), the window the longest step (data) or
+    the longest such stretch (host code)."""
+    if not trace.has_gpu:
+        if p.cause == "data_wait":
+            parts = [m.host_union(trace, r, "data_wait") for r in trace.ranks]
+            s = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0)
+            e = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0)
+            win = m.windows(trace)
+            row = win.loc[win["dur_us"].idxmax()] if len(win) else None
+            return _merged(s, e, (float(row["start_us"]), float(row["end_us"])) if row is not None else None)
+        gs, ge = _other_host_stretches(trace)
+        return _merged(gs, ge, _longest(gs, ge))
+    g = m.idle_gaps(trace)
+    own = g[g["cause"] == p.cause]
+    window = _longest(own["start_us"].to_numpy(), own["end_us"].to_numpy())
+    if p.cause == "other":  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
+        frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+        then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
+        after = (g["cause"] == "sync").to_numpy() & g["after_sync"].to_numpy(bool)
+        own = g[(g["cause"] == p.cause).to_numpy() | (after & (then == p.cause))]
+    return _merged(own["start_us"].to_numpy(), own["end_us"].to_numpy(), window)
+
+
+#: Two idle gaps closer than this (µs) are one idle stretch the step boundary cut in two.
+STEP_BOUNDARY_US = 200.0
+
+
+def _continues_sync_gap(gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps blamed on a sync, and the gaps that carry on the same idle stretch across a step boundary.
+
+    A loop that syncs at the end of its step leaves the GPU idle from the sync's return into the next step; idle
+    gaps are cut at step boundaries, so the next step's part starts at the window's start and is blamed on what the
+    host does there. It is still the same wait: a reading may point at it."""
+    keep = (gaps["cause"] == "sync").to_numpy().copy()
+    for _, grp in gaps.groupby(["rank", "device"]):
+        idx = grp.sort_values("start_us").index.to_numpy()
+        pos = gaps.index.get_indexer(idx)
+        starts, ends = gaps["start_us"].to_numpy()[pos], gaps["end_us"].to_numpy()[pos]
+        for k in range(1, len(pos)):
+            if keep[pos[k - 1]] and starts[k] - ends[k - 1] <= STEP_BOUNDARY_US:
+                keep[pos[k]] = True
+    return keep
+
+
+def _locate_syncs(trace: Trace, p: Pattern) -> Located:
+    """The GPU's gaps after syncs (and the ones that carry them on across a step's edge) and the host's sync calls;
+    the finding's window is the longest gap a sync opened, else the longest sync call."""
+    ev = trace.events
+    g = m.idle_gaps(trace)
+    window = _largest_gap(g, "sync") or _longest_sync(trace)
+    g = g[_continues_sync_gap(g)] if len(g) else g
+    sync = ev[m.is_sync_call(trace)]
+    s = np.concatenate([g["start_us"].to_numpy(), sync["start_us"].to_numpy()])
+    e = np.concatenate([g["end_us"].to_numpy(), sync["end_us"].to_numpy()])
+    return _merged(s, e, window)
+
+
+def _locate_h2d(trace: Trace, p: Pattern) -> Located:
+    """The host-to-device copies; the finding's window is the longest."""
+    ev = trace.events
+    sel = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
+    s, e = sel["start_us"].to_numpy(), sel["end_us"].to_numpy()
+    return _merged(s, e, _longest(s, e))
+
+
+def _locate_collectives(trace: Trace, p: Pattern) -> Located:
+    """The collectives (NCCL kernels on a GPU, gloo's ranges on the host); the finding's window is the step with the
+    most exposed collective time."""
+    ev = trace.events
+    sel = ev[ev["kind"] == "collective"]
+    window = None
+    cs = m.comm_stats(trace)
+    if not cs.empty and cs["exposed_us"].sum() > 0:
+        worst = cs.loc[cs["exposed_us"].idxmax()]
+        win = m.windows(trace, int(worst["rank"]))
+        row = win[win["step"] == worst["step"]]
+        if len(row):
+            window = float(row["start_us"].iloc[0]), float(row["end_us"].iloc[0])
+    return _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy(), window)
+
+
+def _locate_kernels(trace: Trace, p: Pattern) -> Located:
+    """The GPU's kernels (the whole step is the GPU's: no one window)."""
+    ev = trace.events
+    sel = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)]
+    return _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy(), None)
+
+
+def _locate_compile(trace: Trace, p: Pattern) -> Located:
+    """The stretches of the steps' critical path spent compiling; the finding's window is the longest."""
+    st = cr.critical_path(trace).stretches
+    st = st[st["cause"] == "compile"]
+    if st.empty:
+        return _NOWHERE
+    us, ue = m.merge_intervals(st["start_us"].to_numpy(), st["end_us"].to_numpy())
+    return Located(us, ue, _longest(us, ue))
+
+
+#: Each pattern's locate function, by the key its catalogue record names (:attr:`helpers.patterns.Pattern.locate`).
+LOCATORS = {
+    "idle_gaps": _locate_idle_gaps,
+    "syncs": _locate_syncs,
+    "h2d_copies": _locate_h2d,
+    "collectives": _locate_collectives,
+    "kernels": _locate_kernels,
+    "compile": _locate_compile,
+}
 
 
 def _largest_gap(gaps, cause: str) -> tuple[float, float] | None:
@@ -411,5 +663,5 @@ def _longest_sync(trace: Trace) -> tuple[float, float] | None:
     return float(row["start_us"]), float(row["end_us"])
 
 
-__all__ = ["CPU_FIXES", "FIXES", "Diagnosis", "Finding", "LeftOut", "PATTERNS", "SteadyState", "diagnose", "signals",
-           "steady_state"]
+__all__ = ["CPU_FIXES", "FIXES", "LOCATORS", "Diagnosis", "Finding", "LeftOut", "Located", "PATTERNS", "SteadyState", "diagnose",
+           "locate", "signals", "steady_state"]

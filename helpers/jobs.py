@@ -49,6 +49,7 @@ class RankSummary:
     comm: dict[str, np.ndarray]  # COMM_COLUMNS -> one value per analysis window (step)
     findings: list[tuple[str, float, str]] = field(default_factory=list)  # (pattern, cost, summary), costliest first
     diagnosed: bool = True  # False: only its figures were taken (a job of more than DIAGNOSED_RANKS ranks)
+    path: dict[str, Any] = field(default_factory=dict)  # its critical path: step_ms, ms a step by cause, each fix's step
 
     @property
     def steps(self) -> int:
@@ -147,8 +148,16 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
     comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
-    found = [(f.pattern, float(f.cost), f.summary) for f in diagnose(trace)] if findings else []
-    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=findings)
+    if not findings:
+        return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False)
+    result = diagnose(trace)
+    found = [(f.pattern, float(f.cost), f.summary) for f in result]
+    sg = result.signals
+    path = {k: sg[k] for k in ("step_ms", "path_ms_per_step", "step_ms_if_fixed") if k in sg}  # type: ignore[literal-required]
+    from .critical import rank_steps
+
+    path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
+    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path)
 
 
 def default_workers(n_files: int) -> int:
@@ -468,18 +477,31 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
                        "comm_exposed_share": float(cs["exposed_us"].sum() / cs["window_us"].sum()),
                        "collective_ms_per_step": float(per_step["collective_us"].mean() / 1e3),
                        "exposed_ms_per_step": float(per_step["exposed_us"].mean() / 1e3)})
+    steps = [s.path.get("step_ms") for s in summaries if s.path.get("step_ms")]
+    if steps:  # the job's step is its slowest rank's; a fix's, the slowest rank's once each rank has it
+        report["step_ms"] = max(steps)
+        fixed = [s.path.get("step_ms_if_fixed", {}).get("communication") for s in summaries if s.diagnosed]
+        if fixed and all(f is not None for f in fixed):
+            report["step_ms_if_collectives_overlapped"] = max(fixed)
+    from .critical import job_path
+
+    job = job_path({s.rank: s.path.get("steps", []) for s in summaries})
+    report["job_path"] = job.to_dict() if job is not None else None
     report["findings"] = _job_findings(report)
     return report
 
 
 def _job_findings(r: dict[str, Any]) -> list[str]:
-    """The job-level patterns, held to the diagnosis's own thresholds: uneven load across ranks, else
-    communication that nothing hides."""
+    """The job-level patterns, held to the diagnosis's own rules: uneven load across ranks, else communication
+    whose overlap with the compute saves more of the job's step than noise."""
     if not r["has_collectives"]:
         return []
     if r["ranks"] >= 2 and r["compute_spread"] >= th.IMBALANCE_SPREAD:
         return ["load_imbalance"]
-    return ["communication"] if r["comm_exposed_share"] >= th.COMM_EXPOSED_SHARE else []
+    step, after = r.get("step_ms"), r.get("step_ms_if_collectives_overlapped")
+    if step and after is not None and r["comm_exposed_share"] > 0:
+        return ["communication"] if (step - after) / step >= th.GAIN_FLOOR_SHARE else []
+    return []
 
 
 def stderr_progress(label: str = "ranks") -> Progress | None:

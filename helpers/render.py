@@ -48,11 +48,17 @@ def json_schema_doc() -> str:
         "diagnose --json prints one object:\n"
         '  {"trace": str, "summary": {...metrics.summary...},\n'
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
-        '                 "window": [start_us, end_us] | null}],\n'
+        '                 "window": [start_us, end_us] | null, "step_ms": float | null,\n'
+        '                 "step_ms_if_fixed": float | null, "if_fixed": str}],\n'
         '   "steady_state": {"source": "markers"|"inferred"|"capture", "steps": int, "capture_us": [a, b],\n'
-        '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]}}\n'
-        "cost is the share of step time the fix would save at most; findings are ranked by it and never add\n"
-        "up to more than 1. evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
+        '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]},\n'
+        '   "critical_path": {"step_ms": float, "path_ms_per_step": {cause: ms}, "work_ms_per_step": {cause: ms},\n'
+        '                     "step_ms_if_all_fixed": float},\n'
+        '   "capture": [{"name": str, "figure": float, "says": str, "capture_instead": str}]}\n'
+        "step_ms_if_fixed is the step the critical path predicts with the finding's fix applied (if_fixed says\n"
+        "what that is); cost is the share of the step it saves (for gpu_bound, the share the kernels run). Findings\n"
+        "are ranked by it; fixes overlap, so costs need not add up (step_ms_if_all_fixed: every fix together).\n"
+        "evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
         "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
         f"pattern is one of {', '.join(PATTERNS)}.\n"
     )
@@ -79,7 +85,7 @@ def summary_text(s: dict[str, Any]) -> str:
         shares = s.get("idle_share_by_cause") or {}
         if shares:  # the shares diagnose's costs are: of step time, not of the idle time
             lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
-                         "(the costs diagnose ranks by, % of step time): "
+                         "(% of step time, as diagnose's evidence gives them): "
                          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005))
         k = s["kernels"]
         lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
@@ -184,6 +190,22 @@ def where_command(source: str | None, start_ms: float, end_ms: float, name: str 
             f"-o {shlex.quote(name + '.png')}")
 
 
+def finding_cost_text(f: Finding) -> str:
+    """What a finding costs, in words (empty for a capture finding): ``its fix saves about 83% of the step``."""
+    if f.pattern == "capture_window":
+        return ""
+    if f.pattern == "gpu_bound":
+        return f"the GPU's kernels run {f.cost:.0%} of the step"
+    return f"its fix saves about {f.cost:.0%} of the step"
+
+
+def what_if_text(f: Finding) -> str:
+    """The finding's what-if replay in words, or empty: ``what if: step 23.7 ms -> about 4.08 ms if ...``."""
+    if getattr(f, "step_ms", None) and getattr(f, "step_ms_if_fixed", None) is not None and getattr(f, "if_fixed", ""):
+        return f"what if: step {f.step_ms:.3g} ms -> about {f.step_ms_if_fixed:.3g} ms if {f.if_fixed}"
+    return ""
+
+
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None,
                   origin_us: float = 0.0) -> str:
     """Findings as numbered text; the plot hint names the trace the user gave. A
@@ -199,9 +221,15 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
         return (f"{path}: nothing stands out" + ("" if has_gpu else " (CPU-only trace: host-side checks only)")
                 + (f"\n   {steady}" if steady else ""))
     lines = _wrapped(steady, "   ") if steady else []
+    sg = getattr(findings, "signals", {}) or {}
+    for issue in getattr(findings, "capture", []) or []:
+        lines += _wrapped(f"capture: {issue.says}; capture instead: {issue.capture_instead}", "   ")
     for i, f in enumerate(findings, 1):
-        head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else f" (at most {f.cost:.0%} of step time to win back)")
+        cost = finding_cost_text(f)
+        head = f"{i}. {f.pattern}" + (f" ({cost})" if cost else "")
         lines += [head, *_wrapped(f.summary, "   ")]
+        if what_if_text(f):
+            lines += _wrapped(what_if_text(f), "   ")
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 lines += _wrapped(f"- {k}: {steady_text(v)}", "     ")
@@ -221,6 +249,10 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
             if cmd:  # on a line of its own, never wrapped: it must paste into a shell as printed
                 lines.append(f"     {cmd}")
         lines += _wrapped(f"fix: {f.fix}", "   ")
+    both = sg.get("step_ms_if_all_fixed")
+    if len(findings) > 1 and isinstance(both, float) and math.isfinite(both):
+        lines += _wrapped(f"all of these fixed together: step {sg['step_ms']:.3g} ms -> about {both:.3g} ms (the fixes "
+                          "overlap: their savings do not add up)", "")
     return "\n".join(lines)
 
 

@@ -72,6 +72,22 @@ CAPTURE_COLD_STEPS = 2
 #: CUDA Graph replayed from a graph-level nsys export has a few rows and a GPU busy 74% of the time).
 CAPTURE_COLD_GPU_SHARE = 0.5
 
+#: The capture checked first (helpers.capture): a share of kernel launches with no kernel recorded, or of kernels
+#: that start before their launch call, at least this large is reported (measured below, in CAPTURE_* notes).
+CAPTURE_LOST_LAUNCH_SHARE = 0.05
+#: ... a kernel counts as starting before its call when it does by more than this (microseconds): timestamps of
+#: the host and the GPU are each rounded to a microsecond in Kineto's JSON.
+CAPTURE_CLOCK_TOLERANCE_US = 2.0
+#: Steps whose lengths have a coefficient of variation at least this large do different work: their mean describes
+#: none of them.
+CAPTURE_STEP_SPREAD = 0.5
+#: A capture whose kept steps spend at least this share of their critical path compiling shows the compiler, not the
+#: loop (with CAPTURE_STARTUP_SHARE's reasoning: the loop's own figures are the minority).
+CAPTURE_COMPILE_SHARE = 0.5
+#: A capture in which at least this share of kernel launches ran no kernel, with stream-capture calls in it, recorded
+#: a CUDA Graph being captured: its launches went into the graph, not to the GPU.
+CAPTURE_GRAPH_LAUNCH_SHARE = 0.5
+
 # --- metric constants (moved here from metrics.py, still importable there) ------------------
 #: The first GPU work of a capture that starts this long (microseconds) after its launch call returned
 #: was queued behind work the capture did not record (launched before the profiler started). Idle GPUs
@@ -109,6 +125,28 @@ CROSS_STREAM_TOL_US = 20.0
 #: 0.26 us, 10th-90th percentile 0.22-0.29 us over 2,008 kernels). Used where a trace shows no such gap of its own
 #: (every kernel launch-bound): what launches as one graph replay would leave between them.
 GRAPH_NODE_GAP_US = 0.26
+#: Copies between the host and pinned memory run at this many GB/s where a trace has none of its own to measure:
+#: the course's H200 (PCIe 5) moved the h2d_copy loop's 64 MB batches at 55.3 GB/s from pinned memory against 6.7
+#: GB/s from pageable memory (python -m helpers summary data/h2d_copy__fixed__h200.json.gz, and __broken__).
+PINNED_COPY_GB_PER_S = 55.3
+#: A matrix product in the device's low precision runs this many times faster than on its fp32 FFMA pipes where no
+#: device profile names the trace's GPU: the H200's, read off the course's recordings (data/device_profiles.json,
+#: bf16 784.1 / fp32 51.6 TFLOP/s at lab 08's 2048x4096x4096 shape).
+LOWP_GEMM_SPEEDUP = 15.2
+#: A fix that saves less than this share of the step is within the noise of what the step's graph can tell: the
+#: what-if of the course's recorded fixes is off by a median 2% of the fixed step (docs/benchmarks.md, "What-if
+#: against the measured fixes"), and the fixed GPU loops keep at most 3% of gain for the cause they fixed
+#: (data_stall 0.03, h2d_copy 0.03, sync_stall 0.00, launch_overhead graphs 0.02).
+GAIN_FLOOR_SHARE = 0.05
+#: ... on a trace without GPU rows (a CPU loop), the data wait and the host's own code: there the host is the only
+#: device, and its loader's workers share its cores. The course's fixed CPU loops keep 0.09-0.19 of the step in
+#: them (data_stall fixed 0.09 data, mystery fixed 0.19 host code, 2 cores), the broken ones 0.37-0.50 (data_stall
+#: and mystery broken 0.48 / 0.50): the bar sits between (the data-wait rule's earlier bar, 0.30, measured the same).
+CPU_GAIN_FLOOR_SHARE = 0.30
+#: Two fixes whose predicted steps are closer than this share of the smaller are not told apart by the what-if:
+#: its error on the course's recorded fixes (GPU track, profiler and nsys) is at most 20% at its 80th percentile.
+#: Between them the larger share of GPU idle time the trace shows for each (the pattern's cost figure) decides.
+WHAT_IF_TIE_SHARE = 0.20
 #: A CUDA call not named a sync waited for the GPU (``cudaFree``'s implicit device sync, an allocation that
 #: frees cached blocks) when it returned within this long after all GPU work launched before it had finished ...
 #: Named syncs in the course's H200 traces return 3.1-12.9 us after the work they waited for (sync_stall and
@@ -187,6 +225,12 @@ STEADY_MIN_REPEATS = 3
 STEADY_NEAR_COVER = 0.8
 #: Long kernel sequences: try at most about this many candidate periods (spacings of rare kernels).
 STEADY_MAX_CANDIDATES = 300
+#: Repeats whose span holds less than this share of the capture's GPU work are not the capture's loop: a program that
+#: copies a few inputs, then runs one long kernel (a 50 s solver, a 120 ms GEMM), repeats its copies and nothing else.
+#: Traces whose repeats are their loop keep 0.68-1.0 of their GPU work in them (the course's nsys exports and the
+#: corpus's unmarked traces; the lowest, ext_switch_transformers, 0.68); two captures that compile rather than loop
+#: keep 0.0 and 0.34 (nsys_nvfuser_h200_nvrtc_compile, tl_mi300_xdit_flux_compile_warmup).
+STEADY_MIN_GPU_WORK = 0.5
 #: With more repeats than this, the first is dropped as ramp-up (the GPU queue starts empty where the
 #: capture starts). 2 keeps every repeat of a 2-repeat capture and at least 2 steps otherwise.
 STEADY_DROP_FIRST_ABOVE = 2

@@ -39,7 +39,10 @@ def _manifest_pairs():
 #: mystery:fixed since it was recorded again (2026-12-03): its first twin's loader workers did not keep up
 #: (data_stall 36%) while the exports of the session before ran beside the recording; exports now run after
 #: the last recording. The test fails if any pair disagrees.
-KNOWN_DISAGREEMENTS: set[str] = set()
+#: The DDP job with 1 MB buckets, the fastest of lab 04's variants: under the profiler its all-reduces still leave 9.8%
+#: of the step exposed and overlapping them would save 8.5% (above the 5% noise floor: communication, a small
+#: finding); under nsys, with less overhead on each rank's one core, 3.4% is exposed and nothing stands out.
+KNOWN_DISAGREEMENTS: set[str] = {"communication__tiny_buckets__h200cpu@2026-12-03"}
 
 
 def test_recorded_pairs_agree():

@@ -52,18 +52,24 @@ def offload_loop(steps: int = 4) -> list[Ev]:
 
 def expert_parallel_loop(steps: int = 4) -> list[Ev]:
     """A MoE layer's expert-parallel all-to-all (DeepEP's dispatch and combine kernels) that no compute
-    overlaps: 2 ms of compute, 3 ms dispatch, 1 ms experts, 3 ms combine a step."""
+    overlaps: 2 ms of compute, 3 ms dispatch, 1 ms experts, 3 ms combine a step, queued by the host at once and
+    waited for at the step's end (the loss read)."""
     out: list[Ev] = []
     t, c = 0, 0
     parts = (("void attention_kernel<128>(float*)", 2000), ("void deep_ep::intranode::dispatch<8, 768>(int4*)", 3000),
              ("void expert_gemm<64>(float*)", 1000), ("void deep_ep::intranode::combine<8>(int4*)", 3000))
     for i in range(steps):
         start = t
+        g = t + 10 * US
         for name, dur in parts:
             c += 1
             out.append(Ev("runtime", "cudaLaunchKernel", t, t + 5 * US, correlation=c))
-            out.append(Ev("kernel", name, t + 10 * US, t + (10 + dur) * US, correlation=c))
-            t += (dur + 12) * US
+            out.append(Ev("kernel", name, g, g + dur * US, correlation=c))
+            g += (dur + 2) * US
+            t += 10 * US
+        c += 1
+        out.append(Ev("runtime", "cudaStreamSynchronize", t, g + 5 * US, correlation=c))
+        t = g + 12 * US
         out.append(Ev("annotation", f"ProfilerStep#{i}", start, t))
     return out
 
@@ -107,15 +113,15 @@ def test_expert_parallel_all_to_all_is_communication(tmp_path):
 
 
 # --- captures that are not a training loop ---------------------------------------------------------
-def startup_capture(teardown: bool = False) -> list[Ev]:
-    """A 10 s capture whose first CUDA call (a cudaMalloc) holds 8 s of context creation before a
-    few warm steps; with ``teardown`` the same 8 s are 2,000 cuModuleUnload calls at exit instead."""
+def startup_capture(teardown: bool = False, steps: int = 4) -> list[Ev]:
+    """A 10 s capture whose first CUDA call (a cudaMalloc) holds 8 s of context creation before
+    ``steps`` warm steps; with ``teardown`` the same 8 s are 2,000 cuModuleUnload calls at exit instead."""
     out: list[Ev] = []
     t = 0
     if not teardown:
         out.append(Ev("runtime", "cudaMalloc", 0, 8_000_000 * US))
         t = 8_000_000 * US
-    out += [Ev(e.kind, e.name, e.start_ns + t, e.end_ns + t, correlation=e.correlation) for e in launch_bound_loop()]
+    out += [Ev(e.kind, e.name, e.start_ns + t, e.end_ns + t, correlation=e.correlation) for e in launch_bound_loop(steps)]
     if teardown:
         t = out[-1].end_ns + 10 * US
         for _ in range(2000):
@@ -145,13 +151,23 @@ def gpu_not_recorded() -> list[Ev]:
 
 
 def test_startup_capture_is_named_with_warm_up_fix(tmp_path):
-    f = dg.diagnose(_load(startup_capture(), tmp_path))[0]
+    """8 s of context creation and one marked step: no loop was kept, so the whole capture is judged."""
+    f = dg.diagnose(_load(startup_capture(steps=1), tmp_path))[0]
     assert f.pattern == "capture_window" and f.evidence["reason"] == "startup" and "start-up" in f.summary
     assert "warmup" in f.fix and f.evidence["startup_share"] > 0.75
 
 
+def test_startup_before_a_kept_loop_is_judged_on_the_loop(tmp_path):
+    """The same 8 s before four steps: start-up is judged on the steps the diagnosis keeps (none of it is in them),
+    so the loop gets its own finding and the start-up is said to be left out."""
+    result = dg.diagnose(_load(startup_capture(), tmp_path))
+    assert result[0].pattern == "launch_overhead" and result.signals["startup_share"] > 0.75
+    assert result.signals["startup_judged_share"] < 0.01
+    assert result.steady.left_out and "before the first step marker" in result.steady.left_out[0].why
+
+
 def test_teardown_capture_is_named_teardown(tmp_path):
-    f = dg.diagnose(_load(startup_capture(teardown=True), tmp_path))[0]
+    f = dg.diagnose(_load(startup_capture(teardown=True, steps=1), tmp_path))[0]
     assert f.pattern == "capture_window" and f.evidence["reason"] == "startup" and "teardown" in f.summary
 
 

@@ -104,11 +104,15 @@ def jobs(tmp_path_factory):
 
 def truthful(trace, pattern: str) -> checks.Reading:
     from helpers import diagnose
+    from helpers.checks.reading import want_cost
 
     f = next(f for f in diagnose(trace) if f.pattern == pattern)
     o = time_origin_us(trace)
     fig = checks.EVIDENCE[pattern][0]
-    return checks.Reading(pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(signals(trace)[fig])}, f.cost)
+    sg = signals(trace)
+    # the cost a learner measures (checks.cost_howto), not diagnose's what-if of the fix
+    return checks.Reading(pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(sg[fig])},
+                          want_cost(pattern, trace, sg, f.cost))
 
 
 # --- Exercise 1 and 5: the readings ----------------------------------------------------------------

@@ -18,9 +18,13 @@ def _truthful(trace, pattern: str | None = None) -> checks.Reading:
     f = next(f for f in diagnose(trace) if pattern in (None, f.pattern))
     o = time_origin_us(trace)
     fig = checks.EVIDENCE[f.pattern][0]
+    from helpers.checks.reading import want_cost
     from helpers.diagnosis import signals
 
-    return checks.Reading(f.pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(signals(trace)[fig])}, f.cost)
+    sg = signals(trace)
+    # the cost a learner measures (the pattern's cost figure, checks.cost_howto), not diagnose's what-if of the fix
+    cost = want_cost(f.pattern, trace, sg, f.cost)
+    return checks.Reading(f.pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(sg[fig])}, cost)
 
 
 @pytest.mark.parametrize("workload,variant", [("data_stall", "broken"), ("sync_stall", "broken"), ("launch_overhead", "broken"),
@@ -128,9 +132,10 @@ def test_a_unit_slip_is_named_as_one():
 
 # --- one definition per figure ------------------------------------------------------------------
 def _run(expr: str, t) -> float:
+    import helpers
     from helpers import metrics
 
-    return float(eval(expr, {"metrics": metrics, "t": t}))  # the code the lab shows, as a learner runs it
+    return float(eval(expr, {"metrics": metrics, "helpers": helpers, "t": t}))  # the code the lab shows, as a learner runs it
 
 
 @pytest.mark.parametrize("workload,variant,tag", [("data_stall", "broken", "h200"), ("sync_stall", "broken", "h200"),
@@ -142,7 +147,7 @@ def test_every_figure_the_check_compares_is_the_code_the_lab_shows(workload, var
 
     t = recorded(workload, variant, tag)
     sg = signals(t)
-    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith("metrics.")}}
+    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith(("metrics.", "helpers."))}}
     assert set(checks.reading.FIGURE_HOWTO) == set(FIGURE_HELPER)
     compared = [fig for fig in shown if isinstance(sg.get(fig), (int, float))]
     assert compared

@@ -17,6 +17,7 @@ from conftest import ROOT, TRIAGE_KEY
 from helpers import checks, diagnose
 from helpers import metrics as m
 from helpers.checks import _core, lab05
+from helpers.checks.reading import want_cost
 from helpers.diagnosis import signals
 from helpers.plots import time_origin_us
 from helpers.selfcheck import item_status
@@ -38,7 +39,8 @@ def _truthful(trace, pattern: str) -> checks.Reading:
         wins = m.windows(m.stepped(trace))  # an nsys export without step ranges: the steady state's repeats
         w = wins.iloc[min(1, len(wins) - 1)]
         window = _ms(trace, w["start_us"], w["end_us"])
-    cost = float(sg["gpu_kernel_share"]) if pattern == "gpu_bound" else f.cost
+    # the cost a learner measures (the pattern's cost figure, checks.cost_howto), not diagnose's what-if of the fix
+    cost = float(sg["gpu_kernel_share"]) if pattern == "gpu_bound" else want_cost(pattern, trace, sg, f.cost if f else None)
     return checks.Reading(pattern, window, {fig: float(sg[fig])}, cost)
 
 

@@ -260,6 +260,8 @@ def stepped(trace: Trace) -> Trace:
     memo = _memo(trace)
     if "__stepped__" not in memo:
         steps, info = steady_steps(trace) if not trace.events.empty else (empty_steps(), {})
+        if not steps.empty and _leaves_out_the_work(trace, steps):
+            steps, info = empty_steps(), {}
         if steps.empty:
             memo["__stepped__"] = trace
         else:
@@ -275,6 +277,29 @@ def stepped(trace: Trace) -> Trace:
             md["steps_inferred"] = info
             memo["__stepped__"] = Trace(ev, trace.source, trace.format, md)
     return memo["__stepped__"]
+
+
+def _leaves_out_the_work(trace: Trace, steps: pd.DataFrame) -> bool:
+    """Repeats that hold less than :data:`~helpers.thresholds.STEADY_MIN_GPU_WORK` of the capture's GPU work are not
+    its loop: a few set-up copies repeat, and the one long kernel after them (the program's real work) would be left
+    out as "teardown or a partial step". A repeat's GPU work is the work its launches queued (it may run long after
+    the host's window, where the GPU paces the loop)."""
+    ev = trace.events
+    dev = (ev["device"].to_numpy() >= 0) & ev["kind"].isin(GPU_WORK_KINDS).to_numpy()
+    if not dev.any():
+        return False
+    labelled = ev[["rank", "kind", "start_us", "end_us", "device", "correlation"]].copy()
+    labelled["step"] = -1
+    assign_steps(labelled, steps)
+    start, end, step = ev["start_us"].to_numpy(), ev["end_us"].to_numpy(), labelled["step"].to_numpy()
+    total = kept = 0.0
+    for r in np.unique(ev["rank"].to_numpy()[dev]):
+        mine = dev & (ev["rank"].to_numpy() == r)
+        us, ue = merge_intervals(start[mine], end[mine])
+        total += float((ue - us).sum())
+        ks, ke = merge_intervals(start[mine & (step >= 0)], end[mine & (step >= 0)])
+        kept += float((ke - ks).sum())
+    return total > 0 and kept < _th.STEADY_MIN_GPU_WORK * total
 
 
 def _without_ramp_up(ev: pd.DataFrame, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

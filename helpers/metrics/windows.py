@@ -38,6 +38,7 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
             continue
         if st.empty:
             s, e = float(on_rank["start_us"].min()), float(on_rank["end_us"].max())
+            s = _first_cuda_work(on_rank, s)
             st = pd.DataFrame({"rank": [r], "step": [-1], "start_us": [s], "end_us": [e], "dur_us": [e - s]})
         else:
             st = st.sort_values("start_us").reset_index(drop=True)
@@ -64,6 +65,14 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
         rows.append(st)
     return (pd.concat(rows, ignore_index=True) if rows
             else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
+
+
+def _first_cuda_work(on_rank: pd.DataFrame, start: float) -> float:
+    """Where a capture without steps begins its GPU program: its first CUDA call or GPU op. Before it the host only
+    started (imports, building the model and the data): no loop of its is there to judge (a loop whose iterations
+    vary finds no repeat, and the whole capture is its one window). A trace with no GPU program keeps its start."""
+    cuda = on_rank[(on_rank["kind"] == "runtime") | (on_rank["device"] >= 0)]
+    return max(start, float(cuda["start_us"].min())) if len(cuda) else start
 
 
 def _gpu_paced(st: pd.DataFrame, dev: pd.DataFrame) -> pd.DataFrame | None:
