@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,7 +165,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         shapes.append(report.input_shapes(path, _limits_given(args)[0] or MAX_BYTES))
         if progress:
             progress(2 * i + 2, total + 6)
-    command = "python -m helpers report " + " ".join(inputs)
+    command = "python -m helpers report " + " ".join(shlex.quote(str(p)) for p in inputs)
     page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
                         progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
     written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)

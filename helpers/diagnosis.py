@@ -30,6 +30,7 @@ from .arguments import checked
 from .capture_check import CaptureIssue, capture_signals, check_capture
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
+from .metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
 from .model import Trace
 from .patterns import BY_NAME, CATALOGUE, PATTERNS, Pattern, Rule, Signals, gain, get
 
@@ -477,45 +478,172 @@ def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
 
 
 def _window(trace: Trace, pattern: Pattern, rule: Rule, sg: Signals) -> tuple[float, float] | None:
-    """Where a finding shows, by its rule's locator (:data:`helpers.patterns.WINDOWS`)."""
+    """Where a finding shows most: its pattern's locate function's window (:data:`LOCATORS`), or for a capture that
+    holds no loop its rule's (:data:`helpers.patterns.WINDOWS`)."""
+    if pattern.locate:
+        return locate(trace, pattern.name).window
     how = rule.window
-    if how in ("idle_gap", "longest_sync"):
-        found = _largest_gap(m.idle_gaps(trace), pattern.cause or "")
-        return found or (_longest_sync(trace) if how == "longest_sync" else None)
-    if how == "host_other":
-        gs, ge = _other_host_stretches(trace)
-        if gs.size:
-            i = int(np.argmax(ge - gs))
-            return float(gs[i]), float(ge[i])
-        return None
-    if how == "largest_h2d":
-        ev = trace.events
-        big = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
-        if not big.empty:
-            row = big.loc[big["dur_us"].idxmax()]
-            return float(row["start_us"]), float(row["end_us"])
-        return None
-    if how == "longest_step":
-        win = m.windows(trace)
-        row = win.loc[win["dur_us"].idxmax()]
-        return float(row["start_us"]), float(row["end_us"])
-    if how == "worst_comm_step":
-        cs = m.comm_stats(trace)
-        worst = cs.loc[cs["exposed_us"].idxmax()]
-        win = m.windows(trace, int(worst["rank"]))
-        row = win[win["step"] == worst["step"]].iloc[0]
-        return float(row["start_us"]), float(row["end_us"])
     if how == "steady_state":
         return sg.get("steady_window")
     if how == "compile_range":
-        st = cr.critical_path(trace).stretches
-        st = st[st["cause"] == "compile"]
-        if not st.empty:
-            us, ue = m.merge_intervals(st["start_us"].to_numpy(), st["end_us"].to_numpy())
-            i = int(np.argmax(ue - us))
-            return float(us[i]), float(ue[i])
-        return None
+        return _locate_compile(trace, pattern).window
+    if how == "longest_step":
+        win = m.windows(trace)
+        if len(win):
+            row = win.loc[win["dur_us"].idxmax()]
+            return float(row["start_us"]), float(row["end_us"])
     return None
+
+
+# --- where each pattern shows: one locate function a pattern, for diagnose and the reading check ------------
+@dataclass(frozen=True)
+class Located:
+    """Where a pattern shows in a trace (over its steps): ``starts``/``ends``, the merged stretches (absolute
+    microseconds; a reading's window must lie mostly inside them), and ``window``, the one where it shows most
+    (the finding's)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    window: tuple[float, float] | None = None
+
+
+_NOWHERE = Located(np.zeros(0), np.zeros(0))
+
+
+def locate(trace: Trace, pattern: str) -> Located:
+    """Where ``pattern`` shows in ``trace`` over its steps (the steady state's where none are marked), by its
+    catalogue record's locate function (:data:`LOCATORS`): the finding's window and the stretches a reading's window
+    is held to. Kept with the trace."""
+    stepped = m.stepped(trace)
+    memo = m._memo(stepped)
+    key = ("located", pattern)
+    if key not in memo:
+        rec = BY_NAME.get(pattern)
+        memo[key] = LOCATORS[rec.locate](stepped, rec) if rec is not None and rec.locate in LOCATORS else _NOWHERE
+    return memo[key]
+
+
+def _longest(s: np.ndarray, e: np.ndarray) -> tuple[float, float] | None:
+    if s.size == 0:
+        return None
+    i = int(np.argmax(e - s))
+    return float(s[i]), float(e[i])
+
+
+def _merged(s: np.ndarray, e: np.ndarray, window: tuple[float, float] | None) -> Located:
+    return Located(*m.merge_intervals(s, e), window) if s.size else Located(np.zeros(0), np.zeros(0), window)
+
+
+def _locate_idle_gaps(trace: Trace, p: Pattern) -> Located:
+    """The GPU's idle gaps of the pattern's cause (host_bound: and the gaps after a sync whose host work is its own,
+    which the cost model gives it); the finding's window is its longest own gap. Without GPU rows: the host's time
+    in the pattern's activity (the DataLoader's, or its own code outside ops), the window the longest step (data) or
+    the longest such stretch (host code)."""
+    if not trace.has_gpu:
+        if p.cause == "data_wait":
+            parts = [m.host_union(trace, r, "data_wait") for r in trace.ranks]
+            s = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0)
+            e = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0)
+            win = m.windows(trace)
+            row = win.loc[win["dur_us"].idxmax()] if len(win) else None
+            return _merged(s, e, (float(row["start_us"]), float(row["end_us"])) if row is not None else None)
+        gs, ge = _other_host_stretches(trace)
+        return _merged(gs, ge, _longest(gs, ge))
+    g = m.idle_gaps(trace)
+    own = g[g["cause"] == p.cause]
+    window = _longest(own["start_us"].to_numpy(), own["end_us"].to_numpy())
+    if p.cause == "other":  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
+        frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
+        then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
+        after = (g["cause"] == "sync").to_numpy() & g["after_sync"].to_numpy(bool)
+        own = g[(g["cause"] == p.cause).to_numpy() | (after & (then == p.cause))]
+    return _merged(own["start_us"].to_numpy(), own["end_us"].to_numpy(), window)
+
+
+#: Two idle gaps closer than this (µs) are one idle stretch the step boundary cut in two.
+STEP_BOUNDARY_US = 200.0
+
+
+def _continues_sync_gap(gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps blamed on a sync, and the gaps that carry on the same idle stretch across a step boundary.
+
+    A loop that syncs at the end of its step leaves the GPU idle from the sync's return into the next step; idle
+    gaps are cut at step boundaries, so the next step's part starts at the window's start and is blamed on what the
+    host does there. It is still the same wait: a reading may point at it."""
+    keep = (gaps["cause"] == "sync").to_numpy().copy()
+    for _, grp in gaps.groupby(["rank", "device"]):
+        idx = grp.sort_values("start_us").index.to_numpy()
+        pos = gaps.index.get_indexer(idx)
+        starts, ends = gaps["start_us"].to_numpy()[pos], gaps["end_us"].to_numpy()[pos]
+        for k in range(1, len(pos)):
+            if keep[pos[k - 1]] and starts[k] - ends[k - 1] <= STEP_BOUNDARY_US:
+                keep[pos[k]] = True
+    return keep
+
+
+def _locate_syncs(trace: Trace, p: Pattern) -> Located:
+    """The GPU's gaps after syncs (and the ones that carry them on across a step's edge) and the host's sync calls;
+    the finding's window is the longest gap a sync opened, else the longest sync call."""
+    ev = trace.events
+    g = m.idle_gaps(trace)
+    window = _largest_gap(g, "sync") or _longest_sync(trace)
+    g = g[_continues_sync_gap(g)] if len(g) else g
+    sync = ev[m.is_sync_call(trace)]
+    s = np.concatenate([g["start_us"].to_numpy(), sync["start_us"].to_numpy()])
+    e = np.concatenate([g["end_us"].to_numpy(), sync["end_us"].to_numpy()])
+    return _merged(s, e, window)
+
+
+def _locate_h2d(trace: Trace, p: Pattern) -> Located:
+    """The host-to-device copies; the finding's window is the longest."""
+    ev = trace.events
+    sel = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
+    s, e = sel["start_us"].to_numpy(), sel["end_us"].to_numpy()
+    return _merged(s, e, _longest(s, e))
+
+
+def _locate_collectives(trace: Trace, p: Pattern) -> Located:
+    """The collectives (NCCL kernels on a GPU, gloo's ranges on the host); the finding's window is the step with the
+    most exposed collective time."""
+    ev = trace.events
+    sel = ev[ev["kind"] == "collective"]
+    window = None
+    cs = m.comm_stats(trace)
+    if not cs.empty and cs["exposed_us"].sum() > 0:
+        worst = cs.loc[cs["exposed_us"].idxmax()]
+        win = m.windows(trace, int(worst["rank"]))
+        row = win[win["step"] == worst["step"]]
+        if len(row):
+            window = float(row["start_us"].iloc[0]), float(row["end_us"].iloc[0])
+    return _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy(), window)
+
+
+def _locate_kernels(trace: Trace, p: Pattern) -> Located:
+    """The GPU's kernels (the whole step is the GPU's: no one window)."""
+    ev = trace.events
+    sel = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)]
+    return _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy(), None)
+
+
+def _locate_compile(trace: Trace, p: Pattern) -> Located:
+    """The stretches of the steps' critical path spent compiling; the finding's window is the longest."""
+    st = cr.critical_path(trace).stretches
+    st = st[st["cause"] == "compile"]
+    if st.empty:
+        return _NOWHERE
+    us, ue = m.merge_intervals(st["start_us"].to_numpy(), st["end_us"].to_numpy())
+    return Located(us, ue, _longest(us, ue))
+
+
+#: Each pattern's locate function, by the key its catalogue record names (:attr:`helpers.patterns.Pattern.locate`).
+LOCATORS = {
+    "idle_gaps": _locate_idle_gaps,
+    "syncs": _locate_syncs,
+    "h2d_copies": _locate_h2d,
+    "collectives": _locate_collectives,
+    "kernels": _locate_kernels,
+    "compile": _locate_compile,
+}
 
 
 def _largest_gap(gaps, cause: str) -> tuple[float, float] | None:
@@ -535,5 +663,5 @@ def _longest_sync(trace: Trace) -> tuple[float, float] | None:
     return float(row["start_us"]), float(row["end_us"])
 
 
-__all__ = ["CPU_FIXES", "FIXES", "Diagnosis", "Finding", "LeftOut", "PATTERNS", "SteadyState", "diagnose", "signals",
-           "steady_state"]
+__all__ = ["CPU_FIXES", "FIXES", "LOCATORS", "Diagnosis", "Finding", "LeftOut", "Located", "PATTERNS", "SteadyState", "diagnose",
+           "locate", "signals", "steady_state"]

@@ -56,6 +56,7 @@ from .lanes import (
     trace_name,
 )
 from .model import Trace
+from .patterns import CAUSES
 
 STATIC = Path(__file__).parent / "static"
 #: Range nesting drawn (deeper ranges are inside a phase: noise at timeline scale, as in plots.timeline).
@@ -432,9 +433,7 @@ def figures_lines(f: dict[str, Any], causes: bool = True) -> list[str]:
     if f["has_gpu"]:
         lines.append(f"GPU busy {f['gpu_busy_share']:.0%} ({f['gpu_busy_us'] / 1e3:.3f} ms)")
         idle = {k: v for k, v in f.get("idle_by_cause_us", {}).items() if v > 0}
-        words = {"data_wait": "in the DataLoader", "sync": "just back from a sync", "launch": "launching kernels",
-                 "collective": "in a collective", "graph": "replaying a CUDA Graph (gaps between its kernels)",
-                 "other": "in other code"}
+        words = {c.name: c.host_was for c in CAUSES if c.idle}  # the catalogue's words for each idle cause
         if idle and causes:
             lines.append("GPU idle while the host was: " + ", ".join(f"{words.get(k, k)} {v / 1e3:.3f} ms" for k, v in idle.items()))
         lines.append(f"kernels {f['kernels']} ({f['kernel_us'] / 1e3:.3f} ms)")

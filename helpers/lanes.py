@@ -10,16 +10,26 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
 
 from . import metrics as m
-from .diagnosis import Finding
 from .errors import ArgumentError
 from .model import Trace
 from .paths import printable
 from .patterns import colour as pattern_colour
+
+
+@runtime_checkable
+class Finding(Protocol):
+    """What the timeline reads of a finding (:class:`helpers.diagnosis.Finding`, not imported: the diagnosis's
+    own modules draw figures through this one, and the import graph keeps no cycle)."""
+
+    pattern: str
+    window: tuple[float, float] | None
+
 
 KIND_COLORS = {
     "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",

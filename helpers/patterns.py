@@ -1,27 +1,39 @@
-"""The pattern catalogue: everything the toolkit knows about one bottleneck pattern, in one record.
+"""The pattern catalogue: everything the toolkit knows about one bottleneck pattern, in one record, and the
+vocabulary its records share.
 
-A :class:`Pattern` holds a pattern's name, the idle cause it owns (the label
-:func:`helpers.metrics.idle_gaps` puts on GPU gaps), the words for that cause, its fix (GPU and CPU
-wording), its plot colour and its :class:`Rule` s. A rule is how the pattern is found on one kind of
-trace: a named predicate over named signals (:class:`Signals`, computed by
-:func:`helpers.diagnosis.signals`) held to thresholds from :mod:`helpers.thresholds`, the signal that
-is its cost, the sentence it says, the signals it shows as evidence and where on the timeline it
-shows (a :data:`WINDOWS` locator). :func:`helpers.diagnose`, :mod:`helpers.checks.reading` (which
-figures prove a pattern, what the host does in its gaps) and :mod:`helpers.plots` (colours) read
-this module and keep no copy of their own.
+* :data:`CAUSES`: what a stretch of a step's critical path was spent on (:func:`helpers.critical_path`), with its
+  words and colour; the idle causes among them are also the labels of the GPU's idle gaps
+  (:func:`helpers.metrics.idle_gaps`). Every other module takes the list, the words and the colours from here.
+* :data:`SIGNALS`: each figure a reading can name, declared once: what it is and the code a learner runs to compute
+  it (:func:`helpers.diagnosis.signals` computes the same; :mod:`helpers.checks.reading` builds its tables from it).
+* :data:`CATALOGUE`: one :class:`Pattern` a pattern: its name, the causes it owns, what its fix changes on the
+  step's graph (:class:`WhatIf`: the saving that ranks it), where it shows (``locate``: a key of
+  :data:`helpers.diagnosis.LOCATORS`, the one function that gives both its finding's window and the stretches a
+  learner's reading is held to), its fix (GPU and CPU wording), its colour and its :class:`Rule` s. A rule is how the
+  pattern is found on one kind of trace: a named predicate over named signals (:class:`Signals`); for a pattern that
+  is a fix, that its fix saves more of the step than noise (:func:`floor`). Captures that hold no loop are the
+  ``capture_window`` pattern's rules, judged before any other.
 
 How to add a pattern
 --------------------
-1. If its rule needs a figure no signal has yet, compute it in :func:`helpers.diagnosis.signals` and
-   declare its name and type in :class:`Signals`; put any number it is held to in
+1. Say what its fix changes: a :class:`WhatIf` over the causes (``factors``), the causes or op groups it moves off
+   the path (``overlapped``) or runs at another rate (``rates``). If it owns a cause no record has, add a
+   :class:`Cause` to :data:`CAUSES` and teach :mod:`helpers.critical` which host time or GPU work it is.
+2. If its rule, sentence or evidence needs a figure no signal has, compute it in :func:`helpers.diagnosis.signals`,
+   declare its type in :class:`Signals`, and, if a learner should be able to name it in a reading, a
+   :class:`Signal` in :data:`SIGNALS` (what it is, the code that computes it); thresholds go to
    :mod:`helpers.thresholds` with where the number came from.
-2. Write its predicate here as a named function of the signals (``def _my_rule(s: Signals) -> bool``).
-3. Add one :class:`Pattern` record to :data:`CATALOGUE`: rules, fix, colour (and ``cause`` if it owns
-   an idle cause). Its place in the tuple is its place in :data:`PATTERNS`.
-4. Test it: a synthetic trace (``tests/synth.py``) that shows it and one that must not.
+3. Its rule: ``_saves("my_pattern")`` for a fix (found when its saving is above the noise floor), or a named
+   predicate over the signals (``def _my_rule(s: Signals) -> bool``).
+4. Add one :class:`Pattern` record to :data:`CATALOGUE`: rules, fix, colour, ``causes``, ``what_if`` and
+   ``locate`` (an existing key of :data:`helpers.diagnosis.LOCATORS`, or a new locate function registered there).
+   Its place in the tuple is its place in :data:`PATTERNS`.
+5. Test it: a synthetic trace (``tests/synth.py``) that shows it and one that must not.
 
-``host_bound`` is the worked example: its GPU rule (:func:`_host_bound_gpu`) and CPU-only rule
-(:func:`_host_bound_cpu`), cause ``other``, both fixes and its colour are the one record below.
+``compilation`` was added this way: its cause ``compile`` (which host ranges are compilation:
+:data:`helpers.critical.COMPILE_RANGE`), its :class:`WhatIf` (compilation done before the steps), its rule
+``_saves("compilation")``, its signals ``compile_share`` and ``compile_ms_per_step``, its locate function
+``compile`` (the compilation on the critical path), and tests/test_diagnosis_capture.py.
 """
 
 from __future__ import annotations
@@ -129,19 +141,23 @@ class Cause:
     label: str  # in words, as a clause: "the host waiting for the next batch"
     on: str  # "gpu": the GPU's own work; "host": the host's
     colour: str
-    idle: bool = False  # also a label of the GPU's idle gaps (what the host was doing meanwhile)
+    idle: bool = False  # also a label of the GPU's idle gaps (what the host was doing meanwhile) ...
+    host_was: str = ""  # ... said after "the GPU idled while the host was": "in the DataLoader"
 
 
 #: Every cause, in the order figures list them. The idle causes come first, in the order the idle
 #: breakdowns have always listed them; the pattern that owns a cause is named in its record below
 #: (:attr:`Pattern.causes`), never here.
 CAUSES: tuple[Cause, ...] = (
-    Cause("sync", "the host in (or just back from) a sync", "host", "#c44e52", idle=True),
-    Cause("data_wait", "the host waiting for the next batch", "host", "#dd8452", idle=True),
-    Cause("collective", "a collective", "gpu", "#9467bd", idle=True),
-    Cause("launch", "the host launching (CUDA calls, framework dispatch, the launch queue)", "host", "#4c72b0", idle=True),
-    Cause("graph", "the GPU between kernels it runs back to back (a CUDA Graph's own gaps)", "gpu", "#8fbc8f", idle=True),
-    Cause("other", "the host in its own code (Python, NumPy, logging)", "host", "#ccb974", idle=True),
+    Cause("sync", "the host in (or just back from) a sync", "host", "#c44e52", idle=True, host_was="just back from a sync"),
+    Cause("data_wait", "the host waiting for the next batch", "host", "#dd8452", idle=True, host_was="in the DataLoader"),
+    Cause("collective", "a collective", "gpu", "#9467bd", idle=True, host_was="in a collective"),
+    Cause("launch", "the host launching (CUDA calls, framework dispatch, the launch queue)", "host", "#4c72b0", idle=True,
+          host_was="launching kernels"),
+    Cause("graph", "the GPU between kernels it runs back to back (a CUDA Graph's own gaps)", "gpu", "#8fbc8f", idle=True,
+          host_was="replaying a CUDA Graph (gaps between its kernels)"),
+    Cause("other", "the host in its own code (Python, NumPy, logging)", "host", "#ccb974", idle=True,
+          host_was="in other code"),
     Cause("gemm", "matrix-multiply kernels", "gpu", "#2e7d32"),
     Cause("kernel", "other kernels", "gpu", "#55a868"),
     Cause("copy", "copies and memsets", "gpu", "#ff7f0e"),
@@ -207,6 +223,7 @@ class Pattern:
     exclusive: bool = False  # when it fires, no other pattern is judged (the figures describe no loop)
     causes: tuple[str, ...] = ()  # the causes of the critical path it owns (CAUSES)
     what_if: WhatIf | None = None  # what its fix changes on the step's graph (its gain ranks the findings)
+    locate: str = ""  # where it shows: a key of helpers.diagnosis.LOCATORS (its finding's window, a reading's stretches)
 
     def fix_for(self, has_gpu: bool) -> str:
         return self.fix if has_gpu or not self.cpu_fix else self.cpu_fix
@@ -220,7 +237,9 @@ class Pattern:
         return tuple(out)
 
 
-#: Where a finding shows, by rule: how :func:`helpers.diagnosis.diagnose` picks its window.
+#: Where a finding shows, by rule, for a pattern without a locate function of its own (``capture_window``'s rules,
+#: a pattern under test): how :func:`helpers.diagnosis.diagnose` picks its window. A pattern with ``locate`` takes
+#: its window from :data:`helpers.diagnosis.LOCATORS`; its rules' ``window`` says which kind it is, for the record.
 WINDOWS = {
     "idle_gap": "the longest GPU gap of the pattern's cause",
     "longest_sync": "the longest GPU gap after a sync, else the longest sync call",
@@ -235,6 +254,116 @@ WINDOWS = {
 
 
 # --- predicates: each a named rule over named signals, thresholds from helpers.thresholds ----------
+@dataclass(frozen=True)
+class Signal:
+    """A figure a learner reads off a trace, declared once: what it is, and the code that computes it (``t`` a
+    trace over its steps, ``metrics`` :mod:`helpers.metrics`). :func:`helpers.diagnosis.signals` computes the same
+    figure (a test holds each formula to it on the course's traces); the reading check's tables
+    (:mod:`helpers.checks.reading`: which figures prove a pattern, how to measure each) are built from these."""
+
+    name: str
+    description: str  # what it is, in words ("" for a cost figure that proves nothing on its own)
+    formula: str  # the code a learner runs to compute it
+    proves: bool = True  # whether it can prove a pattern in a reading (else it is only a pattern's cost figure)
+
+
+_STEPS_US = 'metrics.windows(t)["dur_us"].sum()'  # all analysed steps together (a trace's "step time")
+
+#: Every figure a reading can name, by name: the figures that prove a pattern (a rule's evidence) and the cost figures.
+#: The idle shares come from :func:`helpers.metrics.idle_cost_by_cause`, the GPU idle time by what a fix would buy
+#: back: a sync's share counts at most the time the host sat blocked in it, the rest of the gaps after it goes to
+#: what the host did next (:func:`helpers.metrics.idle_gaps` lists the same gaps one by one).
+SIGNALS: dict[str, Signal] = {s.name: s for s in (
+    Signal('data_stall_share',
+           'share of step time the GPU idles while the host is inside the DataLoader (what a loader fix buys back)',
+           'metrics.idle_cost_by_cause(t)["data_wait"] / metrics.windows(t)["dur_us"].sum()'),
+    Signal('cpu_data_wait_share',
+           'share of step time the loop waits for the next batch (CPU-only trace)',
+           'metrics.data_wait(t)["data_wait_share"]'),
+    Signal('host_data_wait_ms_per_step',
+           'ms per step the host spends fetching batches (DataLoader ranges)',
+           'metrics.data_wait(t)["data_wait_us_per_step"] / 1e3'),
+    Signal('sync_stall_share',
+           'share of step time the GPU idles because of syncs: the idle time after a sync returns, at most the time the host sat blocked in syncs (the rest is what the host did next)',
+           'metrics.idle_cost_by_cause(t)["sync"] / metrics.windows(t)["dur_us"].sum()'),
+    Signal('sync_points_per_step',
+           'host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies; a copy to pageable memory and the stream sync right after it are one) per step',
+           'metrics.sync_stats(t)["sync_points_per_step"]'),
+    Signal('host_blocked_ms_per_step',
+           'ms per step the host sits blocked in sync calls',
+           'metrics.sync_stats(t)["blocked_us_per_step"] / 1e3'),
+    Signal('sync_blocked_share',
+           'share of step time the host sits blocked in sync calls',
+           'metrics.sync_stats(t)["blocked_share"]'),
+    Signal('launch_idle_share',
+           'share of step time the GPU idles between kernels while the host is launching',
+           'metrics.idle_cost_by_cause(t)["launch"] / metrics.windows(t)["dur_us"].sum()'),
+    Signal('kernels_per_step',
+           'kernels launched per step',
+           'metrics.kernel_stats(t)["per_step"]'),
+    Signal('launch_median_kernel_us',
+           'median kernel duration in microseconds',
+           'metrics.kernel_stats(t)["median_us"]'),
+    Signal('share_kernels_under_10us',
+           'share of kernels shorter than 10 us',
+           'metrics.kernel_stats(t)["share_under_10us"]'),
+    Signal('median_launch_call_us',
+           'median cudaLaunchKernel call duration in microseconds',
+           'metrics.launch_stats(t)["median_launch_call_us"]'),
+    Signal('h2d_exposed_share',
+           'share of step time host-to-device copies run with no kernel beside them',
+           'metrics.h2d_stats(t)["exposed_us"] / metrics.windows(t)["dur_us"].sum()'),
+    Signal('h2d_ms_per_step',
+           'ms per step of host-to-device copies',
+           'metrics.h2d_stats(t)["time_us"] / (metrics.windows(t)["step"] >= 0).sum() / 1e3'),
+    Signal('h2d_gb_per_s',
+           'host-to-device copy bandwidth in GB/s (bytes / duration)',
+           'metrics.h2d_stats(t)["gb_per_s"]'),
+    Signal('h2d_pageable_share',
+           'share of copied bytes that come from pageable (not pinned) memory',
+           'metrics.h2d_stats(t)["pageable_byte_share"]'),
+    Signal('host_bound_idle_share',
+           "share of step time the GPU idles while the host runs other code (not data, launches, syncs; after a short sync, the host's own work that follows it)",
+           'metrics.idle_cost_by_cause(t)["other"] / metrics.windows(t)["dur_us"].sum()'),
+    Signal('comm_exposed_share',
+           'share of step time spent in collectives that no compute overlaps',
+           'metrics.comm_stats(t)["exposed_us"].sum() / metrics.comm_stats(t)["window_us"].sum()'),
+    Signal('collective_ms_per_step',
+           'ms per step of collectives (all-reduce etc.)',
+           'metrics.comm_stats(t).groupby("step")["collective_us"].mean().mean() / 1e3'),
+    Signal('exposed_ms_per_step',
+           'ms per step of collectives that no compute overlaps',
+           'metrics.comm_stats(t).groupby("step")["exposed_us"].mean().mean() / 1e3'),
+    Signal('imbalance_spread',
+           "(slowest - fastest rank's compute per step) / slowest",
+           'metrics.rank_imbalance(t)["compute_spread"]'),
+    Signal('gpu_bound_busy',
+           'share of step time the GPU is busy (kernels, copies, memsets on all streams)',
+           'metrics.gpu_utilization(t)'),
+    Signal('graph_span_share',
+           "share of step time that is busy or inside a CUDA Graph replay's first-to-last-kernel span",
+           'metrics.gpu_busy(t)["graph_span_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()'),
+    Signal('compile_share',
+           'share of the steps\' critical path spent compiling (torch.compile, Triton autotuning, NVRTC)',
+           'helpers.critical_path(t).ms_per_step["compile"] / helpers.critical_path(t).step_ms'),
+    Signal('compile_ms_per_step',
+           'ms per step of compilation on the critical path',
+           'helpers.critical_path(t).ms_per_step["compile"]'),
+    Signal('gpu_kernel_share',
+           'share of step time kernels run',
+           'metrics.gpu_busy(t)["kernel_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()'),
+    Signal('copy_exposed_share',
+           '',
+           'metrics.host_copy_stats(t)["exposed_us"] / metrics.windows(t)["dur_us"].sum()', proves=False),
+    Signal('cpu_host_other_share',
+           '',
+           'metrics.step_breakdown(t)["other_us"].sum() / metrics.step_breakdown(t)["step_us"].sum()', proves=False),
+    Signal('imbalance_cost_share',
+           '',
+           "the fastest rank's exposed collective time over its step: metrics.comm_stats(t) on that rank, exposed_us.sum() / window_us.sum()", proves=False),
+)}
+
+
 def gain(s: Signals, pattern: str) -> float:
     """The share of the step ``pattern``'s fix saves on the critical path (:data:`Pattern.what_if` replayed by
     :func:`helpers.what_if`; 0 when the trace has no steps to replay)."""
@@ -463,7 +592,7 @@ CATALOGUE: tuple[Pattern, ...] = (
                 "so workers prepare the next batch while this one trains; move heavy per-sample work out of the loop.",
         colour="#dd8452", cause="data_wait", host_is="the host inside the DataLoader",
         during="while the host is in the DataLoader", causes=("data_wait",),
-        what_if=WhatIf("the next batch were ready when the step asks for it", factors=(("data_wait", 0.0),))),
+        what_if=WhatIf("the next batch were ready when the step asks for it", factors=(("data_wait", 0.0),)), locate="idle_gaps"),
     Pattern(
         "launch_overhead", "launch overhead",
         rules=(Rule(_launch_overhead, ("gains",), "launch_idle_share",
@@ -474,7 +603,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         fix="Launch fewer, bigger kernels: torch.compile (fuses ops), CUDA Graphs (one launch replays "
             "the whole step), fused/foreach optimizers, or a bigger batch so each kernel does more work.",
         colour="#4c72b0", cause="launch", host_is="the host launching kernels", during="while the host launches kernels",
-        causes=("launch",), what_if=WhatIf("the launches were one graph replay", factors=(("launch", 0.0),))),
+        causes=("launch",), what_if=WhatIf("the launches were one graph replay", factors=(("launch", 0.0),)), locate="idle_gaps"),
     Pattern(
         "sync_stall", "synchronization stall",
         rules=(Rule(_sync_stall, ("gains",), "sync_stall_share",
@@ -486,7 +615,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         fix="Remove syncs from the hot loop: drop torch.cuda.synchronize(), keep losses/metrics on the GPU "
             "and call .item()/.cpu()/print only every N steps; avoid branching on GPU values.",
         colour="#c44e52", cause="sync", host_is="the host just back from a sync", during="just after a host sync",
-        causes=("sync",), what_if=WhatIf("the syncs were asynchronous", factors=(("sync", 0.0),))),
+        causes=("sync",), what_if=WhatIf("the syncs were asynchronous", factors=(("sync", 0.0),)), locate="syncs"),
     Pattern(
         "h2d_copy", "long host-to-device copies",
         rules=(Rule(_h2d_copy, ("gains", "copy_exposed_share"), "copy_exposed_share", _say_copies,
@@ -497,7 +626,7 @@ CATALOGUE: tuple[Pattern, ...] = (
             ".to(device, non_blocking=True), and prefetch the next batch on a side stream while this one computes.",
         colour="#ff7f0e", causes=("copy",),
         what_if=WhatIf("the copies were from pinned memory and each batch prefetched beside the compute",
-                       overlapped=("h2d_copies",), rates=(("pageable_copies", "pinned"),))),
+                       overlapped=("h2d_copies",), rates=(("pageable_copies", "pinned"),)), locate="h2d_copies"),
     Pattern(
         "host_bound", "host-bound loop",
         rules=(
@@ -521,7 +650,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#ccb974", cause="other", host_is="the host in other code", during="while the host runs other code",
         causes=("other",),
         what_if=WhatIf("the host's own code ran off the critical path (every N steps, in a worker, or on the GPU)",
-                       factors=(("other", 0.0),))),
+                       factors=(("other", 0.0),)), locate="idle_gaps"),
     Pattern(
         "communication", "communication bottleneck",
         rules=(Rule(_communication, ("gains", "comm_exposed_share", "ranks", "imbalance_spread"), "comm_exposed_share",
@@ -532,7 +661,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         fix="Overlap and shrink communication: let DDP bucket gradients and all-reduce during backward "
             "(tune bucket_cap_mb), compress gradients (bf16/fp16 comm hook), and all-reduce less often (no_sync with accumulation).",
         colour="#9467bd", cause="collective", host_is="a collective running", during="in collectives",
-        causes=("collective",), what_if=WhatIf("the collectives overlapped the compute", overlapped=("collective",))),
+        causes=("collective",), what_if=WhatIf("the collectives overlapped the compute", overlapped=("collective",)), locate="collectives"),
     Pattern(
         "load_imbalance", "uneven load across ranks",
         rules=(Rule(_imbalanced, ("comm_exposed_share", "ranks", "imbalance_spread"), "imbalance_cost_share",
@@ -544,7 +673,7 @@ CATALOGUE: tuple[Pattern, ...] = (
                     on="any"),),
         fix="Give every rank the same work: even shards and batch sizes, the same sequence lengths per rank, "
             "or a better parallelism strategy; the fast ranks' waiting in all-reduce is the cost.",
-        colour="#8c564b"),
+        colour="#8c564b", locate="collectives"),
     Pattern(
         "gpu_bound", "GPU-bound",
         rules=(Rule(_gpu_bound, ("gpu_bound_busy", "graph_span_share", "gpu_kernel_share"), "gpu_kernel_share", _gpu_bound_says,
@@ -554,7 +683,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         colour="#55a868", cause="graph", host_is="the GPU between a CUDA Graph's own kernels",
         during="between a CUDA Graph's own kernels", causes=("gemm", "kernel", "graph"),
         what_if=WhatIf("the fp32 matrix products ran at the device's low-precision rate on tensor cores",
-                       rates=(("ffma_gemms", "low_precision"),))),
+                       rates=(("ffma_gemms", "low_precision"),)), locate="kernels"),
     Pattern(
         "compilation", "compilation in the steps",
         rules=(Rule(_compilation, ("gains",), "compile_share", _say_compilation,
@@ -565,7 +694,7 @@ CATALOGUE: tuple[Pattern, ...] = (
              "torch._dynamo.mark_dynamic or dynamic=True; Python values that change each step), and keep compiled "
              "artefacts between runs (Inductor's FX graph cache) so start-up does not compile again."),
         colour="#17becf", causes=("compile",),
-        what_if=WhatIf("the compilation were done before the steps", factors=(("compile", 0.0),))),
+        what_if=WhatIf("the compilation were done before the steps", factors=(("compile", 0.0),)), locate="compile"),
     Pattern(
         "capture_window", "a capture that is not a training loop",
         rules=(Rule(_nothing_recorded, ("capture_events",), "none", _say_nothing_recorded, ("capture_events", "steps", "capture_ms"),
@@ -611,4 +740,4 @@ def colour(pattern: str, default: str = "#999999") -> str:
 
 
 __all__ = ["BY_CAUSE", "BY_NAME", "CATALOGUE", "CAUSE", "CAUSES", "IDLE_CAUSES", "PATH_CAUSES", "PATTERNS", "WINDOWS", "Cause",
-           "Pattern", "Rule", "Signals", "WhatIf", "colour", "floor", "gain", "get"]
+           "Pattern", "Rule", "SIGNALS", "Signal", "Signals", "WhatIf", "colour", "floor", "gain", "get"]

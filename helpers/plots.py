@@ -38,7 +38,7 @@ from .lanes import (  # noqa: F401
     trace_name,
 )
 from .model import Trace
-from .patterns import BY_CAUSE
+from .patterns import CAUSE
 from .patterns import colour as pattern_colour  # noqa: F401  (re-exported)
 from .render import change_text
 
@@ -99,7 +99,7 @@ def gap_histogram(trace: Trace, bins: int = 30, by_cause: bool = True):
     edges = np.logspace(np.log10(max(gaps["dur_us"].min(), 0.1)), np.log10(gaps["dur_us"].max() * 1.01), bins)
     if by_cause:
         data = [gaps.loc[gaps["cause"] == c, "dur_us"].to_numpy() for c in m.CAUSES]
-        colors = [BY_CAUSE[c].colour if c in BY_CAUSE else "#999999" for c in m.CAUSES]
+        colors = [CAUSE[c].colour for c in m.CAUSES]  # the catalogue's colour of each cause
         ax.hist(data, bins=edges, stacked=True, label=list(m.CAUSES), color=colors, weights=[d / 1e3 for d in data])
     else:
         d = gaps["dur_us"].to_numpy()

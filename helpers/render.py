@@ -85,7 +85,7 @@ def summary_text(s: dict[str, Any]) -> str:
         shares = s.get("idle_share_by_cause") or {}
         if shares:  # the shares diagnose's costs are: of step time, not of the idle time
             lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
-                         "(the costs diagnose ranks by, % of step time): "
+                         "(% of step time, as diagnose's evidence gives them): "
                          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005))
         k = s["kernels"]
         lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
@@ -190,6 +190,22 @@ def where_command(source: str | None, start_ms: float, end_ms: float, name: str 
             f"-o {shlex.quote(name + '.png')}")
 
 
+def finding_cost_text(f: Finding) -> str:
+    """What a finding costs, in words (empty for a capture finding): ``its fix saves about 83% of the step``."""
+    if f.pattern == "capture_window":
+        return ""
+    if f.pattern == "gpu_bound":
+        return f"the GPU's kernels run {f.cost:.0%} of the step"
+    return f"its fix saves about {f.cost:.0%} of the step"
+
+
+def what_if_text(f: Finding) -> str:
+    """The finding's what-if replay in words, or empty: ``what if: step 23.7 ms -> about 4.08 ms if ...``."""
+    if getattr(f, "step_ms", None) and getattr(f, "step_ms_if_fixed", None) is not None and getattr(f, "if_fixed", ""):
+        return f"what if: step {f.step_ms:.3g} ms -> about {f.step_ms_if_fixed:.3g} ms if {f.if_fixed}"
+    return ""
+
+
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None,
                   origin_us: float = 0.0) -> str:
     """Findings as numbered text; the plot hint names the trace the user gave. A
@@ -209,12 +225,11 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
     for issue in getattr(findings, "capture", []) or []:
         lines += _wrapped(f"capture: {issue.says}; capture instead: {issue.capture_instead}", "   ")
     for i, f in enumerate(findings, 1):
-        head = f"{i}. {f.pattern}" + ("" if f.pattern == "capture_window" else
-                                      f" (the GPU's kernels run {f.cost:.0%} of the step)" if f.pattern == "gpu_bound" else
-                                      f" (its fix saves about {f.cost:.0%} of the step)")
+        cost = finding_cost_text(f)
+        head = f"{i}. {f.pattern}" + (f" ({cost})" if cost else "")
         lines += [head, *_wrapped(f.summary, "   ")]
-        if f.step_ms and f.step_ms_if_fixed is not None and f.if_fixed:
-            lines += _wrapped(f"what if: step {f.step_ms:.3g} ms -> about {f.step_ms_if_fixed:.3g} ms if {f.if_fixed}", "   ")
+        if what_if_text(f):
+            lines += _wrapped(what_if_text(f), "   ")
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 lines += _wrapped(f"- {k}: {steady_text(v)}", "     ")

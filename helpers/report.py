@@ -253,8 +253,11 @@ def _diagnosis(trace: Trace, findings, timeline: int) -> str:
     if not findings:
         out.append("<p>Nothing stands out" + ("." if trace.has_gpu else " (a CPU-only trace: host-side checks only).") + "</p>")
     for i, f in enumerate(findings, 1):
-        cost = "" if f.pattern == "capture_window" else f" — at most {_pct(f.cost)} of step time to win back"
-        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{cost}</h3><p>{_e(f.summary)}</p><ul class="evidence">')
+        cost = render.finding_cost_text(f)
+        out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{" — " + _e(cost) if cost else ""}</h3><p>{_e(f.summary)}</p>')
+        if render.what_if_text(f):
+            out.append(f'<p class="what-if">{_e(render.what_if_text(f))}</p>')
+        out.append('<ul class="evidence">')
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 v = render.steady_text(v)
@@ -313,6 +316,7 @@ def _ranks(trace: Trace, timeline: int) -> str:
                    f"({_num(median / 1e3)} ms a step).")
     spread = float((comp.max() - comp.min()) / comp.max()) if comp.max() > 0 else 0.0
     out.append(f" Compute spread across ranks {_pct(spread)} (slowest rank {int(comp.idxmax())}, fastest {int(comp.idxmin())}).</p>")
+    out.append(_job_path(trace))
     out.append('<p class="note">A click on a cell shows that rank\'s step on the timeline.</p>')
     out.append("<h3>Step time, rank by step</h3>" + _heatmap(step_ms, "step time", set(stragglers), windows, timeline))
     out.append("<h3>Compute time, rank by step</h3>" + _heatmap(comp_ms, "compute", set(stragglers), windows, timeline))
@@ -322,6 +326,33 @@ def _ranks(trace: Trace, timeline: int) -> str:
     out.append(_table(table, [("rank", "rank", "num"), ("window_ms", "step (ms)", "num"), ("compute_ms", "compute (ms)", "num"),
                               ("collective_ms", "collectives (ms)", "num"), ("exposed_ms", "exposed (ms)", "num")], "ranks",
                       row_class=lambda r: "straggler" if int(r["rank"]) in stragglers else ""))
+    return "".join(out)
+
+
+def _job_path(trace: Trace) -> str:
+    """Which rank bound each step, and what the job saves (:func:`helpers.critical.job_path`), when it is known."""
+    from .critical import critical_path
+
+    job = getattr(critical_path(m.stepped(trace)), "job", None)
+    if job is None or job.steps.empty:
+        return ""
+    out = ["<h3>Which rank held each step back (the job's critical path)</h3><ul>"]
+    for b in job.bounds:
+        if b["kind"] == "straggler":
+            out.append(f"<li>rank {b['rank']} bounds {b['steps_bound']} of {len(job.steps)} steps (its path mostly "
+                       f"{_e(b['cause'])}): were its own work the next slowest rank's, the job would save "
+                       f"{_num(b['saving_ms'])} ms a step</li>")
+        else:
+            out.append(f"<li>collective {b['index'] + 1} of the step (<code>{_e(render.cut_name(b['name'], 80))}</code>): "
+                       f"overlapping it with compute would save {_num(b['saving_ms'])} ms a step</li>")
+    if not job.bounds:
+        out.append("<li>no rank and no collective bounds the job by more than the noise floor</li>")
+    out.append("</ul>")
+    steps = job.steps.assign(job_ms=job.steps["job_ms"], own_ms=job.steps["own_ms"])
+    out.append("<details><summary>each step</summary>" + _table(
+        steps, [("step", "step", "num"), ("job_ms", "step (ms)", "num"), ("rank", "bound by rank", "num"),
+                ("cause", "its path mostly", "text"), ("own_ms", "its own work (ms)", "num"),
+                ("median_own_ms", "median rank's (ms)", "num")], "job-path", limit=200) + "</details>")
     return "".join(out)
 
 
@@ -347,7 +378,8 @@ def _tables(trace: Trace, shapes: dict[str, list[tuple[str, int]]] | None, prefi
     return "".join(out)
 
 
-def _diff(diff, before_name: str, after_name: str) -> str:
+def _diff(diff) -> tuple[str, str]:
+    """The diff's verdict and what changed most; and the whole matched table (collapsed), apart."""
     out = [f"<p class=\"verdict\">{_e(render.verdict_text(diff.step, diff.steps))}</p>"]
     if diff.changes:
         out.append("<h3>What changed most</h3><p class=\"note\">Operators matched through the call tree (each kernel under "
@@ -365,6 +397,7 @@ def _diff(diff, before_name: str, after_name: str) -> str:
         out.append("</ol>")
     else:
         out.append("<p>No operator or kernel changed beyond its own noise band.</p>")
+    head, out = "".join(out), []
     t = diff.table.copy()
     if not t.empty:
         t = t.sort_values("size_ms", ascending=False, kind="stable")
@@ -381,7 +414,7 @@ def _diff(diff, before_name: str, after_name: str) -> str:
                               ("gpu_delta_ms", "GPU Δ", "num"), ("calls_before", "calls before", "num"),
                               ("calls_after", "calls after", "num")], "diff", limit=600,
                           row_class=lambda r: "st-" + str(r["status"]).replace(" ", "-")) + "</details>")
-    return "".join(out)
+    return head, "".join(out)
 
 
 def _pair(before_name: str, after_name: str, metas: list[dict[str, Any]]) -> str:
@@ -458,6 +491,16 @@ def _section(sid: str, title: str, body: str, open_: bool = True) -> str:
         f'<section id="{sid}"><details><summary><h2>{_e(title)}</h2></summary>{body}</details></section>'
 
 
+def _section_links(sections: list[str]) -> list[tuple[str, str]]:
+    """``(id, title)`` of each section's HTML, for the contents line."""
+    return [m_.groups() for m_ in (re.search(r'<section id="([^"]+)">(?:<details><summary>)?<h2>([^<]+)</h2>', x)
+                                   for x in sections) if m_]
+
+
+def _nav(links: list[tuple[str, str]]) -> str:
+    return '<nav class="contents">' + " · ".join(f'<a href="#{_e(i)}">{_e(t)}</a>' for i, t in links) + "</nav>"
+
+
 def _timeline_host(i: int, caption: str = "") -> str:
     return (f'<div class="timeline-host" data-timeline="{i}"><p class="loading">Drawing the timeline… (it needs '
             "JavaScript and a browser from 2023 or later)</p></div>" + (f'<p class="note">{caption}</p>' if caption else ""))
@@ -488,7 +531,6 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
 
     traces = [m.stepped(t) for t in inputs]
     names = [trace_name(t) for t in traces]
-    main = traces[-1]
     title = f"Trace report: {names[-1]}" if len(traces) == 1 else f"Trace report: {names[0]} → {names[1]}"
     timelines = []
     parts_by_trace = []
@@ -520,31 +562,44 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
             f"<code>{_e(command or 'python -m helpers report')}</code> from "
             + " and ".join(f"<code>{_e(str(t.source))}</code> ({_e(t.format)})" for t in traces)
             + ". Times are milliseconds; every figure is taken over the steps (the diagnosis's steady state).</p></header>"]
-    nav = []
     if len(traces) == 2:
         from .diff import work_diff
 
         d = work_diff(traces[0], traces[1])
         tick()
-        head, cut, table = _diff(d, names[0], names[1]).partition("<details>")
+        head, table = _diff(d)
         body.append(_section("diff", f"What changed: {names[0]} → {names[1]}",
-                             head + _pair(names[0], names[1], [t["meta"] for t in timelines]) + cut + table))
-        nav.append(("diff", "what changed"))
-        body.append(f'<div class="trace-block"><h1 class="side">After: {_e(names[1])}</h1>' + "".join(parts_by_trace[1]) + "</div>")
-        body.append(f'<div class="trace-block"><details><summary><h1 class="side">Before: {_e(names[0])}</h1></summary>'
+                             head + _pair(names[0], names[1], [t["meta"] for t in timelines]) + table))
+        body.insert(1, _nav([("diff", "what changed"), ("after", f"after: {names[1]}"), ("before", f"before: {names[0]}")]))
+        body.append(f'<div class="trace-block" id="after"><h1 class="side">After: {_e(names[1])}</h1>'
+                    + _nav(_section_links(parts_by_trace[1])) + "".join(parts_by_trace[1]) + "</div>")
+        body.append(f'<div class="trace-block" id="before"><details><summary><h1 class="side">Before: {_e(names[0])}</h1></summary>'
                     + "".join(parts_by_trace[0]) + "</details></div>")
     else:
         tick()
-        body.append("".join(parts_by_trace[0]))
-    del main
+        body.append(_nav(_section_links(parts_by_trace[0])) + "".join(parts_by_trace[0]))
     tick()
     page = _page(title, "".join(body), timelines)
     tick()
     return page
 
 
-def report_size_note(html_text: str) -> str:
-    return f"{len(html_text.encode()) / 1e6:.1f} MB"
+def save(traces: Sequence[Trace], path: str | os.PathLike, force: bool = False, detail_events: int = DETAIL_EVENTS) -> Path:
+    """Write the report of one trace (or two: before, after) to ``path`` (an ``.html`` file), as
+    ``python -m helpers report`` does; an existing file is kept unless ``force`` (:class:`~helpers.errors.TraceError`
+    says so in one line). Returns the path written. For a notebook: ``report.save([before, after], "fix.html")``."""
+    from .errors import TraceError
+    from .outputs import check_output, write_output
+
+    traces = list(traces)
+    if not 1 <= len(traces) <= 2 or not all(isinstance(t, Trace) for t in traces):
+        raise TraceError("report.save takes one trace, or two (before, after), as helpers.load or helpers.capture give them")
+    out = Path(os.fspath(path))
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"{out}: a report is an HTML file; give a name ending in .html")
+    out = check_output(out, force, [str(t.source) for t in traces if t.source and Path(str(t.source)).exists()])
+    page = build(traces, detail_events=detail_events, command="helpers.report.save")
+    return write_output(out, lambda fh: fh.write(page.encode("utf-8")), force)
 
 
-__all__ = ["build", "input_shapes"]
+__all__ = ["build", "input_shapes", "save"]

@@ -84,18 +84,17 @@ def _ns(us: np.ndarray, t0: float) -> np.ndarray:
 
 
 def _detail_window(trace: Trace, lanes: Lanes, budget: int, centre_us: float | None) -> tuple[float, float] | None:
-    """None when every drawn event fits the budget, else the stretch around ``centre_us`` that holds ``budget``."""
+    """None when every drawn event fits the budget, else the stretch of ``budget`` events (by start) around
+    ``centre_us`` (the middle of the trace without one), moved inside the trace where it would run past an end."""
     starts = np.sort(np.concatenate([ln.start for ln in lanes.lanes if not ln.is_ranges] or [np.zeros(0)]))
     if starts.size <= budget:
         return None
     t0, t1 = lanes.full_us
     centre = (t0 + t1) / 2 if centre_us is None else float(centre_us)
-    lo, hi = 0.0, max(t1 - t0, 1e-3)
-    for _ in range(60):  # the widest half-width whose stretch holds at most the budget
-        mid = (lo + hi) / 2
-        inside = np.searchsorted(starts, centre + mid) - np.searchsorted(starts, centre - mid)
-        lo, hi = (mid, hi) if inside <= budget else (lo, mid)
-    return centre - lo, centre + lo
+    k = int(np.searchsorted(starts, centre))
+    i0 = max(0, min(k - budget // 2, starts.size - budget))
+    i1 = i0 + budget
+    return float(starts[i0]), float(starts[i1 - 1]) if i1 < starts.size else t1
 
 
 def timeline_payload(trace: Trace, title: str, detail_events: int = DETAIL_EVENTS, centre_us: float | None = None,

@@ -26,9 +26,11 @@ def test_summary_and_diagnose_give_one_stall_share(stall):
     time, as diagnose's costs; the host's own data wait is named as such."""
     s = m.summary(stall)
     finding = next(f for f in diagnose(stall) if f.pattern == "data_stall")
-    assert s["idle_share_by_cause"]["data_wait"] == pytest.approx(finding.cost)
+    share = finding.evidence["data_stall_share"]
+    assert s["idle_share_by_cause"]["data_wait"] == pytest.approx(share)
     text = render.summary_text(s)
-    assert f"data_wait {finding.cost:.0%}" in text and "% of step time" in text
+    assert f"data_wait {share:.0%}" in text and "% of step time" in text
+    assert f"{share:.0%} of step time it sits idle" in finding.summary  # diagnose's own sentence: the same figure
     assert "the host's own time in the DataLoader" in text
     idle_total = sum(s["idle_share_by_cause"].values())
     assert idle_total + s["gpu_utilization"] == pytest.approx(1.0, abs=0.02)  # busy and idle: one step

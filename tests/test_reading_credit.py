@@ -132,9 +132,10 @@ def test_a_unit_slip_is_named_as_one():
 
 # --- one definition per figure ------------------------------------------------------------------
 def _run(expr: str, t) -> float:
+    import helpers
     from helpers import metrics
 
-    return float(eval(expr, {"metrics": metrics, "t": t}))  # the code the lab shows, as a learner runs it
+    return float(eval(expr, {"metrics": metrics, "helpers": helpers, "t": t}))  # the code the lab shows, as a learner runs it
 
 
 @pytest.mark.parametrize("workload,variant,tag", [("data_stall", "broken", "h200"), ("sync_stall", "broken", "h200"),
@@ -146,7 +147,7 @@ def test_every_figure_the_check_compares_is_the_code_the_lab_shows(workload, var
 
     t = recorded(workload, variant, tag)
     sg = signals(t)
-    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith("metrics.")}}
+    shown = {**FIGURE_HELPER, **{k: v for k, v in COST_HELPER.items() if v.startswith(("metrics.", "helpers."))}}
     assert set(checks.reading.FIGURE_HOWTO) == set(FIGURE_HELPER)
     compared = [fig for fig in shown if isinstance(sg.get(fig), (int, float))]
     assert compared

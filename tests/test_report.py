@@ -169,3 +169,20 @@ def test_progress_goes_to_its_end():
     seen = []
     build([helpers.load(DATA / "h2d_copy__fixed__h200.json.gz")], progress=lambda done, total: seen.append((done, total)))
     assert seen and seen[-1][0] == seen[-1][1] and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_save_from_python_keeps_what_exists(tmp_path):
+    from helpers.errors import TraceError
+    from helpers.report import save
+
+    before, after = (helpers.load(DATA / f"h2d_copy__{v}__h200.json.gz") for v in ("broken", "fixed"))
+    out = save([before, after], tmp_path / "fix.html")
+    assert out.read_text().startswith("<!doctype html>") and 'id="diff"' in out.read_text()
+    first = out.read_bytes()
+    with pytest.raises(TraceError, match="already exists"):
+        save([after], out)
+    assert out.read_bytes() == first
+    with pytest.raises(TraceError):
+        save([after], tmp_path / "fix.txt")
+    with pytest.raises(TraceError):
+        save([], tmp_path / "none.html")

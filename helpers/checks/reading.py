@@ -20,85 +20,21 @@ import numpy as np
 
 from .. import metrics as m
 from .. import thresholds as th
-from ..diagnosis import PATTERNS, Finding, diagnose, signals
-from ..metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
+from ..diagnosis import PATTERNS, Finding, diagnose, locate
 from ..model import Trace
-from ..patterns import BY_CAUSE, BY_NAME
+from ..patterns import BY_CAUSE, BY_NAME, SIGNALS
 from ._core import CheckFailed, _record, unit_slip
 
 #: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
-#: measure each from the events table. Built from the rules' evidence lists, so the two cannot drift.
-FIGURE_HOWTO = {
-    "data_stall_share": "share of step time the GPU idles while the host is inside the DataLoader (what a loader fix buys back)",
-    "cpu_data_wait_share": "share of step time the loop waits for the next batch (CPU-only trace)",
-    "host_data_wait_ms_per_step": "ms per step the host spends fetching batches (DataLoader ranges)",
-    "sync_stall_share": ("share of step time the GPU idles because of syncs: the idle time after a sync returns, at most "
-                         "the time the host sat blocked in syncs (the rest is what the host did next)"),
-    "sync_points_per_step": "host synchronizations (cudaStreamSynchronize / cudaDeviceSynchronize / blocking copies; a copy to pageable memory and the stream sync right after it are one) per step",
-    "host_blocked_ms_per_step": "ms per step the host sits blocked in sync calls",
-    "sync_blocked_share": "share of step time the host sits blocked in sync calls",
-    "launch_idle_share": "share of step time the GPU idles between kernels while the host is launching",
-    "kernels_per_step": "kernels launched per step",
-    "launch_median_kernel_us": "median kernel duration in microseconds",
-    "share_kernels_under_10us": "share of kernels shorter than 10 us",
-    "median_launch_call_us": "median cudaLaunchKernel call duration in microseconds",
-    "h2d_exposed_share": "share of step time host-to-device copies run with no kernel beside them",
-    "h2d_ms_per_step": "ms per step of host-to-device copies",
-    "h2d_gb_per_s": "host-to-device copy bandwidth in GB/s (bytes / duration)",
-    "h2d_pageable_share": "share of copied bytes that come from pageable (not pinned) memory",
-    "host_bound_idle_share": ("share of step time the GPU idles while the host runs other code (not data, launches, syncs; "
-                              "after a short sync, the host's own work that follows it)"),
-    "comm_exposed_share": "share of step time spent in collectives that no compute overlaps",
-    "collective_ms_per_step": "ms per step of collectives (all-reduce etc.)",
-    "exposed_ms_per_step": "ms per step of collectives that no compute overlaps",
-    "imbalance_spread": "(slowest - fastest rank's compute per step) / slowest",
-    "gpu_bound_busy": "share of step time the GPU is busy (kernels, copies, memsets on all streams)",
-    "graph_span_share": "share of step time that is busy or inside a CUDA Graph replay's first-to-last-kernel span",
-    "gpu_kernel_share": "share of step time kernels run",
-}
-
-
-_STEPS_US = 'metrics.windows(t)["dur_us"].sum()'  # all analysed steps together (a trace's "step time")
-
-#: How each figure is computed, as the code a learner runs (``t`` a trace, ``metrics`` helpers.metrics):
+#: measure each from the events table: the catalogue's declarations (:data:`helpers.patterns.SIGNALS`), built from
+#: the rules' evidence lists, so the two cannot drift.
+FIGURE_HOWTO: dict[str, str] = {n: s.description for n, s in SIGNALS.items() if s.proves}
+#: How each figure is computed, as the code a learner runs (``t`` a trace, ``metrics`` helpers.metrics, ``helpers``):
 #: the check's value of every figure is this, no other definition (tests/test_reading_credit.py holds
-#: each expression to the check's figure on every triage trace). The idle shares come from
-#: :func:`helpers.metrics.idle_cost_by_cause`, the GPU idle time by what a fix would buy back: a sync's
-#: share counts at most the time the host sat blocked in it, and the rest of the gaps after it go to
-#: what the host did next. :func:`helpers.metrics.idle_gaps` lists the same gaps one by one.
-FIGURE_HELPER: dict[str, str] = {
-    'data_stall_share': 'metrics.idle_cost_by_cause(t)["data_wait"] / metrics.windows(t)["dur_us"].sum()',
-    'cpu_data_wait_share': 'metrics.data_wait(t)["data_wait_share"]',
-    'host_data_wait_ms_per_step': 'metrics.data_wait(t)["data_wait_us_per_step"] / 1e3',
-    'sync_stall_share': 'metrics.idle_cost_by_cause(t)["sync"] / metrics.windows(t)["dur_us"].sum()',
-    'sync_points_per_step': 'metrics.sync_stats(t)["sync_points_per_step"]',
-    'host_blocked_ms_per_step': 'metrics.sync_stats(t)["blocked_us_per_step"] / 1e3',
-    'sync_blocked_share': 'metrics.sync_stats(t)["blocked_share"]',
-    'launch_idle_share': 'metrics.idle_cost_by_cause(t)["launch"] / metrics.windows(t)["dur_us"].sum()',
-    'kernels_per_step': 'metrics.kernel_stats(t)["per_step"]',
-    'launch_median_kernel_us': 'metrics.kernel_stats(t)["median_us"]',
-    'share_kernels_under_10us': 'metrics.kernel_stats(t)["share_under_10us"]',
-    'median_launch_call_us': 'metrics.launch_stats(t)["median_launch_call_us"]',
-    'h2d_exposed_share': 'metrics.h2d_stats(t)["exposed_us"] / metrics.windows(t)["dur_us"].sum()',
-    'h2d_ms_per_step': 'metrics.h2d_stats(t)["time_us"] / (metrics.windows(t)["step"] >= 0).sum() / 1e3',
-    'h2d_gb_per_s': 'metrics.h2d_stats(t)["gb_per_s"]',
-    'h2d_pageable_share': 'metrics.h2d_stats(t)["pageable_byte_share"]',
-    'host_bound_idle_share': 'metrics.idle_cost_by_cause(t)["other"] / metrics.windows(t)["dur_us"].sum()',
-    'comm_exposed_share': 'metrics.comm_stats(t)["exposed_us"].sum() / metrics.comm_stats(t)["window_us"].sum()',
-    'collective_ms_per_step': 'metrics.comm_stats(t).groupby("step")["collective_us"].mean().mean() / 1e3',
-    'exposed_ms_per_step': 'metrics.comm_stats(t).groupby("step")["exposed_us"].mean().mean() / 1e3',
-    'imbalance_spread': 'metrics.rank_imbalance(t)["compute_spread"]',
-    'gpu_bound_busy': 'metrics.gpu_utilization(t)',
-    'graph_span_share': 'metrics.gpu_busy(t)["graph_span_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()',
-    'gpu_kernel_share': 'metrics.gpu_busy(t)["kernel_us"].sum() / metrics.gpu_busy(t)["window_us"].sum()',
-}
+#: each expression to the check's figure on every triage trace).
+FIGURE_HELPER: dict[str, str] = {n: s.formula for n, s in SIGNALS.items() if s.proves}
 #: The cost figures that prove nothing on their own (so they are not in :data:`EVIDENCE`), with their code.
-COST_HELPER: dict[str, str] = {
-    "copy_exposed_share": f'metrics.host_copy_stats(t)["exposed_us"] / {_STEPS_US}',
-    "cpu_host_other_share": 'metrics.step_breakdown(t)["other_us"].sum() / metrics.step_breakdown(t)["step_us"].sum()',
-    "imbalance_cost_share": ("the fastest rank's exposed collective time over its step: "
-                             'metrics.comm_stats(t) on that rank, exposed_us.sum() / window_us.sum()'),
-}
+COST_HELPER: dict[str, str] = {n: s.formula for n, s in SIGNALS.items() if not s.proves}
 
 
 def howto(fig: str) -> str:
@@ -141,65 +77,10 @@ class Reading:
 
 # --- where each pattern shows on the timeline ------------------------------------------------
 def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarray]:
-    """The stretches of the trace (absolute µs, merged) where ``pattern`` shows, over its steps."""
-    trace = m.stepped(trace)
-    ev = trace.events
-    empty = (np.zeros(0), np.zeros(0))
-    cause = {"data_stall": "data_wait", "sync_stall": "sync", "launch_overhead": "launch", "host_bound": "other"}.get(pattern)
-    if cause and trace.has_gpu:
-        g = m.idle_gaps(trace)
-        if pattern == "sync_stall":
-            g = g[_continues_sync_gap(g)]
-        elif pattern != "host_bound":
-            g = g[g["cause"] == cause]
-        else:  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
-            frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
-            then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
-            after = (g["cause"] == "sync").to_numpy() & g["after_sync"].to_numpy(bool)
-            g = g[(g["cause"] == cause).to_numpy() | (after & (then == cause))]
-        s, e = g["start_us"].to_numpy(), g["end_us"].to_numpy()
-        if pattern == "sync_stall":  # the host's blocked calls are where it shows too
-            sync = ev[m.is_sync_call(trace)]
-            s, e = np.concatenate([s, sync["start_us"].to_numpy()]), np.concatenate([e, sync["end_us"].to_numpy()])
-        return m.merge_intervals(s, e) if s.size else empty
-    if pattern == "data_stall":  # CPU-only: the host's time in the loader
-        parts = [m.host_union(trace, r, "data_wait") for r in trace.ranks]
-        s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
-        e = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0)
-        return m.merge_intervals(s, e) if s.size else empty
-    if pattern == "h2d_copy":
-        sel = ev[(ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")]
-    elif pattern in ("communication", "load_imbalance"):
-        sel = ev[ev["kind"] == "collective"]  # NCCL kernels on a GPU, gloo's ranges on the host
-    elif pattern == "gpu_bound":
-        sel = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)]
-    else:
-        return empty
-    if sel.empty:
-        return empty
-    return m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-
-
-#: Two idle gaps closer than this (µs) are one idle stretch the step boundary cut in two.
-STEP_BOUNDARY_US = 200.0
-
-
-def _continues_sync_gap(gaps) -> np.ndarray:
-    """Gaps blamed on a sync, and the gaps that carry on the same idle stretch across a step boundary.
-
-    A loop that syncs at the end of its step leaves the GPU idle from the sync's return into the next
-    step; idle gaps are cut at step boundaries, so the next step's part starts at the window's start
-    and is blamed on what the host does there. It is still the same wait: a reading may point at it.
-    """
-    keep = (gaps["cause"] == "sync").to_numpy().copy()
-    for _, grp in gaps.groupby(["rank", "device"]):
-        idx = grp.sort_values("start_us").index.to_numpy()
-        pos = gaps.index.get_indexer(idx)
-        starts, ends = gaps["start_us"].to_numpy()[pos], gaps["end_us"].to_numpy()[pos]
-        for k in range(1, len(pos)):
-            if keep[pos[k - 1]] and starts[k] - ends[k - 1] <= STEP_BOUNDARY_US:
-                keep[pos[k]] = True
-    return keep
+    """The stretches of the trace (absolute µs, merged) where ``pattern`` shows, over its steps: the pattern's own
+    locate function (:func:`helpers.diagnosis.locate`), the one diagnose takes its finding's window from."""
+    found = locate(trace, pattern)
+    return found.starts, found.ends
 
 
 def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:
@@ -357,7 +238,7 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
     trace = m.stepped(trace)  # the steps diagnose reads it by (found from what repeats where none is marked)
     findings = diagnose(trace)
     shown = _shown_patterns(findings)
-    sg = signals(trace)
+    sg = findings.signals  # the figures the diagnosis carries: one computation, the same numbers it judged by
     problems = []
     # 1. the pattern
     if not shown:

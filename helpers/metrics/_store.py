@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..model import Trace
+# No import of helpers.model here: the model asks this store for its own cached figures (Trace.has_gpu, .ranks),
+# so the store takes any object with ``events`` and ``_memo`` (a Trace) and the import graph keeps no cycle.
+Trace = Any
 
 
 def _memo(trace: Trace) -> dict[Any, Any]:

@@ -11,6 +11,7 @@ import pandas as pd
 from .. import thresholds as _th
 from ..errors import ArgumentError
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from ..patterns import IDLE_CAUSES
 from ._store import _memo, name_mask
 from .intervals import intersect, merge_intervals, subtract
 
@@ -65,10 +66,10 @@ STARTUP_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Malloc|Free|HostAlloc|MallocHost|
 FREE_CALL = re.compile(r"^(?:cu|cuda|hip)(?:Free|MemFree|FreeHost|HostFree|FreeAsync|MemFreeAsync)(?:_v\d+)?$")
 #: ... of them, the ones that unload modules (a program ending).
 UNLOAD_CALL = re.compile(r"^(?:cu|hip)(?:ModuleUnload|LibraryUnload)")
-#: Idle gaps are blamed on one of these causes. ``graph``: a gap between two kernels of one CUDA Graph
-#: replay, the GPU's own per-node cost, which nothing the host does (it launched the whole graph in one
-#: call) can fill.
-CAUSES = ("sync", "data_wait", "collective", "launch", "graph", "other")
+#: Idle gaps are blamed on one of these causes: the catalogue's idle causes (:data:`helpers.patterns.IDLE_CAUSES`, each
+#: with its words and colour there). ``graph``: a gap between two kernels of one CUDA Graph replay, the GPU's own
+#: per-node cost, which nothing the host does (it launched the whole graph in one call) can fill.
+CAUSES = IDLE_CAUSES
 
 # Constants live in thresholds.py (one home); these names stay importable from here.
 SMALL_KERNEL_US = _th.SMALL_KERNEL_US

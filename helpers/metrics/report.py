@@ -92,7 +92,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         out["gpu_utilization"] = gpu_utilization(trace)
         out["streams"] = stream_busy(trace).to_dict("records")
         out["idle_by_cause_us"] = idle_cost_by_cause(trace)  # the causes and numbers diagnose ranks by
-        # as shares of step time over the same denominator diagnose's costs use (each (rank, GPU)'s windows)
+        # as shares of step time over the same denominator diagnose's signals use (each (rank, GPU)'s windows)
         windows_us = float(gpu_busy(trace)["window_us"].sum()) or 1.0
         out["idle_share_by_cause"] = {c: v / windows_us for c, v in out["idle_by_cause_us"].items()}
         out["launch"] = launch_stats(trace)
