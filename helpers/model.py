@@ -290,6 +290,17 @@ Trace.events = property(_events_get, _events_set, doc="The events table (see the
                         "against the model whenever it is replaced or edited in place.")
 
 
+def kind_in(events: pd.DataFrame, kinds) -> np.ndarray:
+    """``events["kind"].isin(kinds)`` as a boolean array, looked up per category (pandas' isin on a categorical
+    hashes every row's code: 15 ms on a million rows, this 1-3 ms)."""
+    kind = events["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        hit = np.zeros(len(kind.cat.categories) + 1, dtype=bool)  # the last slot: the code of a missing kind (-1)
+        hit[:-1] = kind.cat.categories.isin(list(kinds))
+        return hit[kind.cat.codes.to_numpy()]
+    return kind.isin(list(kinds)).to_numpy()
+
+
 def empty_steps() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),

@@ -219,3 +219,33 @@ def test_the_sqlite_made_from_a_report_obeys_max_mb(tmp_path, monkeypatch, capsy
     err = one_line_exit_2(capsys, ["summary", str(report), "--max-mb", "2"])
     assert "run.nsys-rep: its SQLite export is 4 MB, over the limit of 2 MB" in err, err
     assert report.read_bytes() == b"a small report"
+
+
+def test_an_event_of_more_than_the_event_limit_is_one_line(tmp_path, monkeypatch, capsys):
+    """One event of 250 MB (its name), linked as 8 ranks, once ran for minutes in 1.6 GB and ended in a
+    BrokenProcessPool traceback: no profiler writes such an event, and it is refused as soon as it is read past
+    the event limit, in one line, however the file is read (scaled here: a limit of 1 MB, names of 3 MB)."""
+    monkeypatch.setattr(readers.kineto, "_EVENT_LIMIT", 1 << 20)
+    events = two_step_loop()
+    doc = kineto_doc(events)
+    for name in ("n" * (3 << 20), "}, {" * (3 << 18)):  # no cut at all; cuts everywhere, all false
+        doc["traceEvents"][1]["name"] = name
+        p = write_json(events, tmp_path / "huge.json")
+        p.write_text(json.dumps(doc))
+        with pytest.raises(TraceError, match="no event ends within 1 MB"):
+            helpers.load(p)
+        monkeypatch.setattr(readers.kineto, "PARALLEL_FROM_BYTES", 0)  # and read by two processes
+        with pytest.raises(TraceError, match="no event ends within 1 MB"):
+            helpers.load(p)
+        monkeypatch.setattr(readers.kineto, "PARALLEL_FROM_BYTES", 8 << 20)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    os.link(p, folder / "rank0.json")
+    for r in range(1, 8):
+        os.link(p, folder / f"rank{r}.json")
+    for command in ("diagnose", "ranks", "summary"):
+        err = one_line_exit_2(capsys, [command, str(folder)])
+        assert "no event ends within 1 MB" in err or "over the limit" in err
+    doc["traceEvents"][1]["name"] = "n" * (1 << 19)  # half the limit: an odd event, read
+    p.write_text(json.dumps(doc))
+    assert len(helpers.load(p).events) == len(events)

@@ -10,9 +10,9 @@ import pandas as pd
 
 from .. import thresholds as _th
 from ..errors import ArgumentError
-from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace, kind_in
 from ..patterns import IDLE_CAUSES
-from ._store import _memo, name_mask
+from ._store import _memo, name_mask, rank_events
 from .intervals import intersect, merge_intervals, subtract
 
 # --- what the host is doing -----------------------------------------------------------------
@@ -101,7 +101,8 @@ def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
     memo = _memo(trace)
     if key not in memo:
         ev = trace.events
-        rows = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() == device) & ev["kind"].isin(kinds).to_numpy()
+        ev = rank_events(trace, rank)  # one rank's rows, filtered once per trace
+        rows = (ev["device"].to_numpy() == device) & kind_in(ev, kinds)
         memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
     return memo[key]
 

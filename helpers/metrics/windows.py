@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as _th
-from ..model import GPU_WORK_KINDS, Trace
+from ..model import GPU_WORK_KINDS, Trace, kind_in
 from ._cache import _cached
 from ._store import rank_events
 
@@ -42,7 +42,9 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
             st = pd.DataFrame({"rank": [r], "step": [-1], "start_us": [s], "end_us": [e], "dur_us": [e - s]})
         else:
             st = st.sort_values("start_us").reset_index(drop=True)
-            dev = on_rank[(on_rank["device"] >= 0) & (on_rank["step"] >= 0)]
+            step, device = on_rank["step"].to_numpy(), on_rank["device"].to_numpy()
+            on_gpu = (device >= 0) & (step >= 0)  # the GPU rows' step and end only: all the windows ask of them
+            dev = pd.DataFrame({"step": step[on_gpu], "end_us": on_rank["end_us"].to_numpy()[on_gpu]})
             paced = _gpu_paced(st, dev)
             if paced is not None:
                 st = paced
@@ -105,7 +107,7 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
     it ran (or its stream waited on) work launched before the profiler started. None otherwise."""
     on = rank_events(trace, rank)
     kind, device = on["kind"], on["device"].to_numpy()
-    gpu = np.flatnonzero(kind.isin(GPU_WORK_KINDS).to_numpy() & (device >= 0))
+    gpu = np.flatnonzero(kind_in(on, GPU_WORK_KINDS) & (device >= 0))
     if not gpu.size:
         return None
     all_start, all_end, all_corr = (on[c].to_numpy() for c in ("start_us", "end_us", "correlation"))
@@ -142,7 +144,7 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
 def _devices_of(trace: Trace, rank: int) -> list[int]:
     ev = rank_events(trace, rank)
     device = ev["device"].to_numpy()
-    return sorted(int(d) for d in np.unique(device[(device >= 0) & ev["kind"].isin(GPU_WORK_KINDS).to_numpy()]))
+    return sorted(int(d) for d in np.unique(device[(device >= 0) & kind_in(ev, GPU_WORK_KINDS)]))
 
 
 def time_origin_us(trace: Trace) -> float:

@@ -258,6 +258,10 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
 #: A document at least this large (its JSON bytes) is read by two processes when two cores are free.
 #: Below it, starting the second process costs more than it saves.
 PARALLEL_FROM_BYTES = 8 << 20
+#: Largest single event (bytes of the events list without a place where one event ends and the next begins):
+#: Kineto's events are under a kilobyte, a kernel with its full template name a few; one of 64 MB is damage, and
+#: reading it would cost memory a few times its size in every process that reads a rank.
+_EVENT_LIMIT = 64 << 20
 #: Largest document parsed whole when its events cannot be found as a list to stream (the parsed objects of
 #: a document are several times its size): larger ones are refused.
 _WHOLE_LIMIT = 64 << 20
@@ -371,6 +375,12 @@ def _events(buf: bytearray, pos: int, more: Callable[[int], bool], path: Path, c
             cut = (_SEGMENT_CUT if segment else _CUT).search(buf, pos + piece)
             if cut is None:
                 search_at = pos + 2 * (len(buf) - pos)
+        if cut is None and len(buf) - (pos + piece) > _EVENT_LIMIT:  # a last look past what was searched
+            cut = (_SEGMENT_CUT if segment else _CUT).search(buf, pos + piece)
+            if cut is None:
+                _refuse_huge_event(path)
+        if cut is not None and cut.start() - (pos + piece) > _EVENT_LIMIT:  # nowhere to cut for that long: one event
+            _refuse_huge_event(path)
         if cut is None:
             if more(pos - 1):  # the byte before the piece stays: _loads_list writes its [ there
                 search_at -= pos - 1
@@ -398,12 +408,20 @@ def _events(buf: bytearray, pos: int, more: Callable[[int], bool], path: Path, c
         else:
             events = _loads_list(buf, pos, end)
             if events is None:  # the cut fell inside a string or a nested value: take a longer piece
+                if piece > _EVENT_LIMIT:
+                    _refuse_huge_event(path)
                 piece *= 2
                 search_at = pos + piece
                 continue
             cols.add(events)
         pos, piece = cut.end() - 1, step
         search_at = pos + piece
+
+
+def _refuse_huge_event(path: Path) -> None:
+    raise TraceError(f"{path}: no event ends within {_EVENT_LIMIT >> 20} MB of the events list (one event that large, or "
+                     "list members that are not events); no profiler writes events this large: the file is damaged or "
+                     "not a trace")
 
 
 def _segment(buf: bytearray, start: int, end: int, path: Path, legacy: bool = False) -> dict:
