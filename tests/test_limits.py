@@ -11,12 +11,12 @@ import os
 from pathlib import Path
 
 import pytest
+from synth import kineto_doc, two_step_loop, write_json, write_sqlite
 
 import helpers
 from helpers import jobs, procs, readers
 from helpers.cli import main
 from helpers.errors import TraceError
-from tests.synth import kineto_doc, two_step_loop, write_json, write_sqlite
 
 
 def one_line_exit_2(capsys, argv: list[str]) -> str:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synth import kineto_doc, two_step_loop
 
 import helpers
 from helpers.errors import TraceError
 from helpers.readers import kineto
-from tests.synth import kineto_doc, two_step_loop
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
