@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as m
+from .. import seal as _seal
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
@@ -297,6 +298,13 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     """
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
+    with _seal._check_reads():  # the check reads the sealed trace; the learner's helpers open once it passes
+        verdict = _check_triage(trace_id, name, reading, *more, source=source)
+    _seal.open_seal(name)
+    return verdict
+
+
+def _check_triage(trace_id: str, name: str, reading: Reading | list[Reading], *more: Reading, source: str) -> str:
     case = _sealed_case(trace_id)
     trace = triage_trace(trace_id, source)
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
@@ -367,4 +375,5 @@ def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
         return ""
     trace = triage_trace(trace_id, source)
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
-    return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))
+    with _seal._check_reads():  # a misreading's lesson, which names no answer
+        return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))
