@@ -86,3 +86,14 @@ def committed(relpath: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.decode("utf-8") if out.returncode == 0 else None
+
+
+def committed_names(folder: str) -> list[str] | None:
+    """The names of the files git HEAD holds directly in ``folder``, or None where the folder is no git checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-tree", "--name-only", f"HEAD:{folder}"], cwd=ROOT, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode("utf-8").split() if out.returncode == 0 else None

@@ -61,10 +61,11 @@ def committed_head_missing() -> bool:
 
 def test_no_test_reads_a_learners_working_lab():
     """Every test reads labs/ notebooks as shipped: none opens a file under labs/ itself."""
-    direct = re.compile(r'\(ROOT / "labs" / [^)]*\)\.read_(text|bytes)|\(ROOT / "labs"\)\.glob\("\*\.ipynb"\)'
+    direct = re.compile(r'\(ROOT / "labs" / [^)]*\)\.read_(text|bytes)|\(ROOT / "labs"\)\.glob\(|ROOT / "labs"\)\.iterdir'
                         r'|nbformat\.read\(ROOT / "labs"|LAB\.read_text\(\)')
     found = [f"{p.name}:{n}" for p in sorted((ROOT / "tests").glob("test_*.py"))
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if direct.search(line)]
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if direct.search(line) and not line.endswith("# copied as it is")]  # a copy of the tree compared with it
     assert not found, found
 
 
