@@ -237,7 +237,7 @@ def test_cpu_reference_passes_and_the_python_loop_fails_naming_the_optimizer_ran
     with pytest.raises(checks.CheckFailed, match=r"in the 'optimizer' range \d+ -> \d+ per step.*one call per parameter"):
         checks.check_launch_fixed(cpu_broken, looped, 1.5, update=loop_update)  # ... too many calls
     # the unsolved stub: the broken loop itself
-    with pytest.raises(checks.CheckFailed, match="Top-level PyTorch ops per step"):
+    with pytest.raises(checks.CheckFailed, match=r"steps run Optimizer.step#Adam.step .*not your adam_update"):
         checks.check_launch_fixed(cpu_broken, cpu_broken, 1.5, update=reference_update)
 
 
