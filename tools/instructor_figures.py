@@ -39,10 +39,8 @@ _TRIAGE_TRUTH = {tid: {"what": c["what"], "patterns": c["recorded_patterns"]}
 
 
 def _row(entry: dict) -> str:
-    from helpers import diagnose
+    from helpers import diagnose, seal
     from helpers.course import recorded
-
-    from helpers import seal
 
     trace = recorded(entry["workload"], entry["variant"], entry["tag"])
     with seal._check_reads():  # the instructors' page: the triage traces' diagnosis beside the key (they hold it)
