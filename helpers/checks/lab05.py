@@ -44,10 +44,7 @@ from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "workflow": {"gpu": ("check_reading[mystery]", "check_triage", "check_capstone"),
-                 "cpu": ("check_reading[mystery]", "check_triage", "check_capstone")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 TRIAGE_NEEDED = 8
 
 
@@ -249,7 +246,7 @@ def _lesson_for(trace_id: str, misread: str) -> Lesson | None:
 def _triage_passed() -> set[str]:
     try:
         results = json.loads(Path(RESULTS_FILE).read_text())
-        checks = _proof.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
+        checks = _proof.SIGNER.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
     except (OSError, ValueError, AttributeError):
         return set()
     return {k[len("check_triage["):-1] for k, v in checks.items() if k.startswith("check_triage[") and v is True}
