@@ -623,27 +623,34 @@ def _factors(factors: dict[str, float] | None) -> np.ndarray:
     return f
 
 
-def _replay_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
-    """What a replay with causes scaled by ``f`` starts from: each host item's duration (the items a wait's call
-    spans before the wait's own item take none: the call is one wait), each GPU op's, the ops' latencies (after the
-    launch, after the stream predecessor, after the cross-stream op), which waits are kept, and the waits' scale."""
-    d_host = np.zeros(g.h_start.size)
-    for cause, values in g.comp.items():
-        d_host += values * f[cause]
+def _gpu_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """What a replay with causes scaled by ``f`` starts from on the GPU's side: each GPU op's duration, the ops'
+    latencies (after the launch, after the stream predecessor, after the cross-stream op), which waits are kept,
+    and the waits' scale."""
     d_gpu = (g.g_end - g.g_start) * f[g.g_cause]
     if op_scale is not None:
         d_gpu = d_gpu * op_scale
     fl, fg = f[_C["launch"]], f[_C["graph"]]
     lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * f[g.g_extra_cause], g.g_lat[:, 3]], axis=1)
     keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
+    return d_gpu, lat, keep, max(float(f[_C["sync"]]), 1.0)
+
+
+def _replay_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_gpu_inputs` and before them each host item's duration (the items a wait's call spans before the
+    wait's own item take none: the call is one wait)."""
+    d_host = np.zeros(g.h_start.size)
+    for cause, values in g.comp.items():
+        d_host += values * f[cause]
     spanned = g.w_item > g.w_first
     if spanned.any():  # a wait's call is one wait, however it is cut: the items before its own take no time
         mark = np.zeros(d_host.size + 1, dtype=np.int64)
         np.add.at(mark, g.w_first[spanned], 1)
         np.add.at(mark, g.w_item[spanned], -1)
         d_host[np.cumsum(mark[:-1]) > 0] = 0.0
-    return d_host, d_gpu, lat, keep, max(float(f[_C["sync"]]), 1.0)
+    return (d_host, *_gpu_inputs(g, f, op_scale))  # type: ignore[return-value]
 
 
 def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
@@ -668,50 +675,88 @@ def _simulate_by_segments(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None 
     start plus the launch latency, T_k plus a constant, or a pinned start. So a wait only needs the running
     maximum, over the ops up to the one it waits on, of T_k plus each segment's largest constant: walked chunk by
     chunk (a chunk: ops of one segment up to the next op waited on), a few thousand steps a replay. With the T_k
-    known, every time is one vectorised pass."""
-    n_h, n_g, n_w = g.h_start.size, g.g_start.size, g.w_item.size
-    d_host, d_gpu, lat, keep, scale = _replay_inputs(g, f, op_scale)
+    known, every time is one vectorised pass; the host's durations before each item, being sums of each cause's
+    scaled by its factor, are summed once per cause and graph."""
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
     lay = _layout(g)
-    seg_of_item, on_chain, li, k_op = lay["seg_of_item"], lay["on_chain"], lay["li"], lay["k_op"]
-    # each item's start less its segment's (a wait's own item: the segment's whole length), each segment's length
-    own = np.where(lay["is_wait"], 0.0, d_host)
-    run = np.cumsum(own)
-    before = run - own  # the items' durations before each, from the chain's start
-    seg_start = np.r_[0, g.w_item + 1]
-    total = float(run[-1]) if n_h else 0.0
-    base = np.r_[before, total][np.minimum(seg_start, n_h)]  # ... before each segment
-    offset = before - base[seg_of_item]
-    lengths = np.r_[before[g.w_item], total] - base
+    seg_of_item = lay["seg_of_item"]
+    offset, own = np.zeros(g.h_start.size), np.zeros(g.h_start.size)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        offset += f[c] * (sums["before"] - sums["base"][seg_of_item])
+        own += f[c] * sums["own"]
+    hs = T[seg_of_item] + offset
+    he = hs + own
+    if g.w_item.size:
+        he[g.w_item] = T[1:]
+    return hs, he, ge_ - d_gpu, ge_
+
+
+def _replayed_span(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None) -> float:
+    """The kept steps' span (:func:`_span`) when the graph is replayed with ``f`` and ``op_scale``: what a what-if
+    needs of the replay (the host's first start and last end, the GPU's ends)."""
+    if (g.g_cross >= 0).any():
+        return _span(g, *_simulate_by_waits(g, f, op_scale))
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
+    n_h = g.h_start.size
+    if not n_h:
+        return _span(g, np.zeros(0), np.zeros(0), ge_ - d_gpu, ge_)
+    lay = _layout(g)
+    last = n_h - 1  # the chain's last item: a wait's (its end the chain's last start) or one of its own time
+    if lay["is_wait"][last]:
+        last_end = float(T[-1])
+    else:
+        k = int(lay["seg_of_item"][last])
+        sums = [(f[c], _cause_sums(g, c)) for c in g.comp]
+        last_end = float(T[k] + sum(x * (s["before"][last] - s["base"][k] + s["own"][last]) for x, s in sums))
+    first_start = float(T[0])  # the first item starts its segment
+    return _span(g, np.array([first_start]), np.array([last_end]), ge_ - d_gpu, ge_)
+
+
+def _segment_replay(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_simulate_by_segments`' sequential part: each segment's start ``T`` (the last: the chain after its
+    last wait), each GPU op's duration and end."""
+    n_h, n_g, n_w = g.h_start.size, g.g_start.size, g.w_item.size
+    d_gpu, lat, keep, scale = _gpu_inputs(g, f, op_scale)
+    lay = _layout(g)
+    on_chain, k_op = lay["on_chain"], lay["k_op"]
+    # each launch item's start less its segment's, each segment's length: sums of each cause's, scaled
+    off_li, lengths = np.zeros(n_g), np.zeros(n_w + 1)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        off_li += f[c] * sums["offset_at_launch"]
+        lengths += f[c] * sums["lengths"]
     # each GPU op, on its stream: P, and the constant its launch adds to its segment's start (a) or its pinned start (b)
-    gap = lat[:, 1]
-    steps = gap + d_gpu
+    steps = lat[:, 1] + d_gpu
     steps[lay["stream_first"]] = d_gpu[lay["stream_first"]]
     P = np.empty(n_g)
     for idx in g.streams:
         P[idx] = np.cumsum(steps[idx])
-    a = np.where(on_chain, (offset[li] if n_h else 0.0) + lat[:, 0] + d_gpu - P, -np.inf)
-    b = np.where(np.isfinite(g.g_pin), g.g_pin + d_gpu - P, -np.inf)
+    a = np.where(on_chain, off_li + lat[:, 0] + d_gpu - P, -np.inf)
+    b = np.where(np.isfinite(g.g_pin), g.g_pin + d_gpu - P, -np.inf) if lay["any_pinned"] else np.full(n_g, -np.inf)
     upto = np.minimum(g.w_item, n_h - 1)
     placed = g.g_seg[g.w_op] <= upto if n_w else np.zeros(0, bool)  # its op is placed by then (else: its recorded end)
     walk = keep & placed
     chunks = _chunks(g, lay, walk, a, b)
-    T = np.empty(n_w + 1)
+    T: list[float] = []
     t = float(g.c0)
-    stream_of, pos_of = lay["stream_of"], lay["pos_of"]
     ptr = [0] * len(g.streams)
     best = [-np.inf] * len(g.streams)  # the running maximum over the chunks walked
     at: list[dict[int, float]] = [{} for _ in g.streams]  # ... at each op waited on, once walked past
-    w_op, w_ret, w_base = g.w_op.tolist(), g.w_ret.tolist(), g.w_base.tolist()
+    w_ret, w_base = g.w_ret.tolist(), g.w_base.tolist()
+    s_w, p_w = lay["stream_of"][g.w_op].tolist(), lay["pos_of"][g.w_op].tolist()  # where each wait's op lies
+    P_w, end_w = P[g.w_op].tolist(), g.g_end[g.w_op].tolist()
     keep_l, walk_l, len_l = keep.tolist(), walk.tolist(), lengths.tolist()
     for k in range(n_w + 1):
-        T[k] = t
+        T.append(t)
         t = t + len_l[k]
         if k == n_w:
             break
         if keep_l[k]:
-            op = w_op[k]
+            target = end_w[k]
             if walk_l[k]:
-                s, p = int(stream_of[op]), int(pos_of[op])
+                s, p = s_w[k], p_w[k]
                 if p not in at[s]:
                     c_last, c_seg, c_a, c_b = chunks[s]
                     j, r = ptr[s], best[s]
@@ -720,23 +765,37 @@ def _simulate_by_segments(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None 
                         at[s][c_last[j]] = r
                         j += 1
                     ptr[s], best[s] = j, r
-                target = float(P[op]) + at[s][p]
-                if not np.isfinite(target):  # nothing placed it (no launch, no op before it): its recorded end
-                    target = float(g.g_end[op])
-            else:
-                target = float(g.g_end[op])
+                placed_end = P_w[k] + at[s][p]
+                if placed_end > -np.inf:  # else nothing placed it (no launch, no op before it): its recorded end
+                    target = placed_end
             t = t + scale * max(w_base[k], target + w_ret[k] - t)
         else:  # made asynchronous: the call costs what it does with nothing to wait for
             t = t + w_base[k]
-    hs = T[seg_of_item] + offset
-    he = hs + own
-    if n_w:
-        he[g.w_item] = T[1:]
-    v = np.maximum(np.where(on_chain, T[k_op] + a, -np.inf), b)
+    T_ = np.array(T)
+    v = np.maximum(np.where(on_chain, T_[k_op] + a, -np.inf), b)
     ge_ = np.empty(n_g)
     for idx in g.streams:
         ge_[idx] = P[idx] + np.maximum.accumulate(v[idx])
-    return hs, he, ge_ - d_gpu, ge_
+    return T_, d_gpu, ge_
+
+
+def _cause_sums(g: _Graph, cause: int) -> dict[str, np.ndarray]:
+    """One host cause's durations as a replay by segments adds them up: each item's own (none for a wait's items),
+    the sum before each item and before each segment, each segment's, and before each GPU op's launch item within
+    its segment."""
+    key = ("cause_sums", cause)
+    if key not in g.memo:
+        lay = _layout(g)
+        n_h = g.h_start.size
+        own = np.where(lay["timed"], g.comp[cause], 0.0)
+        run = np.cumsum(own)
+        before = run - own
+        total = float(run[-1]) if n_h else 0.0
+        base = np.r_[before, total][np.minimum(np.r_[0, g.w_item + 1], n_h)]
+        g.memo[key] = {"own": own, "before": before, "base": base, "lengths": np.r_[before[g.w_item], total] - base,
+                       "offset_at_launch": np.where(lay["on_chain"], before[lay["li"]] - base[lay["k_op"]], 0.0)
+                       if n_h else np.zeros(g.g_start.size)}
+    return g.memo[key]
 
 
 def _layout(g: _Graph) -> dict[str, np.ndarray]:
@@ -756,8 +815,16 @@ def _layout(g: _Graph) -> dict[str, np.ndarray]:
             stream_of[idx] = s
             pos_of[idx] = np.arange(idx.size)
         first = np.array([idx[0] for idx in g.streams if idx.size], dtype=np.int64)
-        g.memo["layout"] = {"is_wait": is_wait, "seg_of_item": seg_of_item, "on_chain": on_chain, "li": li,
-                            "k_op": k_op, "stream_of": stream_of, "pos_of": pos_of, "stream_first": first}
+        timed = ~is_wait  # an item that takes its own time: not a wait's, nor one of the items its call spans before it
+        spanned = g.w_item > g.w_first
+        if spanned.any():
+            mark = np.zeros(n_h + 1, dtype=np.int64)
+            np.add.at(mark, g.w_first[spanned], 1)
+            np.add.at(mark, g.w_item[spanned], -1)
+            timed &= np.cumsum(mark[:-1]) == 0
+        g.memo["layout"] = {"is_wait": is_wait, "timed": timed, "seg_of_item": seg_of_item, "on_chain": on_chain,
+                            "li": li, "k_op": k_op, "stream_of": stream_of, "pos_of": pos_of, "stream_first": first,
+                            "any_pinned": bool(np.isfinite(g.g_pin).any())}
     return g.memo["layout"]
 
 
@@ -1209,8 +1276,7 @@ def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarr
     for rank, g in graphs.items():
         if overlapped:
             g = _overlapped(g, overlapped)
-        hs, he, gs_, ge_ = _simulate(g, f, None if op_scale is None else op_scale.get(rank))
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, None if op_scale is None else op_scale.get(rank)) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 
@@ -1290,8 +1356,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
         scale = _op_scale(trace, g, tuple(rates))
         if overlapped:
             g = _overlapped(g, tuple(overlapped))
-        hs, he, gs_, ge_ = _simulate(g, f, scale)
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, scale) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 

@@ -252,3 +252,4 @@ def test_the_replay_in_one_pass_times_every_node_as_the_replay_wait_by_wait(name
                 for a, b in zip(by_waits, by_segments):
                     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4)
                 assert cr._span(g, *by_segments) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
+                assert cr._replayed_span(g, f) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
