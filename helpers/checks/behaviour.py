@@ -72,6 +72,102 @@ def _threads_kept(threads: int | None = None) -> Iterator[None]:
         torch.set_num_threads(n)
 
 
+# --- the course's own code, wherever the learner writes it -------------------------------------
+#: What each exercise asks the learner to write, as the course (or PyTorch) already has it: running one of these
+#: inside the learner's function is the reference wrapped (in a def, a subclass, a getattr of a string), not
+#: the learner's work. ``module:qualname``; ``[attr]`` after it: only a call whose ``self.attr`` is true counts
+#: (``gpu_bound.Net`` with its own checkpointing switched on). The learner's own code may call the course's
+#: other helpers (datasets, models, ``host_prepare``, ``annotate``): only the answers are listed.
+COURSE_ANSWERS: dict[str, tuple[str, ...]] = {
+    "loader": ("helpers.workloads.data_stall:_fixed_loader", "helpers.workloads.data_stall:make_step",
+               "helpers.workloads.mystery:make_loader"),
+    "device copy": ("helpers.workloads.data_stall:_async_copy", "helpers.workloads.data_stall:make_step"),
+    "update": ("torch.optim.adam:adam", "torch.optim.adam:_single_tensor_adam", "torch.optim.adam:_multi_tensor_adam",
+               "torch.optim.adam:_fused_adam", "torch.optim.adam:Adam.step", "torch.optim.adamw:adamw",
+               "torch.optim.adamw:AdamW.step", "helpers.workloads.launch_overhead:make_eager_step",
+               "helpers.workloads.launch_overhead:make_step"),
+    "step": ("helpers.workloads.sync_stall:_fixed_step", "helpers.workloads.sync_stall:broken_step",
+             "helpers.workloads.sync_stall:make_step", "helpers.workloads.callsite:fixed_step",
+             "helpers.workloads.callsite:broken_step", "helpers.workloads.callsite:make_step"),
+    "capstone": ("helpers.workloads.mystery:make_step", "helpers.workloads.mystery:make_step_from_loader",
+                 "helpers.workloads.mystery:make_loader", "helpers.workloads.data_stall:_fixed_loader",
+                 "helpers.workloads.data_stall:make_step_from_loader", "helpers.workloads.data_stall:make_step",
+                 "helpers.workloads.sync_stall:_fixed_step", "helpers.workloads.sync_stall:make_step"),
+    "low-precision step": ("helpers.workloads.gpu_bound:train_step", "helpers.workloads.gpu_bound:make_step"),
+    "forward without the break": ("helpers.workloads.gpu_bound:Net.forward",),
+    "checkpointed forward": ("helpers.workloads.gpu_bound:Net.forward[ckpt]",),
+}
+
+
+def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
+    """{code object: (the answer's name, the ``self`` attribute that must be true or None)} for ``what``; names
+    this torch does not have are left out."""
+    import importlib
+
+    out: dict[Any, tuple[str, str | None]] = {}
+    for entry in COURSE_ANSWERS[what]:
+        ref, _, attr = entry.partition("[")
+        module, _, qual = ref.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qual.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            continue
+        code = getattr(inspect.unwrap(obj), "__code__", None)
+        if code is not None:
+            short = module.rsplit(".", 1)[-1] if module.startswith("helpers.") else module
+            out[code] = (f"{short}.{qual}", attr.rstrip("]") or None)
+    return out
+
+
+@contextmanager
+def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
+    """Record which of the course's answers for ``what`` (:data:`COURSE_ANSWERS`) run in the threads started while
+    the block runs: the learner's function runs in one of its own (:func:`helpers.checks._core.run_learner`), so
+    the check's own reference runs, in the caller's thread, are not counted (``here``: this thread is watched
+    too, for a block that runs nothing but the learner's code). Yields the list it fills."""
+    import sys
+    import threading
+
+    codes = _answer_codes(what)
+    used: list[str] = []
+
+    def watch(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            name, attr = codes[frame.f_code]
+            if attr is not None and not getattr(frame.f_locals.get("self"), attr, False):
+                return
+            if name not in used:
+                used.append(name)
+
+    before, mine = getattr(threading, "_profile_hook", None), sys.getprofile()
+    threading.setprofile(watch)
+    if here:
+        sys.setprofile(watch)
+    try:
+        yield used
+    finally:
+        threading.setprofile(before)  # type: ignore[arg-type]
+        if here:
+            sys.setprofile(mine)
+
+
+def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> str | None:
+    """Why ``fn`` is not the learner's own ``what``: it is the course's code (defined in ``helpers``), a class
+    derived from one of the course's answers that keeps its method, or, when ``used`` is given (from
+    :func:`course_code_watch` around the learner's calls), it ran one of the course's answers. None when it is
+    the learner's own."""
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    if str(getattr(fn, "__module__", "") or "").startswith("helpers."):
+        return (f"{name} is the course's own code ({fn.__module__}), not yours: write your {what} in a cell; the "
+                "course's reference earns no credit")
+    if used:
+        return (f"your {what} runs the course's own {', '.join(used)}: write the {what} itself; the course's reference "
+                "wrapped in a function (or a subclass) earns no credit")
+    return None
+
+
 # --- lab 01: the loader and the device copy -------------------------------------------------
 def _sample_key(x: torch.Tensor) -> bytes:
     try:
@@ -95,10 +191,13 @@ def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_fa
     for i in range(n):
         x, _ = dataset[i]
         index_of.setdefault(_sample_key(x), i)
-    with _threads_kept():
+    with _threads_kept(), course_code_watch("loader") as used:
         loader = _call(make_loader, dataset, batch_size, what="your loader function")
         if isinstance(loader, _Failed):
             return loader.message
+        borrowed = course_code_problem(make_loader, "loader", used)
+        if borrowed:
+            return borrowed
         if made is not None:
             made.append(loader)
         batches = []
@@ -140,9 +239,13 @@ def loader_problem(make_loader: Callable, to_device: Callable | None, dataset_fa
                 "not a cached few")
     if to_device is not None:
         x, y = batches[0]
-        moved = _call(to_device, (x, y), torch.device("cpu"), what="your device copy")
+        with course_code_watch("device copy") as used:
+            moved = _call(to_device, (x, y), torch.device("cpu"), what="your device copy")
         if isinstance(moved, _Failed):
             return moved.message
+        borrowed = course_code_problem(to_device, "device copy", used)
+        if borrowed:
+            return borrowed
         if not (isinstance(moved, (tuple, list)) and len(moved) == 2
                 and all(isinstance(t, torch.Tensor) for t in moved)):
             return "your device copy must return the (x, y) pair it was given, moved to the device"
@@ -201,9 +304,13 @@ def adam_problem(update: Callable, model_params: list[torch.Tensor], model_grads
     results = {}
     for case in (random_case, model_case):
         label, start, grads = case()
-        result = _adam_error(update, start, grads, lr=1e-2)
+        with course_code_watch("update") as used:  # torch's own Adam runs in the check's thread, not in the learner's
+            result = _adam_error(update, start, grads, lr=1e-2)
         if isinstance(result, _Failed):
             return float("inf"), result.message + f" (on {label})"
+        borrowed = course_code_problem(update, "update", used)
+        if borrowed:
+            return float("inf"), borrowed + " (fewer calls count only where you wrote the step with them)"
         results[label] = result
     for label in reversed(results):
         err, moved, mine_moved = results[label]
@@ -279,16 +386,20 @@ def same_training_problem(make_mine: Callable, make_reference: Callable, setup: 
             hook = model.register_forward_pre_hook(lambda _m, args, into=inputs: into.append(args[0].detach().clone()))
             log: list = []
             try:
-                step = _call(make, model, opt, *rest, log, what=f"{getattr(make, '__name__', 'your function')}")
-                if isinstance(step, _Failed):
-                    return step.message
-                if getattr(step, "__module__", "").startswith("helpers.") and who == "mine":
-                    return ("your function returns the course's own step: write the step itself; a reference "
-                            "step earns no credit")
-                for i in range(steps):
-                    out = _call(step, i, what="your step")
-                    if isinstance(out, _Failed):
-                        return out.message
+                with course_code_watch("step") as used:
+                    step = _call(make, model, opt, *rest, log, what=f"{getattr(make, '__name__', 'your function')}")
+                    if isinstance(step, _Failed):
+                        return step.message
+                    if getattr(step, "__module__", "").startswith("helpers.") and who == "mine":
+                        return ("your function returns the course's own step: write the step itself; a reference "
+                                "step earns no credit")
+                    for i in range(steps):
+                        out = _call(step, i, what="your step")
+                        if isinstance(out, _Failed):
+                            return out.message
+                borrowed = course_code_problem(make, "step", used) if who == "mine" else None
+                if borrowed:
+                    return borrowed
             finally:
                 hook.remove()
             runs[who] = (start, [p.detach().clone() for p in model.parameters()], inputs, log)
@@ -374,13 +485,16 @@ def capstone_problem(make_step: Callable, steps: int = 8, made: list | None = No
     for _ in range(passes):  # each row's per-sample work, as FeatureRows does it
         base = np.tanh(base * 0.9 + 0.1)
     base_t = torch.from_numpy(base)
-    with _threads_kept(), _first_inputs(width) as (seen, layers):
+    with _threads_kept(), _first_inputs(width) as (seen, layers), course_code_watch("capstone") as used:
         with loaders_made() as loaders:
             step = _call(make_step, torch.device("cpu"), what="your step function")
         if made is not None:
             made.extend(loaders)
         if isinstance(step, _Failed):
             return step.message
+        borrowed = course_code_problem(make_step, "fixed step", used) or course_code_problem(step, "fixed step")
+        if borrowed:
+            return borrowed
         first = None
         for i in range(steps):
             out = _call(step, i, what="your step")
@@ -389,6 +503,9 @@ def capstone_problem(make_step: Callable, steps: int = 8, made: list | None = No
             if i == 0 and layers:
                 first = [layers[0].weight.detach().clone()]
         end = [layers[0].weight.detach().clone()] if layers else None
+    borrowed = course_code_problem(make_step, "fixed step", used)
+    if borrowed:
+        return borrowed
     batches = [x for x in seen if x.dim() == 2 and x.shape[0] > 1][:steps]
     if len(batches) < steps:
         return (f"the data is missing: in {steps} steps your model got {len(batches)} batches of {width} features: each "
@@ -655,8 +772,11 @@ def lowp_step_problem(step_fn: Callable, device: torch.device, steps: int = 4) -
 
     from ..thresholds import LOWP_SAME_KIND_LOSS_FLOOR, LOWP_SAME_KIND_UPDATE_FLOOR, LOWP_SPREAD_TIMES
 
-    with _threads_kept(1):
+    with _threads_kept(1), course_code_watch("low-precision step", here=True) as used:
         mine, update, kept_dtypes = _lowp_run(step_fn, device, steps)
+    borrowed = course_code_problem(getattr(step_fn, "learner", step_fn), "low-precision step", used)
+    if borrowed:
+        return borrowed, ""
     calls = [d for r in mine for d in r.linear_dtypes]
     if not calls or any(not r.linear_dtypes for r in mine):
         return ("your step ran no Linear layer of the model it was given in at least one step: call model(x) in the "

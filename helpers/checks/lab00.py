@@ -25,13 +25,7 @@ from ._core import (  # noqa: F401
 from ._sealed import digest
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "tools": {"gpu": ("check_tool_choice",), "cpu": ("check_tool_choice",)},
-    "capture": {"gpu": ("check_annotated_phases", "check_nsys_commands", "check_my_profiler"),
-                "cpu": ("check_annotated_phases", "check_nsys_commands", "check_my_profiler")},
-    "gaps": {"gpu": ("check_gpu_idle_share", "check_longest_gap", "check_launch_queue"),
-             "cpu": ("check_gpu_idle_share", "check_longest_gap", "check_launch_queue")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 
 # --- lab 00 ----------------------------------------------------------------------------------

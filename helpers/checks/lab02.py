@@ -22,9 +22,7 @@ from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "launch": {"gpu": ("check_reading[broken loop]", "check_launch_fixed"), "cpu": ("check_reading[broken loop]", "check_launch_fixed")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 #: A graph-captured step may still launch a few kernels of its own (a non-contiguous copy into the
 #: static inputs); more than this many ``cudaLaunchKernel`` calls per step means part of the step
@@ -256,6 +254,19 @@ def adam_update_error(update, steps: int = 3) -> float:
     return adam_update_problem(update, steps)[0]
 
 
+def torch_optimizer_problem(after: Trace) -> str | None:
+    """Why the fixed CPU loop's trace is not one of the learner's update: its steps run a torch.optim optimizer's own
+    step (the profiler's ``Optimizer.step#Adam.step`` range, which the course's ``foreach`` variant and the broken loop
+    show and a loop that calls ``adam_update`` does not). None when no such range is in a step."""
+    ev = after.events
+    ranges = ev.loc[(ev["step"] >= 0) & ev["name"].astype(str).str.startswith("Optimizer.step#"), "name"]
+    if ranges.empty:
+        return None
+    return (f"your trace's steps run {ranges.iloc[0]} ({len(ranges)} times): torch.optim's own optimizer, as the course's "
+            "foreach variant does, not your adam_update. Capture make_foreach_step(device), whose optimizer range calls "
+            "your update")
+
+
 def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, update: Callable | None = None) -> str:
     """Judge the learner's fix from their own trace ``after`` (``before``: their capture of the broken loop).
 
@@ -273,7 +284,7 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
             problem = ("pass your update too: check_launch_fixed(broken, fixed, min_gain=1.5, update=adam_update); the check "
                        "runs it next to torch.optim.Adam: fewer calls only count if they compute the same step")
         else:
-            problem = adam_update_problem(update)[1]
+            problem = adam_update_problem(update)[1] or torch_optimizer_problem(after)
     if problem:
         _record("launch", "check_launch_fixed", False)
         raise CheckFailed(problem)

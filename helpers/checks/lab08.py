@@ -21,12 +21,7 @@ __all__ = [
 
 #: Lab 08's own work: what the learner wrote and ran (the precision step, the fixed graph break, the
 #: checkpointed forward) on both tracks, plus the tensor-core kernels of their own capture on a GPU.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "gpu_bound": {
-        "gpu": ("check_same_training", "check_tensor_cores", "check_break_fixed", "check_activation_saving"),
-        "cpu": ("check_same_training", "check_break_fixed", "check_activation_saving"),
-    },
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 
 # --- 1. reading the fp32 loop ---------------------------------------------------------------------
@@ -67,6 +62,7 @@ def _guarded_step(step_fn: Callable) -> Callable:
                               "step's loss, one number")
         return loss
 
+    step.learner = step_fn  # type: ignore[attr-defined] # whose function this is, for the course-code check
     return step
 
 
@@ -197,7 +193,13 @@ def check_break_fixed(model_cls: type, width: int = 64) -> str:
     xs = [torch.randn(4, width, generator=torch.Generator().manual_seed(1 + k)) for k in range(STATISTIC_FORWARDS)]
     with torch.no_grad():
         want = [ref(xk) for xk in xs]
-        outs = [run_learner(mine, xk, name=f"{model_cls.__name__}.forward", returns=torch.Tensor, note=model_cls) for xk in xs]
+        with behaviour.course_code_watch("forward without the break") as used:
+            outs = [run_learner(mine, xk, name=f"{model_cls.__name__}.forward", returns=torch.Tensor, note=model_cls)
+                    for xk in xs]
+    borrowed = behaviour.course_code_problem(model_cls, "forward without the break", used)
+    if borrowed:
+        return _check("gpu_bound", name, False, borrowed[:1].upper() + borrowed[1:] + " (a forward of your own: "
+                      "the blocks, the statistic kept as a tensor, the head).")
     if not all(o.shape == w.shape and torch.allclose(o, w, rtol=1e-5, atol=1e-6) for o, w in zip(outs, want)):
         return _check("gpu_bound", name, False,
                       "your model has no break but computes something else than gpu_bound.Net: keep the same "
@@ -344,12 +346,18 @@ def _activation_saving(forward_fn: Callable, width: int, batch: int) -> str:
     grads_ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
     try:  # the dispatch mode and the saved-tensor hooks are per thread: set inside the learner's guarded call
-        mine, saved, _ = run_learner(lambda: behaviour.kept_for_backward(lambda: forward_fn(model, x), (x, *params)),
-                                     name="your forward_fn", note=forward_fn)
-        out = run_learner(forward_fn, model, x, name="your forward_fn", returns=torch.Tensor)
+        with behaviour.course_code_watch("checkpointed forward") as used:
+            mine, saved, _ = run_learner(lambda: behaviour.kept_for_backward(lambda: forward_fn(model, x), (x, *params)),
+                                         name="your forward_fn", note=forward_fn)
+            out = run_learner(forward_fn, model, x, name="your forward_fn", returns=torch.Tensor)
     except CheckFailed:
         _record("gpu_bound", "check_activation_saving", False)
         raise
+    borrowed = behaviour.course_code_problem(forward_fn, "checkpointed forward", used)
+    if borrowed:
+        return _check("gpu_bound", "check_activation_saving", False, borrowed[:1].upper() + borrowed[1:]
+                      + " (switching on the course's Net(ckpt=True) is its checkpointing, not yours): call "
+                      "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) over model.blocks yourself.")
     if out.shape != out_ref.shape or not out.requires_grad:
         return _check("gpu_bound", "check_activation_saving", False,
                       f"your forward returns a tensor of shape {tuple(out.shape)}"
