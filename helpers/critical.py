@@ -86,17 +86,21 @@ def _is_compile_frame(name: str) -> bool:
 
 # --- interval helpers (vectorised) -------------------------------------------------------------
 def _minus(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union A less union B (each sorted, disjoint), by one sweep over all their ends."""
+    """Union A less union B (each sorted and disjoint; half-open intervals: touching ones do not overlap): A cut
+    by the gaps between B's intervals, each of A's found by two binary searches."""
     if as_.size == 0 or bs.size == 0:
         return as_, ae
-    pts = np.concatenate([as_, ae, bs, be])
-    da = np.concatenate([np.ones(as_.size), -np.ones(ae.size), np.zeros(bs.size + be.size)])
-    db = np.concatenate([np.zeros(as_.size + ae.size), np.ones(bs.size), -np.ones(be.size)])
-    # at a tie, ends before starts: half-open intervals that touch do not overlap
-    order = np.lexsort((np.concatenate([np.ones(as_.size), np.zeros(ae.size), np.ones(bs.size), np.zeros(be.size)]), pts))
-    p, ca, cb = pts[order], np.cumsum(da[order]), np.cumsum(db[order])
-    inside = (ca[:-1] > 0) & (cb[:-1] <= 0) & (p[1:] > p[:-1])
-    return m.merge_intervals(p[:-1][inside], p[1:][inside])
+    gs, ge = np.r_[-np.inf, be], np.r_[bs, np.inf]  # B's complement, sorted and disjoint
+    lo = np.searchsorted(ge, as_, side="right")  # the first gap ending after each of A's starts
+    hi = np.searchsorted(gs, ae, side="left")  # ... and the first starting at or after its end
+    n = np.maximum(hi - lo, 0)
+    if not n.any():
+        return np.zeros(0), np.zeros(0)
+    a_of = np.repeat(np.arange(as_.size), n)
+    j = lo[a_of] + np.arange(a_of.size) - np.repeat(np.cumsum(n) - n, n)
+    s, e = np.maximum(as_[a_of], gs[j]), np.minimum(ae[a_of], ge[j])
+    keep = e > s
+    return m.merge_intervals(s[keep], e[keep])
 
 
 # --- the graph of one rank ---------------------------------------------------------------------
@@ -145,6 +149,7 @@ class _Graph:
     w_free: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # waits that no longer wait (their op moved off)
     g_extra_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # cause of a stream gap's rest
     g_hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # ops moved off the path (overlapped)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # what replays share: layout, overlapped graphs
 
     def __post_init__(self) -> None:
         if self.w_free.size != self.w_item.size:
@@ -176,15 +181,42 @@ def _row_positions(trace: Trace, rank: int) -> np.ndarray:
     return np.flatnonzero(trace.events["rank"].to_numpy() == rank)
 
 
+#: The event kinds the graph reads, by a small code (:func:`_kind_codes`; -1: any other).
+_KINDS = ("kernel", "memcpy", "memset", "collective", "runtime", "cpu_op", "annotation", "python")
+_K = {k: i for i, k in enumerate(_KINDS)}
+
+
+def _kind_codes(trace: Trace) -> np.ndarray:
+    """Every event's kind as its index in :data:`_KINDS` (-1 for others), looked up once per category."""
+    memo = m._memo(trace)
+    if "critical_kind_codes" not in memo:
+        kind = trace.events["kind"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):
+            table = np.array([_K.get(str(c), -1) for c in kind.cat.categories] + [-1], dtype=np.int8)
+            memo["critical_kind_codes"] = table[kind.cat.codes.to_numpy()]
+        else:
+            codes, uniq = pd.factorize(kind)
+            table = np.array([_K.get(str(c), -1) for c in uniq] + [-1], dtype=np.int8)
+            memo["critical_kind_codes"] = table[codes]
+    return memo["critical_kind_codes"]
+
+
+def _is_kind(codes: np.ndarray, *kinds: str) -> np.ndarray:
+    """Which of ``codes`` (:func:`_kind_codes`) are one of ``kinds``."""
+    table = np.zeros(len(_KINDS) + 1, dtype=bool)  # the last slot: any other kind (-1)
+    table[[_K[k] for k in kinds]] = True
+    return table[codes]
+
+
 def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """What covers the host between its calls, highest priority first, as disjoint unions: (cause, starts, ends)."""
     ev = trace.events
     pos = _row_positions(trace, rank)
     host = ev["device"].to_numpy()[pos] < 0
-    kinds = ev["kind"].to_numpy()[pos]
+    kinds = _kind_codes(trace)[pos]
     start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    comp_mask = host & ((np.isin(kinds, ("annotation", "cpu_op")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
-                        | ((kinds == "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
+    comp_mask = host & ((_is_kind(kinds, "annotation", "cpu_op") & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
+                        | (_is_kind(kinds, "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
     parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
     parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
     if gpu:  # a host collective's (gloo's) wait before the framework's dispatching
@@ -197,7 +229,7 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
         parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
     # the interpreter between two of the model's ops: a gap shorter than LAUNCH_DISPATCH_BRIDGE_US is dispatching
     # the next one, not code of the program's own
-    busy = host & (np.isin(kinds, ("cpu_op", "runtime")))
+    busy = host & _is_kind(kinds, "cpu_op", "runtime")
     bs, be = m.merge_intervals(start[busy], end[busy])
     if bs.size > 1:
         short = (bs[1:] - be[:-1]) < th.LAUNCH_DISPATCH_BRIDGE_US
@@ -211,21 +243,28 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
     return out
 
 
-def _gpu_cause(names: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each GPU op's cause index, and whether it is a matrix product on the fp32 FFMA pipes."""
-    cause = np.full(names.size, _C["kernel"], dtype=np.int64)
-    cause[np.isin(kinds, ("memcpy", "memset"))] = _C["copy"]
-    cause[kinds == "collective"] = _C["collective"]
-    ffma = np.zeros(names.size, dtype=bool)
-    kern = np.flatnonzero(kinds == "kernel")
-    if kern.size:
-        codes, uniq = pd.factorize(pd.Series(names[kern], dtype=object))
-        gemm = np.fromiter((bool(GEMM_NAME.search(str(u))) for u in uniq), bool, len(uniq))
-        fp32 = np.fromiter((bool(FP32_FFMA_NAME.search(str(u))) and not TENSOR_CORE_NAME.search(str(u)) for u in uniq),
-                           bool, len(uniq))
-        cause[kern[gemm[codes]]] = _C["gemm"]
-        ffma[kern] = (gemm & fp32)[codes]
-    return cause, ffma
+def _is_gemm(name: str) -> bool:
+    return bool(GEMM_NAME.search(str(name)))
+
+
+def _is_fp32_ffma(name: str) -> bool:
+    return bool(FP32_FFMA_NAME.search(str(name))) and not TENSOR_CORE_NAME.search(str(name))
+
+
+def _is_graph_launch(name: str) -> bool:
+    return str(name).startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"))
+
+
+def _gpu_cause(trace: Trace, rows: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU op's (event ``rows``, kind codes ``kinds``) cause index, and whether it is a matrix product on the
+    fp32 FFMA pipes (names matched once per distinct name)."""
+    cause = np.full(rows.size, _C["kernel"], dtype=np.int64)
+    cause[_is_kind(kinds, "memcpy", "memset")] = _C["copy"]
+    cause[_is_kind(kinds, "collective")] = _C["collective"]
+    kern = _is_kind(kinds, "kernel")
+    gemm = kern & m.name_mask(trace, "gemm_name", _is_gemm)[rows]
+    cause[gemm] = _C["gemm"]
+    return cause, gemm & m.name_mask(trace, "fp32_ffma_name", _is_fp32_ffma)[rows]
 
 
 def _build(trace: Trace, rank: int) -> _Graph | None:
@@ -247,13 +286,13 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     pos = _row_positions(trace, rank)
     start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
     device = ev["device"].to_numpy()[pos]
-    kinds = ev["kind"].to_numpy()[pos].astype(object)
+    kinds = _kind_codes(trace)[pos]
     corr = ev["correlation"].to_numpy()[pos]
     tids = ev["tid"].to_numpy()[pos]
     host = device < 0
 
     # --- host calls on the threads that launch or wait ---
-    runtime = host & (kinds == "runtime")
+    runtime = host & _is_kind(kinds, "runtime")
     is_sync = m.is_sync_call(trace)[pos] & runtime
     frees = freeing_after_gpu_work(trace)[pos]  # a free once the GPU has work is a sync (FREE_CALL)
     is_sync = is_sync | frees
@@ -265,7 +304,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     call_idx = np.flatnonzero(call)
 
     # --- GPU ops of the steps ---
-    gpu_kind = (~host) & np.isin(kinds, GPU_WORK_KINDS)
+    gpu_kind = (~host) & _is_kind(kinds, *GPU_WORK_KINDS)
     step_col = ev["step"].to_numpy()[pos]
     g_sel = np.flatnonzero(gpu_kind & (end > c0) & ((step_col >= 0) | (start < t1)))
     streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[pos][g_sel]
@@ -274,22 +313,24 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     skey = streams_key[order]
     g_stream = pd.factorize(skey)[0].astype(np.int64)
     gs, ge = start[g_sel].astype(float), end[g_sel].astype(float)
-    names_all = ev["name"].to_numpy()
-    g_names = names_all[pos[g_sel]]
+    g_rows = pos[g_sel]
     g_kinds = kinds[g_sel]
-    g_cause, g_ffma = _gpu_cause(g_names, g_kinds)
-    g_pageable = (g_kinds == "memcpy") & (ev["host_memory"].to_numpy()[pos][g_sel] == "pageable")
-    g_hostcopy = (g_kinds == "memcpy") & np.isin(ev["copy_kind"].to_numpy()[pos][g_sel], ("H2D", "D2H"))
-    g_h2d = ev["copy_kind"].to_numpy()[pos][g_sel] == "H2D"
-    g_bytes = ev["bytes"].to_numpy()[pos][g_sel].astype(float)
+    g_cause, g_ffma = _gpu_cause(trace, g_rows, g_kinds)
+    g_memcpy = _is_kind(g_kinds, "memcpy")
+    copy_kind = ev["copy_kind"].take(g_rows).to_numpy()
+    g_pageable = g_memcpy & (ev["host_memory"].take(g_rows).to_numpy() == "pageable")
+    g_hostcopy = g_memcpy & np.isin(copy_kind, ("H2D", "D2H"))
+    g_h2d = copy_kind == "H2D"
+    g_bytes = ev["bytes"].to_numpy()[g_rows].astype(float)
     n_g = g_sel.size
     has_gpu_rows = n_g > 0
 
     # --- the host chain's items: cut at every call's start and end and every window's edges; it ends with the
     # host's own last step (where the GPU paces the loop, the rest of the windows is the GPU's), or without step
     # rows of its own, with its last recorded activity ---
-    acts = host & (start < t1) & (kinds != "annotation")
-    ann = host & (kinds == "annotation") & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[pos]
+    is_ann = _is_kind(kinds, "annotation")
+    acts = host & (start < t1) & ~is_ann
+    ann = host & is_ann & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[pos]
     last_host = float(np.max(np.minimum(end[acts | ann], t1))) if (acts | ann).any() else t1
     t1h = min(c1, t1) if len(own) else (min(max(last_host, c0), t1) if has_gpu_rows else t1)
     cs, ce = np.clip(start[call_idx], c0, t1h), np.clip(end[call_idx], c0, t1h)
@@ -394,7 +435,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # the latencies the trace measured on the binding dependency; typical ones on the others
     lat_launch = np.where(np.isfinite(raw_launch), gs - raw_launch, 0.0)
     lat_stream = np.where(np.isfinite(raw_stream), gs - raw_stream, 0.0)
-    graph_rows = m.name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")))
+    graph_rows = m.name_mask(trace, "graph_launch", _is_graph_launch)
     in_graph = np.zeros(n_g, dtype=bool)  # an op whose stream predecessor came from the same graph launch
     if n_g and call_idx.size and graph_rows.any():
         graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[pos])])
@@ -434,7 +475,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
 
     # --- waits: sync calls, and calls that ended only once the GPU work before them had ---
     own_op = np.full(call_idx.size, -1, dtype=np.int64)  # the copy or memset each call launched itself
-    copies = np.flatnonzero(np.isin(g_kinds, ("memcpy", "memset")) & (corr[g_sel] >= 0))
+    copies = np.flatnonzero(_is_kind(g_kinds, "memcpy", "memset") & (corr[g_sel] >= 0))
     if copies.size and call_idx.size:
         first_copy = pd.Series(copies, index=corr[g_sel][copies])
         first_copy = first_copy[~first_copy.index.duplicated(keep="first")]
@@ -582,28 +623,254 @@ def _factors(factors: dict[str, float] | None) -> np.ndarray:
     return f
 
 
-def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Replay the graph with causes scaled by ``f`` (and GPU ops by ``op_scale``): new host item starts and
-    ends, GPU op starts and ends."""
-    n_h, n_g = g.h_start.size, g.g_start.size
-    d_host = np.zeros(n_h)
-    for cause, values in g.comp.items():
-        d_host += values * f[cause]
+def _gpu_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """What a replay with causes scaled by ``f`` starts from on the GPU's side: each GPU op's duration, the ops'
+    latencies (after the launch, after the stream predecessor, after the cross-stream op), which waits are kept,
+    and the waits' scale."""
     d_gpu = (g.g_end - g.g_start) * f[g.g_cause]
     if op_scale is not None:
         d_gpu = d_gpu * op_scale
     fl, fg = f[_C["launch"]], f[_C["graph"]]
     lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * f[g.g_extra_cause], g.g_lat[:, 3]], axis=1)
+    keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
+    return d_gpu, lat, keep, max(float(f[_C["sync"]]), 1.0)
+
+
+def _replay_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_gpu_inputs` and before them each host item's duration (the items a wait's call spans before the
+    wait's own item take none: the call is one wait)."""
+    d_host = np.zeros(g.h_start.size)
+    for cause, values in g.comp.items():
+        d_host += values * f[cause]
+    spanned = g.w_item > g.w_first
+    if spanned.any():  # a wait's call is one wait, however it is cut: the items before its own take no time
+        mark = np.zeros(d_host.size + 1, dtype=np.int64)
+        np.add.at(mark, g.w_first[spanned], 1)
+        np.add.at(mark, g.w_item[spanned], -1)
+        d_host[np.cumsum(mark[:-1]) > 0] = 0.0
+    return (d_host, *_gpu_inputs(g, f, op_scale))  # type: ignore[return-value]
+
+
+def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replay the graph with causes scaled by ``f`` (and GPU ops by ``op_scale``): new host item starts and
+    ends, GPU op starts and ends. A graph without cross-stream waits is replayed in one pass over its waits
+    (:func:`_simulate_by_segments`), one with them wait by wait (:func:`_simulate_by_waits`); both give the same
+    times (up to rounding)."""
+    if not (g.g_cross >= 0).any():
+        return _simulate_by_segments(g, f, op_scale)
+    return _simulate_by_waits(g, f, op_scale)
+
+
+def _simulate_by_segments(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The replay of a graph whose GPU ops wait on no other stream's, with the host's waits the only step taken
+    one at a time.
+
+    The waits cut the host chain into segments; segment k starts at T_k and its items at T_k plus the durations
+    before them inside it. On a stream, op j ends at e_j = max(e_{j-1} + gap_j, x_j) + d_j, which is
+    e_j = P_j + max_{i<=j}(x_i + d_i - P_i) with P the running sum of gaps and durations; x_i is its launch item's
+    start plus the launch latency, T_k plus a constant, or a pinned start. So a wait only needs the running
+    maximum, over the ops up to the one it waits on, of T_k plus each segment's largest constant: walked chunk by
+    chunk (a chunk: ops of one segment up to the next op waited on), a few thousand steps a replay. With the T_k
+    known, every time is one vectorised pass; the host's durations before each item, being sums of each cause's
+    scaled by its factor, are summed once per cause and graph."""
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
+    lay = _layout(g)
+    seg_of_item = lay["seg_of_item"]
+    offset, own = np.zeros(g.h_start.size), np.zeros(g.h_start.size)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        offset += f[c] * (sums["before"] - sums["base"][seg_of_item])
+        own += f[c] * sums["own"]
+    hs = T[seg_of_item] + offset
+    he = hs + own
+    if g.w_item.size:
+        he[g.w_item] = T[1:]
+    return hs, he, ge_ - d_gpu, ge_
+
+
+def _replayed_span(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None) -> float:
+    """The kept steps' span (:func:`_span`) when the graph is replayed with ``f`` and ``op_scale``: what a what-if
+    needs of the replay (the host's first start and last end, the GPU's ends)."""
+    if (g.g_cross >= 0).any():
+        return _span(g, *_simulate_by_waits(g, f, op_scale))
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
+    n_h = g.h_start.size
+    if not n_h:
+        return _span(g, np.zeros(0), np.zeros(0), ge_ - d_gpu, ge_)
+    lay = _layout(g)
+    last = n_h - 1  # the chain's last item: a wait's (its end the chain's last start) or one of its own time
+    if lay["is_wait"][last]:
+        last_end = float(T[-1])
+    else:
+        k = int(lay["seg_of_item"][last])
+        sums = [(f[c], _cause_sums(g, c)) for c in g.comp]
+        last_end = float(T[k] + sum(x * (s["before"][last] - s["base"][k] + s["own"][last]) for x, s in sums))
+    first_start = float(T[0])  # the first item starts its segment
+    return _span(g, np.array([first_start]), np.array([last_end]), ge_ - d_gpu, ge_)
+
+
+def _segment_replay(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_simulate_by_segments`' sequential part: each segment's start ``T`` (the last: the chain after its
+    last wait), each GPU op's duration and end."""
+    n_h, n_g, n_w = g.h_start.size, g.g_start.size, g.w_item.size
+    d_gpu, lat, keep, scale = _gpu_inputs(g, f, op_scale)
+    lay = _layout(g)
+    on_chain, k_op = lay["on_chain"], lay["k_op"]
+    # each launch item's start less its segment's, each segment's length: sums of each cause's, scaled
+    off_li, lengths = np.zeros(n_g), np.zeros(n_w + 1)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        off_li += f[c] * sums["offset_at_launch"]
+        lengths += f[c] * sums["lengths"]
+    # each GPU op, on its stream: P, and the constant its launch adds to its segment's start (a) or its pinned start (b)
+    steps = lat[:, 1] + d_gpu
+    steps[lay["stream_first"]] = d_gpu[lay["stream_first"]]
+    P = np.empty(n_g)
+    for idx in g.streams:
+        P[idx] = np.cumsum(steps[idx])
+    a = np.where(on_chain, off_li + lat[:, 0] + d_gpu - P, -np.inf)
+    b = np.where(np.isfinite(g.g_pin), g.g_pin + d_gpu - P, -np.inf) if lay["any_pinned"] else np.full(n_g, -np.inf)
+    upto = np.minimum(g.w_item, n_h - 1)
+    placed = g.g_seg[g.w_op] <= upto if n_w else np.zeros(0, bool)  # its op is placed by then (else: its recorded end)
+    walk = keep & placed
+    chunks = _chunks(g, lay, walk, a, b)
+    T: list[float] = []
+    t = float(g.c0)
+    ptr = [0] * len(g.streams)
+    best = [-np.inf] * len(g.streams)  # the running maximum over the chunks walked
+    at: list[dict[int, float]] = [{} for _ in g.streams]  # ... at each op waited on, once walked past
+    w_ret, w_base = g.w_ret.tolist(), g.w_base.tolist()
+    s_w, p_w = lay["stream_of"][g.w_op].tolist(), lay["pos_of"][g.w_op].tolist()  # where each wait's op lies
+    P_w, end_w = P[g.w_op].tolist(), g.g_end[g.w_op].tolist()
+    keep_l, walk_l, len_l = keep.tolist(), walk.tolist(), lengths.tolist()
+    for k in range(n_w + 1):
+        T.append(t)
+        t = t + len_l[k]
+        if k == n_w:
+            break
+        if keep_l[k]:
+            target = end_w[k]
+            if walk_l[k]:
+                s, p = s_w[k], p_w[k]
+                if p not in at[s]:
+                    c_last, c_seg, c_a, c_b = chunks[s]
+                    j, r = ptr[s], best[s]
+                    while j < len(c_last) and c_last[j] <= p:
+                        r = max(r, T[c_seg[j]] + c_a[j], c_b[j])
+                        at[s][c_last[j]] = r
+                        j += 1
+                    ptr[s], best[s] = j, r
+                placed_end = P_w[k] + at[s][p]
+                if placed_end > -np.inf:  # else nothing placed it (no launch, no op before it): its recorded end
+                    target = placed_end
+            t = t + scale * max(w_base[k], target + w_ret[k] - t)
+        else:  # made asynchronous: the call costs what it does with nothing to wait for
+            t = t + w_base[k]
+    T_ = np.array(T)
+    v = np.maximum(np.where(on_chain, T_[k_op] + a, -np.inf), b)
+    ge_ = np.empty(n_g)
+    for idx in g.streams:
+        ge_[idx] = P[idx] + np.maximum.accumulate(v[idx])
+    return T_, d_gpu, ge_
+
+
+def _cause_sums(g: _Graph, cause: int) -> dict[str, np.ndarray]:
+    """One host cause's durations as a replay by segments adds them up: each item's own (none for a wait's items),
+    the sum before each item and before each segment, each segment's, and before each GPU op's launch item within
+    its segment."""
+    key = ("cause_sums", cause)
+    if key not in g.memo:
+        lay = _layout(g)
+        n_h = g.h_start.size
+        own = np.where(lay["timed"], g.comp[cause], 0.0)
+        run = np.cumsum(own)
+        before = run - own
+        total = float(run[-1]) if n_h else 0.0
+        base = np.r_[before, total][np.minimum(np.r_[0, g.w_item + 1], n_h)]
+        g.memo[key] = {"own": own, "before": before, "base": base, "lengths": np.r_[before[g.w_item], total] - base,
+                       "offset_at_launch": np.where(lay["on_chain"], before[lay["li"]] - base[lay["k_op"]], 0.0)
+                       if n_h else np.zeros(g.g_start.size)}
+    return g.memo[key]
+
+
+def _layout(g: _Graph) -> dict[str, np.ndarray]:
+    """What every replay of ``g`` by segments shares: the segment of each host item and of each GPU op's launch,
+    each op's stream and place on it, the streams' first ops, the ops launched from the chain."""
+    if "layout" not in g.memo:
+        n_h, n_g = g.h_start.size, g.g_start.size
+        is_wait = np.zeros(n_h, dtype=bool)
+        is_wait[g.w_item] = True
+        seg_of_item = np.searchsorted(g.w_item, np.arange(n_h), side="left")
+        on_chain = (g.g_launch >= 0) & ~np.isfinite(g.g_pin)
+        li = np.clip(g.g_launch, 0, None)
+        k_op = np.where(on_chain, seg_of_item[li] if n_h else 0, 0)
+        stream_of = np.zeros(n_g, dtype=np.int64)
+        pos_of = np.zeros(n_g, dtype=np.int64)
+        for s, idx in enumerate(g.streams):
+            stream_of[idx] = s
+            pos_of[idx] = np.arange(idx.size)
+        first = np.array([idx[0] for idx in g.streams if idx.size], dtype=np.int64)
+        timed = ~is_wait  # an item that takes its own time: not a wait's, nor one of the items its call spans before it
+        spanned = g.w_item > g.w_first
+        if spanned.any():
+            mark = np.zeros(n_h + 1, dtype=np.int64)
+            np.add.at(mark, g.w_first[spanned], 1)
+            np.add.at(mark, g.w_item[spanned], -1)
+            timed &= np.cumsum(mark[:-1]) == 0
+        g.memo["layout"] = {"is_wait": is_wait, "timed": timed, "seg_of_item": seg_of_item, "on_chain": on_chain,
+                            "li": li, "k_op": k_op, "stream_of": stream_of, "pos_of": pos_of, "stream_first": first,
+                            "any_pinned": bool(np.isfinite(g.g_pin).any())}
+    return g.memo["layout"]
+
+
+def _chunks(g: _Graph, lay: dict[str, np.ndarray], walk: np.ndarray, a: np.ndarray, b: np.ndarray
+            ) -> list[tuple[list[int], list[int], list[float], list[float]]]:
+    """Per stream, the chunks the walk of :func:`_simulate_by_segments` takes: each chunk's last place on the
+    stream, its segment, and its ops' largest ``a`` and ``b``. A chunk ends at every op a walked wait waits on and
+    wherever the launching segment changes; the cuts depend only on which waits are walked."""
+    key = ("chunks", walk.tobytes())
+    if key not in g.memo:
+        cuts = []
+        ops = g.w_op[walk]
+        for s, idx in enumerate(g.streams):
+            need = np.unique(lay["pos_of"][ops[lay["stream_of"][ops] == s]]) if ops.size else np.zeros(0, np.int64)
+            if need.size == 0:
+                cuts.append(None)
+                continue
+            n = int(need[-1]) + 1
+            ks = lay["k_op"][idx[:n]]
+            cut = np.zeros(n, dtype=bool)
+            cut[need] = True  # a chunk ends at each op waited on ...
+            cut[:-1] |= ks[1:] != ks[:-1]  # ... and where the launching segment changes
+            last = np.flatnonzero(cut)
+            cuts.append((idx[:n], last, np.r_[0, last[:-1] + 1], ks[last]))
+        g.memo[key] = cuts
+    out = []
+    for cut in g.memo[key]:
+        if cut is None:
+            out.append(([], [], [], []))
+            continue
+        ops, last, first, seg = cut
+        out.append((last.tolist(), seg.tolist(), np.maximum.reduceat(a[ops], first).tolist(),
+                    np.maximum.reduceat(b[ops], first).tolist()))
+    return out
+
+
+def _simulate_by_waits(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The replay wait by wait: the host's items up to each wait, then the GPU ops launched so far (in stream
+    order; ops of several streams that wait on each other in the order they started), then the wait."""
+    n_h, n_g = g.h_start.size, g.g_start.size
+    d_host, d_gpu, lat, keep, scale = _replay_inputs(g, f, op_scale)
     hs, he = np.empty(n_h), np.empty(n_h)
     gs_, ge_ = np.full(n_g, np.nan), np.full(n_g, np.nan)
     ptr = [0] * len(g.streams)
     seg_of = [g.g_seg[idx] for idx in g.streams]
-    keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
-    scale = max(f[_C["sync"]], 1.0)
-    for first, w in zip(g.w_first.tolist(), g.w_item.tolist()):  # a wait's call is one wait, however it is cut
-        if w > first:
-            d_host[first:w] = 0.0
     t = g.c0
     i0 = 0
     waits = list(zip(g.w_item.tolist(), g.w_op.tolist(), g.w_ret.tolist(), g.w_base.tolist(), keep.tolist()))
@@ -670,7 +937,7 @@ def _overlapped(g: _Graph, names: tuple[str, ...]) -> _Graph:
     causes = tuple(_C[n] for n in names if n in _C)
     comp = {k: v for k, v in g.comp.items() if k not in causes}  # host time of it: another thread's now
     if not hid.any():
-        return _Graph(**{**g.__dict__, "comp": comp})
+        return _Graph(**{**g.__dict__, "comp": comp, "memo": g.memo})  # the same layout: its memo is shared
     n = g.g_start.size
     n_streams = len(g.streams)
     stream = np.where(hid, g.g_stream + n_streams, g.g_stream)
@@ -1009,8 +1276,7 @@ def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarr
     for rank, g in graphs.items():
         if overlapped:
             g = _overlapped(g, overlapped)
-        hs, he, gs_, ge_ = _simulate(g, f, None if op_scale is None else op_scale.get(rank))
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, None if op_scale is None else op_scale.get(rank)) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 
@@ -1090,8 +1356,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
         scale = _op_scale(trace, g, tuple(rates))
         if overlapped:
             g = _overlapped(g, tuple(overlapped))
-        hs, he, gs_, ge_ = _simulate(g, f, scale)
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, scale) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from .checks import CREDIT, RESULTS_FILE, SELF_CHECK, _proof
 from .checks._core import RESULTS_LIMIT
+from .checks.exercise import find
 from .errors import TraceError
 from .outputs import read_regular
 
-#: Run at each kernel's start, before any cell: helpers.checks takes the key and hides it from the notebook.
-KERNEL_START = "--IPKernelApp.exec_lines=import helpers.checks"
+#: Run at each kernel's start, before any cell: the signing state takes the key and hides it from the notebook.
+KERNEL_START = "--IPKernelApp.exec_lines=from helpers.checks import _proof; _proof.start_run()"
 
 
 def _key_file(folder: Path, notebook: str, key: bytes) -> Path:
@@ -111,7 +112,7 @@ def verify_results(results: dict[str, dict], keys: dict[str, bytes]) -> tuple[di
         tracks = []
         why: dict[str, str] = {}
         for name, entry in signed.items():
-            reason = _proof.verify(keys, item, name, entry)
+            reason = _proof.verify(keys, item, name, entry) or _elsewhere(item, name, entry)
             if reason is None:
                 checks[name] = entry["passed"]
                 tracks.append(entry["track"])
@@ -130,6 +131,17 @@ def verify_results(results: dict[str, dict], keys: dict[str, bytes]) -> tuple[di
             refused.append(f"refused: {item}: " + "; ".join(f"{', '.join(names)}: {reason}" for reason, names in reasons.items())
                            + "; it earns nothing")
     return verified, refused
+
+
+def _elsewhere(item: str, check: str, entry: dict) -> str | None:
+    """Why a validly signed result does not count: it is no exercise's, or was signed in a notebook that is
+    not its exercise's lab (an extra notebook calling the checks); None when it is where it belongs."""
+    ex = find(item, check)
+    if ex is None:
+        return f"no exercise of the {item!r} item is called {check}"
+    if entry.get("notebook") != ex.notebook:
+        return f"signed in {entry.get('notebook')}, but {ex.check} is lab {ex.lab}'s exercise, earned in {ex.notebook}"
+    return None
 
 
 def item_status(item: str, result: dict | None) -> tuple[bool, list[str]]:

@@ -15,20 +15,22 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, own_capture
+from conftest import own_capture, shipped_labs
 from test_checks import TOOL_ANSWERS
 
 from helpers import checks
 from helpers.checks import _proof
 from helpers.selfcheck import run_selfcheck, verify_results
 
+NB00 = "00_tools_and_first_profile.ipynb"
+
 
 def _digest(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def test_untouched_labs_earn_no_item(capsys):
-    labs = ROOT / "labs"
+def test_untouched_labs_earn_no_item(capsys, tmp_path):
+    labs = shipped_labs(tmp_path / "course")  # the labs as shipped: a learner's work saved in labs/ is theirs
     before = _digest(labs)
     assert run_selfcheck(labs, run=True) == 1
     out = capsys.readouterr().out.splitlines()
@@ -67,7 +69,7 @@ def test_run_counts_only_what_a_check_signed_in_that_run(tmp_path, capsys):
     real check. Only the real check earns its item; each forged item is refused on one line."""
     labs = tmp_path / "labs"
     labs.mkdir()
-    nb = "00_mine.ipynb"
+    nb = "00_tools_and_first_profile.ipynb"  # the lab whose exercise it does: a check earns only in its lab
     earlier = secrets.token_bytes(32)
     forged = {"gaps": _claims("gaps"),
               "capture": _claims("capture", _signed_by(earlier, nb, "capture")),
@@ -112,26 +114,27 @@ def test_a_checks_signature_covers_its_result_and_this_runs_key(monkeypatch):
     from helpers.selfcheck import read_results
 
     key = secrets.token_bytes(32)
-    monkeypatch.setattr(_proof, "_RUN", (key, "00_tools.ipynb"))
+    monkeypatch.setattr(_proof.SIGNER, "key", key)
+    monkeypatch.setattr(_proof.SIGNER, "notebook", NB00)
     checks.check_tool_choice(TOOL_ANSWERS)
     trace = recorded("sync_stall", "broken")
     checks.check_gpu_idle_share(lambda t: 1.0 - metrics.gpu_utilization(t), trace)
     checks._check("capture", "check_annotated_phases", True, "")  # a cell calling the recorder: not signed
     results = read_results(Path(checks.RESULTS_FILE))
     entry = results["gaps"]["signed"]["check_gpu_idle_share"]
-    assert entry["passed"] is True and len(entry["source"]) == 1 and entry["notebook"] == "00_tools.ipynb"
+    assert entry["passed"] is True and len(entry["source"]) == 1 and entry["notebook"] == NB00
     assert "signed" not in results["capture"]
 
-    verified, refused = verify_results(results, {"00_tools.ipynb": key})
+    verified, refused = verify_results(results, {NB00: key})
     assert verified["tools"] == {"checks": {"check_tool_choice": True}, "track": checks._core._track()}
     assert verified["gaps"]["checks"] == {"check_gpu_idle_share": True}
     assert refused == [f"refused: capture: check_annotated_phases: {_proof.NOT_SIGNED}; it earns nothing"]
     # an earlier run's file: the same results, another key
-    verified, refused = verify_results(results, {"00_tools.ipynb": secrets.token_bytes(32)})
+    verified, refused = verify_results(results, {NB00: secrets.token_bytes(32)})
     assert not verified and any(_proof.WRONG_KEY in line for line in refused)
     # an edit to a signed result (a failed check turned into a pass, its source digest swapped)
     entry["source"] = ["0" * 64]
-    verified, refused = verify_results(results, {"00_tools.ipynb": key})
+    verified, refused = verify_results(results, {NB00: key})
     assert "gaps" not in verified and any(line.startswith("refused: gaps:") and _proof.WRONG_KEY in line for line in refused)
 
 

@@ -3,14 +3,16 @@
 A check raises :class:`CheckFailed` (an AssertionError, so nbval fails the cell) with a message
 naming what to look at and what to change. Results are noted in ``.selfcheck.json`` in the working
 folder, which ``python -m helpers selfcheck`` reads; in a ``selfcheck --run`` each is signed
-(:mod:`helpers.checks._proof`), and only signed results earn credit. One module per lab; :data:`CREDIT` says which
-checks earn each self-check item: only checks of the learner's own work (an answer they gave, code
-they wrote, a trace they captured), never a check that only reads a trace the course shipped.
+(:mod:`helpers.checks._proof`), and only signed results earn credit. One module per lab. Every check that earns
+credit is an exercise, declared in :data:`helpers.checks.exercise.EXERCISES` and judged by one engine
+(provenance of its inputs first, then the check's own tests); :data:`CREDIT`, which checks earn each
+self-check item, is derived from those records: only checks of the learner's own work (an answer they
+gave, code they wrote, a trace they captured), never a check that only reads a trace the course shipped.
 """
 
 from __future__ import annotations
 
-from . import lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11
+from . import exercise, lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11, reading  # noqa: E402
 from ._core import (  # noqa: F401
     DATA,
     RESULTS_FILE,
@@ -37,10 +39,10 @@ from .lab11 import *  # noqa: F403
 from .published import *  # noqa: F403
 from .reading import EVIDENCE, Reading, check_reading, describe_window, pattern_intervals  # noqa: F401
 
-#: Self-check item -> track ("gpu"/"cpu") -> the checks that must all have passed to earn it.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {}
-for _lab in (lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11):
-    CREDIT.update(_lab.CREDIT)
+#: Self-check item -> track ("gpu"/"cpu") -> the checks that must all have passed to earn it (from the records).
+CREDIT: dict[str, dict[str, tuple[str, ...]]] = exercise.credit()
+# every exercise's check runs under the engine, here and in its lab's module
+exercise.bind_all(globals(), (lab00, lab01, lab02, lab03, lab04, lab05, lab06, lab08, lab09, lab10, lab11, reading))
 
 
 # Every check holds its traces, numbers and texts to their type hints: check_longest_gap(pd.NA, trace) or a path where a

@@ -56,24 +56,11 @@ def _track() -> str:
     return track()
 
 
-_CHECKS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _called_by_a_check() -> bool:
-    """Whether the code that called into this module is one of the check modules (helpers/checks/*.py),
-    not a notebook's cell calling ``_check``/``_record`` itself: only a check's own verdict is signed."""
-    here = os.path.abspath(__file__)
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename) == here:
-        frame = frame.f_back
-    return frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _CHECKS_DIR
-
-
 def _record(item: str, check: str, passed: bool) -> None:
     """Note one check's result in ``.selfcheck.json`` (the working folder), with the track it ran on.
 
-    In a ``selfcheck --run`` kernel the result is also signed (:mod:`helpers.checks._proof`) when a check
-    recorded it; that signature is all ``selfcheck --run`` counts.
+    In a ``selfcheck --run`` kernel the result is also signed (:mod:`helpers.checks._proof`) when it is the
+    result of the exercise the engine is judging now; that signature is all ``selfcheck --run`` counts.
     The file is read only if it is a small regular file and replaced, never written through: a
     symlink, pipe or device there is refused in one line instead of hanging or writing elsewhere.
     """
@@ -101,8 +88,8 @@ def _record(item: str, check: str, passed: bool) -> None:
     checks[check] = bool(passed)
     track = _track()
     signed = dict(previous["signed"]) if isinstance(previous.get("signed"), dict) else {}
-    evidence = _proof.take_evidence()
-    entry = _proof.signed_entry(item, check, bool(passed), track, evidence) if _called_by_a_check() else None
+    evidence = _proof.SIGNER.take_evidence()
+    entry = _proof.SIGNER.entry(item, check, bool(passed), track, evidence)
     if entry is None:
         signed.pop(check, None)  # an older signature no longer speaks for this result
     else:

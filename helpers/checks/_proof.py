@@ -1,13 +1,15 @@
 """Signed check results: self-check credit that only a check, in a ``selfcheck --run``, can write.
 
 ``python -m helpers selfcheck labs --run`` starts each notebook's kernel with a fresh random key, in a
-file named by :data:`RUN_KEY_ENV`; the kernel imports :mod:`helpers.checks` when it starts, before any
-cell runs, and this module takes the key then: it reads the file, deletes it and removes the variable,
-so the notebook's own code finds neither. Each result a check records in that kernel is signed
-(HMAC-SHA256) over the item, the check, its verdict, the track, the notebook, and the digests of the
-trace and of the learner's function the check judged; the parent verifies every signature with the key
-it gave that notebook. A results file written any other way (by a notebook's own code, by hand, by an
-earlier run) carries no valid signature and earns nothing.
+file named by :data:`RUN_KEY_ENV`; the kernel's first line, before any cell, is :func:`start_run`, which
+reads the file into the kernel's signing state (:data:`SIGNER`, one :class:`Signer`), deletes it and removes
+the variable, so the notebook's own code finds neither. Each result an exercise's check records in that
+kernel, while the engine judges that exercise (:func:`helpers.checks.exercise.judge`) in that exercise's
+own lab notebook, is signed (HMAC-SHA256) over the item, the check, its verdict, the track, the notebook,
+and the digests of the trace and of the learner's function the check judged; the parent verifies every
+signature with the key it gave that notebook, and that the notebook is the exercise's. A results file
+written any other way (by a notebook's own code, by hand, by an earlier run, by a check called from
+another lab's notebook) carries no valid signature and earns nothing.
 
 The limit, said plainly: code in the same kernel that deliberately reaches into this module (its key,
 its signing function) is not defended against. The report is for self-assessment, not an exam.
@@ -15,10 +17,12 @@ its signing function) is not defended against. The report is for self-assessment
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 #: The variable that names the key file ``selfcheck --run`` wrote for one notebook's kernel.
@@ -41,19 +45,7 @@ def _take_key() -> tuple[bytes, str] | None:
         return None  # no usable key: this kernel's results stay unsigned and earn nothing
 
 
-_RUN = _take_key()
-#: What the current check has judged, noted as it goes and signed with its result.
-_EVIDENCE: dict[str, list[str]] = {"trace": [], "source": []}
-
-
-def note_trace(digest: str) -> None:
-    """Note the events digest of a trace the current check judges as the learner's."""
-    if digest not in _EVIDENCE["trace"]:
-        _EVIDENCE["trace"].append(digest)
-
-
-def note_source(fn: Any) -> None:
-    """Note a digest of the source of the learner's function the current check calls."""
+def _source_digest(fn: Any) -> str:
     import inspect
 
     try:
@@ -61,17 +53,109 @@ def note_source(fn: Any) -> None:
     except (OSError, TypeError):  # a builtin, a lambda typed at a prompt, a callable object
         code = getattr(fn, "__code__", None)
         text = repr((code.co_code, code.co_consts)) if code is not None else type(fn).__qualname__
-    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
-    if digest not in _EVIDENCE["source"]:
-        _EVIDENCE["source"].append(digest)
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
+@dataclass
+class Signer:
+    """The signing state of one kernel, in one object: the run's key and the notebook it was given for
+    (none outside a ``selfcheck --run``), the exercise being judged now (:func:`helpers.checks.exercise.judge`
+    opens it), and what that judgement has read (the digests of the learner's traces and functions).
+
+    A result is signed only while an exercise is open and only when it is that exercise's own (its item, its
+    check): a notebook's cell that calls the recorder, or a check of one exercise recording another's item,
+    signs nothing.
+    """
+
+    key: bytes | None = None
+    notebook: str | None = None
+    open: list = field(default_factory=list)  # the exercises being judged, innermost last
+    evidence: dict[str, list[str]] = field(default_factory=lambda: {"trace": [], "source": []})
+
+    def start(self) -> bool:
+        """Take this kernel's key (``selfcheck --run`` names its file in :data:`RUN_KEY_ENV`); True if taken."""
+        taken = _take_key()
+        if taken is not None:
+            self.key, self.notebook = taken
+        return taken is not None
+
+    @contextlib.contextmanager
+    def judging(self, exercise: Any):
+        """The exercise ``exercise`` is judged inside the block: its results may be signed."""
+        self.open.append(exercise)
+        try:
+            yield exercise
+        finally:
+            self.open.remove(exercise)
+
+    @property
+    def current(self) -> Any:
+        return self.open[-1] if self.open else None
+
+    def note_trace(self, digest: str) -> None:
+        """Note the events digest of a trace the current check judges as the learner's."""
+        if digest not in self.evidence["trace"]:
+            self.evidence["trace"].append(digest)
+
+    def note_source(self, fn: Any) -> None:
+        """Note a digest of the source of the learner's function the current check calls."""
+        digest = _source_digest(fn)
+        if digest not in self.evidence["source"]:
+            self.evidence["source"].append(digest)
+
+    def take_evidence(self) -> dict[str, list[str]]:
+        """What was noted since the last recorded result, and a clean slate for the next check."""
+        taken = {k: list(v) for k, v in self.evidence.items()}
+        for v in self.evidence.values():
+            v.clear()
+        return taken
+
+    def may_sign(self, item: str, check: str) -> bool:
+        """Whether a result of ``check`` for ``item`` is the open exercise's own, in its lab's notebook."""
+        ex = self.current
+        return ex is not None and ex.owns(item, check) and (self.notebook is None or ex.notebook == self.notebook)
+
+    def entry(self, item: str, check: str, passed: bool, track: str, evidence: dict[str, list[str]]) -> dict | None:
+        """The signed record of one result when this kernel has a run key and may sign it; None otherwise."""
+        if self.key is None or self.notebook is None or not self.may_sign(item, check):
+            return None
+        entry = {"passed": bool(passed), "track": track, "notebook": self.notebook,
+                 "trace": evidence.get("trace", []), "source": evidence.get("source", [])}
+        entry["sig"] = sign(self.key, item, check, entry)
+        return entry
+
+    def own_checks(self, item: str, result: Any) -> dict[str, bool]:
+        """The results of ``item`` this kernel may build on: with a run key, only those it signed itself."""
+        if not isinstance(result, dict) or not isinstance(result.get("checks"), dict):
+            return {}
+        if self.key is None or self.notebook is None:
+            return dict(result["checks"])
+        signed = result.get("signed") if isinstance(result.get("signed"), dict) else {}
+        return {name: entry["passed"] for name, entry in signed.items()
+                if verify({self.notebook: self.key}, item, name, entry) is None}
+
+
+#: This kernel's signing state. It holds no key until :func:`start_run` (``selfcheck --run`` runs it when the
+#: kernel starts, before any cell).
+SIGNER = Signer()
+
+
+def start_run() -> bool:
+    """Take this kernel's run key into :data:`SIGNER`; the notebook's own code then finds neither file nor variable."""
+    return SIGNER.start()
+
+
+# The recorder's names for the signing state's methods (what the checks and their wrappers call).
+def note_trace(digest: str) -> None:
+    SIGNER.note_trace(digest)
+
+
+def note_source(fn: Any) -> None:
+    SIGNER.note_source(fn)
 
 
 def take_evidence() -> dict[str, list[str]]:
-    """What was noted since the last recorded result, and a clean slate for the next check."""
-    taken = {k: list(v) for k, v in _EVIDENCE.items()}
-    for v in _EVIDENCE.values():
-        v.clear()
-    return taken
+    return SIGNER.take_evidence()
 
 
 def _payload(item: str, check: str, entry: dict) -> bytes:
@@ -83,17 +167,6 @@ def _payload(item: str, check: str, entry: dict) -> bytes:
 def sign(key: bytes, item: str, check: str, entry: dict) -> str:
     """The signature of one recorded result under ``key``."""
     return hmac.new(key, _payload(item, check, entry), "sha256").hexdigest()
-
-
-def signed_entry(item: str, check: str, passed: bool, track: str, evidence: dict[str, list[str]]) -> dict | None:
-    """The signed record of one result when this kernel has a run key; None otherwise."""
-    if _RUN is None:
-        return None
-    key, notebook = _RUN
-    entry = {"passed": bool(passed), "track": track, "notebook": notebook,
-             "trace": evidence.get("trace", []), "source": evidence.get("source", [])}
-    entry["sig"] = sign(key, item, check, entry)
-    return entry
 
 
 NOT_SIGNED = ("not signed by a check in this run: written by other code, by hand, or by a call into the "
@@ -109,14 +182,3 @@ def verify(keys: dict[str, bytes], item: str, check: str, entry: Any) -> str | N
     if key is None or not hmac.compare_digest(entry["sig"], sign(key, item, check, entry)):
         return WRONG_KEY
     return None
-
-
-def own_checks(item: str, result: Any) -> dict[str, bool]:
-    """The results of ``item`` this kernel may build on: with a run key, only those it signed itself."""
-    if not isinstance(result, dict) or not isinstance(result.get("checks"), dict):
-        return {}
-    if _RUN is None:
-        return dict(result["checks"])
-    key, notebook = _RUN
-    signed = result.get("signed") if isinstance(result.get("signed"), dict) else {}
-    return {name: entry["passed"] for name, entry in signed.items() if verify({notebook: key}, item, name, entry) is None}

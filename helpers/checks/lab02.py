@@ -22,9 +22,7 @@ from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "launch": {"gpu": ("check_reading[broken loop]", "check_launch_fixed"), "cpu": ("check_reading[broken loop]", "check_launch_fixed")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 #: A graph-captured step may still launch a few kernels of its own (a non-contiguous copy into the
 #: static inputs); more than this many ``cudaLaunchKernel`` calls per step means part of the step

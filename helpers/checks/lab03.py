@@ -23,10 +23,7 @@ from ._core import CheckFailed, _check, _close, _record, data_wait_share, learne
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "sync": {"gpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed"),
-             "cpu": ("check_reading[broken loop]", "check_sync_scan_clean", "check_sync_fixed")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 LOG_EVERY = 10  # sync_stall.LOG_EVERY: how often the loop reads its values back (the lab's exercise says so)
 

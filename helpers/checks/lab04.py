@@ -25,10 +25,7 @@ from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, run_learner, unit_slip  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "comm": {t: ("check_reading[comm]", "check_comm_fixed", "check_bucket_sweep") for t in ("gpu", "cpu")},
-    "imbalance": {t: ("check_reading[imbalance]", "check_imbalance_fixed") for t in ("gpu", "cpu")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 #: A rank's backward compute: the autograd engine's per-node functions (host side, Kineto traces).
 _AUTOGRAD = "autograd::engine::evaluate_function"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as m
+from .. import seal as _seal
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
@@ -43,10 +44,7 @@ from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "workflow": {"gpu": ("check_reading[mystery]", "check_triage", "check_capstone"),
-                 "cpu": ("check_reading[mystery]", "check_triage", "check_capstone")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 TRIAGE_NEEDED = 8
 
 
@@ -248,7 +246,7 @@ def _lesson_for(trace_id: str, misread: str) -> Lesson | None:
 def _triage_passed() -> set[str]:
     try:
         results = json.loads(Path(RESULTS_FILE).read_text())
-        checks = _proof.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
+        checks = _proof.SIGNER.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
     except (OSError, ValueError, AttributeError):
         return set()
     return {k[len("check_triage["):-1] for k, v in checks.items() if k.startswith("check_triage[") and v is True}
@@ -297,6 +295,13 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     """
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
+    with _seal._check_reads():  # the check reads the sealed trace; the learner's helpers open once it passes
+        verdict = _check_triage(trace_id, name, reading, *more, source=source)
+    _seal.open_seal(name)
+    return verdict
+
+
+def _check_triage(trace_id: str, name: str, reading: Reading | list[Reading], *more: Reading, source: str) -> str:
     case = _sealed_case(trace_id)
     trace = triage_trace(trace_id, source)
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
@@ -367,4 +372,5 @@ def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
         return ""
     trace = triage_trace(trace_id, source)
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
-    return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))
+    with _seal._check_reads():  # a misreading's lesson, which names no answer
+        return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))

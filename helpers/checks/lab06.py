@@ -9,9 +9,7 @@ from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "nsight": {track: ("check_stats_reading", "check_kernel_limiter") for track in ("gpu", "cpu")},
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 
 # --- lab 06: nsys stats / analyze next to helpers.diagnose, and Nsight Compute ---------------------

@@ -21,12 +21,7 @@ __all__ = [
 
 #: Lab 08's own work: what the learner wrote and ran (the precision step, the fixed graph break, the
 #: checkpointed forward) on both tracks, plus the tensor-core kernels of their own capture on a GPU.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "gpu_bound": {
-        "gpu": ("check_same_training", "check_tensor_cores", "check_break_fixed", "check_activation_saving"),
-        "cpu": ("check_same_training", "check_break_fixed", "check_activation_saving"),
-    },
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 
 # --- 1. reading the fp32 loop ---------------------------------------------------------------------

@@ -32,14 +32,7 @@ __all__ = [
 #: Lab 09's own work: the functions the learner wrote (run on cases they have not seen), the padded head and the
 #: attention they wrote, and their reading of the attention's memory from their own capture; on a GPU also the
 #: roofline points of their own kernels.
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "kernels": {
-        "gpu": ("check_matmul_flops", "check_roofline_point", "check_kernel_points", "check_padded_head",
-                "check_attention_reading", "check_sdpa_attention"),
-        "cpu": ("check_matmul_flops", "check_roofline_point", "check_padded_head", "check_attention_reading",
-                "check_sdpa_attention"),
-    },
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 
 ITEM = "kernels"
 

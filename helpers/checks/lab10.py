@@ -28,14 +28,7 @@ __all__ = ["check_memory_state", "check_allocated_over_time", "check_peak_readin
 ITEM = "memory"
 #: Lab 10's own work: the functions the learner wrote, run on inputs they have not seen, and their optimizer in
 #: backward, trained and measured here; the same on both tracks (the snapshot reading earns nothing).
-CREDIT: dict[str, dict[str, tuple[str, ...]]] = {
-    "memory": {
-        "gpu": ("check_memory_state", "check_allocated_over_time", "check_transient_bytes",
-                "check_optimizer_in_backward", "check_oom_triage"),
-        "cpu": ("check_memory_state", "check_allocated_over_time", "check_transient_bytes",
-                "check_optimizer_in_backward", "check_oom_triage"),
-    },
-}
+# The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
 MiB = 2**20
 
 
