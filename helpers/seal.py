@@ -19,15 +19,23 @@ What is sealed, and only that: lab 07's triage recordings always (their sketches
 :mod:`helpers._sealed_traces`, written by ``tools/seal_traces.py``; a test holds them to ``data/``), and a lab's
 trace once the lab seals it (:func:`seal`), in this process, until its reading passes. A user's own trace is
 never sealed: nothing seals a trace but those two, and the command line seals nothing of its own.
+
+Lab 00 asks for figures, not a pattern: the GPU's idle share and its longest gap. Its trace is sealed with
+``scope="figures"``, which also holds the metrics that give those figures in one call (decorated with
+:func:`figure_gate`: ``metrics.idle_gaps``, ``gpu_utilization``, ``gpu_busy``, ``idle_by_cause``,
+``idle_cost_by_cause``) when the learner's own code calls them on that trace; the course's plots and checks
+call them as ever.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import functools
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +44,7 @@ from .errors import TraceError
 if TYPE_CHECKING:
     from .model import Trace
 
+F = TypeVar("F", bound=Callable[..., Any])
 K = 6  # events per run
 SKETCH = 128  # sampled runs kept per seal
 MATCH = 0.5  # share of a seal's runs a trace must hold to be that seal's trace
@@ -49,11 +58,17 @@ class SealedTrace(TraceError):
 
 @dataclass(frozen=True)
 class Seal:
-    label: str  # what opens it: the reading's check ("check_reading[data]", "check_triage[t4]")
-    sketch: np.ndarray  # uint64 hashes: the smallest SKETCH runs of the sealed trace
+    label: str  # what opens it: the reading's check ("check_reading[data]", "check_triage[t4]"); " and "-joined: all
+    sketch: np.ndarray = field(repr=False)  # uint64 hashes: the smallest SKETCH runs of the sealed trace
+    scope: str = "reading"  # "reading": diagnose and the reading's helpers; "figures": also the figures it asks for
+
+    @property
+    def is_open(self) -> bool:
+        return all(part in _OPEN for part in self.label.split(" and "))
 
 
 _LAB_SEALS: list[Seal] = []  # sealed by a lab in this process (seal())
+_FIGURE_SEALS: list[Seal] = []  # those of them that hold figures too (scope "figures")
 _OPEN: set[str] = set()  # labels whose reading passed in this process
 _IN_CHECK: contextvars.ContextVar[bool] = contextvars.ContextVar("in_check", default=False)
 
@@ -116,15 +131,16 @@ def _recorded_seals() -> list[Seal]:
 _RECORDED: list[Seal] = []
 
 
-def _seals() -> list[Seal]:
+def _seals(scope: str = "reading") -> list[Seal]:
     if not _RECORDED:
         _RECORDED.extend(_recorded_seals())
-    return [s for s in (*_RECORDED, *_LAB_SEALS) if s.label not in _OPEN]
+    return [s for s in (*_RECORDED, *_LAB_SEALS) if not s.is_open and (scope == "reading" or s.scope == scope)]
 
 
-def sealed_by(trace: Trace) -> str | None:
-    """The label of the reading that opens ``trace``, or None when it is not sealed (or its reading passed)."""
-    seals = _seals()
+def sealed_by(trace: Trace, scope: str = "reading") -> str | None:
+    """The label of the reading that opens ``trace``, or None when it is not sealed (or its reading passed).
+    ``scope="figures"``: only the seals that also hold the figures an exercise asks for (lab 00's gaps)."""
+    seals = _seals(scope)
     if not seals:
         return None
     try:
@@ -145,6 +161,32 @@ def gate(trace: Trace, what: str) -> None:
                           f"pass {label} first; then it opens as a second opinion")
 
 
+def figure_gate(what: str) -> Callable[[F], F]:
+    """Decorate a metric whose figure an exercise asks the learner to read or compute (lab 00's GPU idle share and
+    longest gap): called from the learner's code on a trace sealed with ``scope="figures"``, it answers that the
+    exercise comes first; called by the course's own code (plots, checks, the diagnosis), it runs as ever."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(trace: Any, *args: Any, **kwargs: Any) -> Any:
+            if _FIGURE_SEALS and not _IN_CHECK.get():
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_globals.get("__name__") == "helpers.arguments":
+                    frame = frame.f_back  # the argument check that wraps every public metric
+                caller = frame.f_globals.get("__name__", "") if frame is not None else ""
+                if caller != "helpers" and not caller.startswith("helpers."):
+                    label = sealed_by(trace, "figures")
+                    if label:
+                        raise SealedTrace(f"{what} on this trace is the exercise's answer: read it off the timeline (or "
+                                          f"compute it from trace.events where the exercise says so); it opens once "
+                                          f"{label} passed")
+            return fn(trace, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
 @contextmanager
 def _check_reads() -> Iterator[None]:
     """A check reads a sealed trace (its own verdict needs the diagnosis); nothing is shown until it passes."""
@@ -155,15 +197,18 @@ def _check_reads() -> Iterator[None]:
         _IN_CHECK.reset(token)
 
 
-def seal(trace: Trace, label: str) -> Trace:
-    """Seal ``trace`` (and any trace whose events are its events) in this process until ``label``'s check passes.
+def seal(trace: Trace, label: str, scope: str = "reading") -> Trace:
+    """Seal ``trace`` (and any trace whose events are its events) in this process until ``label``'s check passes
+    (``"a and b"``: both). ``scope="figures"`` also holds the metrics decorated with :func:`figure_gate`.
 
     A lab calls this on the trace its reading exercise is about, as it loads or captures it; returns the trace."""
-    if label in _OPEN:
-        return trace
     sk = sketch(trace)
-    if sk.size and not any(s.label == label and np.array_equal(s.sketch, sk) for s in _LAB_SEALS):
-        _LAB_SEALS.append(Seal(label, sk))
+    new = Seal(label, sk, scope)
+    if sk.size and not new.is_open and not any(s.label == label and s.scope == scope and np.array_equal(s.sketch, sk)
+                                               for s in _LAB_SEALS):
+        _LAB_SEALS.append(new)
+        if scope == "figures":
+            _FIGURE_SEALS.append(new)
     return trace
 
 
@@ -179,5 +224,6 @@ def opened(label: str) -> bool:
 def _reset() -> None:
     """Forget every lab seal and every opened seal (tests)."""
     _LAB_SEALS.clear()
+    _FIGURE_SEALS.clear()
     _OPEN.clear()
 

@@ -220,3 +220,38 @@ def test_the_cost_is_checked_when_the_diagnosis_has_no_finding(monkeypatch):
         checks.check_reading(checks.Reading("gpu_bound", window, {"gpu_bound_busy": busy}, 1.0), t, "data", "data")
     assert checks.check_reading(checks.Reading("gpu_bound", window, {"gpu_bound_busy": busy}, cost), t, "data",
                                 "data").startswith("passed")
+
+
+# --- lab 00: the gap exercises need reading -----------------------------------------------------
+def test_lab00_gap_helpers_answer_that_the_exercise_comes_first():
+    from helpers import metrics, plots
+
+    t = checks.seal_gaps(recorded("sync_stall", "broken"))
+    for trace in (t, recorded("sync_stall", "broken"), copy.deepcopy(t)):
+        for call in (metrics.idle_gaps, metrics.gpu_utilization, metrics.gpu_busy, metrics.idle_by_cause,
+                     metrics.idle_cost_by_cause, diagnose):
+            with pytest.raises(seal.SealedTrace, match="check_longest_gap"):
+                call(trace)
+    plots.gap_histogram(t)  # the course's own views still draw it: the learner reads them
+    plots.timeline(t, step=1)
+    assert metrics.idle_gaps(recorded("data_stall", "broken")).size  # any other trace: as ever
+    # Exercise 4: one helper call is refused on the lab's trace, in one line naming what to do
+    with pytest.raises(checks.CheckFailed, match="read it off the timeline|compute it from trace.events"):
+        checks.check_gpu_idle_share(lambda tr: 1 - metrics.gpu_utilization(tr), t)
+    # Exercise 5: read, then checked; a reading within 10% passes, and the helpers open once both passed
+    with seal._check_reads():
+        longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
+    assert checks.check_longest_gap(round(longest * 1.05, 1), t).startswith("passed")
+    with pytest.raises(seal.SealedTrace):
+        metrics.idle_gaps(t)  # exercise 4 not passed yet
+
+    def idle_share(tr):
+        ev = tr.events
+        gpu = ev[ev["kind"].isin(["kernel", "memcpy", "memset", "collective"]) & (ev["device"] >= 0)]
+        s, e = metrics.merge_intervals(gpu["start_us"].to_numpy(), gpu["end_us"].to_numpy())
+        w = metrics.windows(tr)
+        busy = float(metrics.overlap(s, e, w["start_us"].to_numpy(), w["end_us"].to_numpy()).sum())
+        return 1 - busy / float(w["dur_us"].sum())
+
+    assert checks.check_gpu_idle_share(idle_share, t).startswith("passed")
+    assert metrics.idle_gaps(t).size and diagnose(t)
