@@ -18,8 +18,10 @@ A rank's steps (the ones the diagnosis keeps: :func:`helpers.steady_state`) are 
   for, and so does any other call that returned only once all the GPU work launched before it had finished
   (``cudaFree``'s implicit sync): the call's end depends on that work.
 
-The **critical path** is found walking back from the end of the last step: at each node, the dependency that
-finished last is the one it waited on. Every microsecond of the steps lies on exactly one stretch of the path,
+The **critical path** is found walking back from the end of each step to its start: at each node, the dependency
+that finished last is the one it waited on; at a step's start the walk goes on from what ended that step (the GPU
+op running across the boundary or ending at it, else the host), so where the host and the GPU take about as long,
+each step is held by the one that ended it rather than by wherever the later steps' path had reached. Every microsecond of the steps lies on exactly one stretch of the path,
 each with one cause; the gap between a launch call and its kernel is ``launch``, a sync's return after the
 work it waited for is ``sync``, the GPU's own gap between kernels it runs back to back is ``graph``.
 
@@ -1035,7 +1037,27 @@ def _walk(g: _Graph) -> pd.DataFrame:
     else:
         node, i, t = "h", n_h - 1, host_end
     t_end = t
-    for _ in range(2 * (n_h + n_g) + 10):
+    # each step is walked back from its own end: at a step's start the walk goes on from what was still running or
+    # had just ended there (the GPU's op where it was busy, else the host's item), not from wherever the later
+    # step's path had reached (two chains that take as long: the one that ended each step holds it)
+    ws = np.sort(g.windows["start_us"].to_numpy(float))
+    bounds = ws[(ws > g.t0 + 1e-9) & (ws < t_end - 1e-9)]
+    kb = bounds.size - 1
+    lower = float(bounds[kb]) if kb >= 0 else g.t0
+    first_piece = 0
+    for _ in range(2 * (n_h + n_g) + 4 * bounds.size + 10):
+        if kb >= 0 and t <= lower + 1e-9:
+            _clip_below(pieces, first_piece, lower)
+            first_piece = len(pieces)
+            at = _node_at(g, lower)
+            if at is not None:
+                node, i, t = at
+                if node == "g" and g.g_end[i] < t:  # the GPU's own gap after its op, to the step's start
+                    emit(float(g.g_end[i]), t, _C["graph"], g.g_row[i])
+                    t = float(g.g_end[i])
+            kb -= 1
+            lower = float(bounds[kb]) if kb >= 0 else g.t0
+            continue
         if t <= g.t0 + 1e-9 or i < 0:
             break
         if node == "h":
@@ -1046,10 +1068,14 @@ def _walk(g: _Graph) -> pd.DataFrame:
                 continue
             k = int(np.searchsorted(g.w_item, i, side="left")) - 1  # back to the previous binding wait, or the start
             lo = min(int(g.w_item[k]) + 1 if k >= 0 else 0, i)
+            if kb >= 0:  # ... or the step's start
+                lo = max(lo, min(int(np.searchsorted(g.h_start, lower - 1e-9, side="left")), i))
             host_runs.append((lo, i, t))
             node, i, t = "h", lo - 1, float(g.h_start[lo])
             continue
-        lo = int(run_start[i])  # the run of ops each bound by the op before it on its stream
+        lo = int(run_start[i])  # the run of ops each bound by the op before it on its stream (back to the step's start)
+        if kb >= 0 and g.g_start[lo] < lower:
+            lo = max(lo, lo + int(np.searchsorted(g.g_start[lo:i + 1], lower, side="right")) - 1)
         idx = np.arange(lo, i + 1)
         emit(g.g_start[idx], np.minimum(g.g_end[idx], np.r_[g.g_start[idx[1:]], t]), g.g_cause[idx], g.g_row[idx])
         if idx.size > 1:  # the gaps between them: the GPU's own part, then what eager launching added
@@ -1094,6 +1120,33 @@ def _walk(g: _Graph) -> pd.DataFrame:
                         "on": np.where(on_gpu, "gpu", "host").astype(object)})
     out.attrs["end_us"] = t_end
     return out
+
+
+def _clip_below(pieces: list[tuple[np.ndarray, ...]], first: int, lower: float) -> None:
+    """Cut the stretches emitted since ``first`` at ``lower``: the part before it is the earlier step's, walked
+    from its own end."""
+    for k in range(first, len(pieces)):
+        s, e, c, r, on = pieces[k]
+        if s.size and float(s.min()) < lower:
+            pieces[k] = (np.maximum(s, lower), np.maximum(e, lower), c, r, on)
+
+
+def _node_at(g: _Graph, t: float) -> tuple[str, int, float] | None:
+    """Where the walk goes on from at a step's start ``t``: the GPU op running across it or ending at it (within
+    :data:`~helpers.thresholds.CROSS_STREAM_TOL_US`, as a GPU op waits on another stream's work that ended that
+    soon before it; the latest ending of the streams'), else the host item ending at ``t``; None when there is
+    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end."""
+    best, best_end = -1, -np.inf
+    for idx in g.streams:
+        p = int(np.searchsorted(g.g_start[idx], t, side="left")) - 1
+        if p >= 0 and g.g_end[idx[p]] > best_end:
+            best, best_end = int(idx[p]), float(g.g_end[idx[p]])
+    if best >= 0 and best_end >= t - th.CROSS_STREAM_TOL_US:
+        return "g", best, t
+    j = int(np.searchsorted(g.h_end, t - 1e-9, side="left"))
+    if j < g.h_end.size and g.h_start[j] < t - 1e-9:
+        return "h", j, t
+    return None
 
 
 def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

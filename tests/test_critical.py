@@ -253,3 +253,20 @@ def test_the_replay_in_one_pass_times_every_node_as_the_replay_wait_by_wait(name
                     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4)
                 assert cr._span(g, *by_segments) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
                 assert cr._replayed_span(g, f) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
+
+
+def test_each_step_is_walked_from_its_own_end():
+    """The Nsight export of the fixed sync-stall loop: its GPU runs without a gap through the first steps while the
+    host prepares the next batch in a range named ``data``, and catches up with the host only in a later step.
+    Walked back from the steps' end alone, the path reached the host there and stayed on it, so the earlier steps
+    came out as the host's (a third of the step "data wait"); each step walked from its own end is the GPU's, as
+    the same loop's profiler trace and the diagnosis (GPU-bound) say."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    nsys = helpers.critical_path(helpers.load(data / "nsight" / "sync_stall__fixed__h200.sqlite.gz"))
+    twin = helpers.critical_path(helpers.load(data / "sync_stall__fixed__h200.json.gz"))
+    for cp in (nsys, twin):
+        _path_cover(cp)
+        gpu = cp.ms_per_step["gemm"] + cp.ms_per_step["kernel"]
+        assert gpu >= 0.9 * cp.step_ms
+        assert cp.ms_per_step["data_wait"] <= 0.05 * cp.step_ms
+        assert set(cp.steps["bound_by"]) == {"gemm"}
