@@ -270,7 +270,7 @@ def test_every_labs_reading_trace_is_sealed_before_it_is_read():
         for trace, label in re.findall(r'check_reading\(\w+, (\w+), "\w+", "([^"]+)"\)', text):
             found += 1
             sealed = text.find(f'seal_until_read({trace}, "{label}")')
-            assert 0 <= sealed < text.find(f'check_reading(', sealed), (nb.name, trace, label)
+            assert 0 <= sealed < text.find('check_reading(', sealed), (nb.name, trace, label)
         md = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
         if "check_reading(" in text:
             assert "The reading comes first" in md and "The window lies on the pattern" in md, nb.name
