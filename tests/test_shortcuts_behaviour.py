@@ -81,6 +81,65 @@ def test_a_20_percent_learning_rate_change_is_refused_by_the_references_own_spre
         checks.check_same_training(with_lr(1.2), CPU)
 
 
+# --- lab 04: DDP hooks against plain DDP, in a real two-rank gloo job (tiny: one step) -------------------------
+HOOK_CELL = '''
+def never_divides(state, bucket):
+    buffer = bucket.buffer()
+    half = buffer.to(torch.float16)
+    future = dist.all_reduce(half, async_op=True).get_future()
+
+    def back(fut):
+        buffer.copy_(fut.value()[0])
+        return buffer
+    return future.then(back)
+
+
+def never_copies_back(state, bucket):
+    buffer = bucket.buffer()
+    half = buffer.to(torch.float16).div_(dist.get_world_size())
+    return dist.all_reduce(half, async_op=True).get_future().then(lambda fut: buffer)
+
+
+def pytorchs_own(state, bucket):
+    return default_hooks.fp16_compress_hook(state, bucket)
+''' + "".join(f"\n\ndef wrap_{h}(model):\n    ddp = DDP(model)\n    ddp.register_comm_hook(None, {h})\n    return ddp\n"
+               for h in ("never_divides", "never_copies_back", "pytorchs_own"))
+
+
+def _hooked_job(name: str, tmp_path):
+    """The learner's hook as a notebook cell defines it, run in the lab's two-rank job for one step."""
+    import linecache
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import helpers
+    from helpers.workloads import communication
+
+    filename = "<ipython-input-4-hooks>"
+    linecache.cache[filename] = (len(HOOK_CELL), None, HOOK_CELL.splitlines(True), filename)
+    ns = {"__name__": "__main__", "torch": torch, "dist": dist, "DDP": DDP, "default_hooks": default_hooks}
+    exec(compile(HOOK_CELL, filename, "exec"), ns)
+    job = communication.run(wrap=ns[f"wrap_{name}"], world_size=2, steps=1, warmup=0, pin_cores=False, threads=1,
+                            profile_dir=str(tmp_path))
+    return helpers.load(job["trace_dir"])
+
+
+@pytest.mark.parametrize("hook, words", [
+    ("never_divides", r"parameters are 10\d\.\d% .* away from where plain DDP puts them .*your ranks moved them 2\.00x "
+                      r"as far, the sum of 2 ranks' gradients, not their mean: divide by the world size"),
+    ("never_copies_back", r"rank 1's parameters are \d+\.\d% .* away from rank 0's: the ranks stepped on different "
+                          r"gradients.*copied back into the bucket's buffer"),
+    ("pytorchs_own", r"runs PyTorch's own default_hooks\._compress_hook, default_hooks\.fp16_compress_hook .*write the "
+                     r"hook itself"),
+], ids=["never divides by the world size", "never copies its result back", "PyTorch's fp16_compress_hook"])
+def test_a_wrong_fp16_comm_hook_is_refused_against_plain_ddp(hook, words, tmp_path):
+    hooked = _hooked_job(hook, tmp_path)
+    with pytest.raises(CheckFailed, match=words):
+        checks.check_comm_hook(hooked, hooked)  # behaviour comes before what the traces show
+
+
 # --- the course's own code where the learner is to write it ---------------------------------------------------
 def capstone_fixed_in_a_def(device):
     from helpers.workloads import mystery
