@@ -59,6 +59,14 @@ class Finding:
         d["window"] = list(self.window) if self.window else None
         return d
 
+    def where(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+        """Where this finding's pattern shows in ``trace`` over its steps, as merged ``(starts, ends)`` in
+        microseconds: its catalogue record's locate function (:func:`locate`: the cause's idle gaps, the syncs,
+        the host-to-device copies, the collectives, the kernels, the compilation on the path); empty for a
+        capture that holds no loop. What ``plot --findings`` shades."""
+        located = locate(trace, self.pattern)
+        return located.starts, located.ends
+
 
 # --- signals: every figure a rule reads, named like its threshold -----------------------------
 def signals(trace: Trace) -> Signals:
