@@ -178,7 +178,7 @@ def torch_functional_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
 
 def test_torch_functional_adam_as_the_hand_written_update_is_refused():
     err, problem = lab02.adam_update_problem(torch_functional_adam)
-    assert problem and "your update runs the course's own torch.optim.adam.adam" in problem, problem
+    assert problem and "your update runs PyTorch's own torch.optim.adam.adam" in problem, problem
 
 
 def test_the_courses_foreach_loop_as_the_fixed_trace_is_refused():

@@ -116,8 +116,9 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
             continue
         code = getattr(inspect.unwrap(obj), "__code__", None)
         if code is not None:
-            short = module.rsplit(".", 1)[-1] if module.startswith("helpers.") else module
-            out[code] = (f"{short}.{qual}", attr.rstrip("]") or None)
+            label = (f"the course's own {module.rsplit('.', 1)[-1]}.{qual}" if module.startswith("helpers.")
+                     else f"PyTorch's own {module}.{qual}")
+            out[code] = (label, attr.rstrip("]") or None)
     return out
 
 
@@ -163,8 +164,8 @@ def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> st
         return (f"{name} is the course's own code ({fn.__module__}), not yours: write your {what} in a cell; the "
                 "course's reference earns no credit")
     if used:
-        return (f"your {what} runs the course's own {', '.join(used)}: write the {what} itself; the course's reference "
-                "wrapped in a function (or a subclass) earns no credit")
+        return (f"your {what} runs {', '.join(used)}: write the {what} itself; a reference implementation wrapped in a "
+                "function (or a subclass) earns no credit")
     return None
 
 
