@@ -263,6 +263,35 @@ def test_the_courses_sync_free_step_by_a_string_is_refused():
     assert problem and "runs the course's own sync_stall._fixed_step" in problem, problem
 
 
+def flops_by_name(model, x):  # lab 09: the check's own answer, by a string (no name in the source)
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab09"), "_reference_" + "matmul_flops")(model, x)
+
+
+def memory_by_name(snap):  # lab 10
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab10"), "_reference_" + "state")(snap)
+
+
+def pitfalls_by_name(s):  # lab 11
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab11"), "_reference_" + "pitfalls")(s)
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    ("check_matmul_flops", flops_by_name, r"your matmul_flops runs the course's own lab09\._reference_matmul_flops"),
+    ("check_memory_state", memory_by_name, r"your memory_state runs the course's own lab10\._reference_state"),
+    ("check_environment_pitfalls", pitfalls_by_name,
+     r"your environment_pitfalls runs the course's own lab11\._reference_pitfalls"),
+], ids=["lab 09 FLOPs", "lab 10 memory state", "lab 11 pitfalls"])
+def test_the_checks_own_answers_reached_by_a_string_are_refused(check, fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        getattr(checks, check)(fn)
+
+
 # --- speed on small machines ----------------------------------------------------------------------------------
 @pytest.fixture
 def machine(monkeypatch):
