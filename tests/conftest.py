@@ -1,3 +1,4 @@
+import functools
 import json
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ def _seals_open(request):
     seal._reset()
 
 
+@functools.cache
 def shipped_notebook(relpath: str) -> str:
     """A notebook's text as the course ships it, never the learner's working copy: tests about the shipped labs read
     this, so a learner's work saved in labs/ never fails the README's ``pytest``. For ``labs/`` it is the copy

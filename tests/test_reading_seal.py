@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -60,8 +61,10 @@ def _edits(t):
     yield "every 20th event dropped", dataclasses.replace(t, events=ev.iloc[np.arange(len(ev)) % 20 != 0].reset_index(drop=True))
 
 
-@pytest.mark.parametrize("trace_id", ["t1", "t4", "t7", "t8", "t9"])
+@pytest.mark.parametrize("trace_id", [f"t{k}" for k in range(1, 11)])
 def test_diagnose_and_the_reading_helpers_refuse_a_triage_trace_and_its_copies(trace_id):
+    """The shortcut: diagnose, signals, pattern_intervals and want_cost wrote a passing reading of all ten triage
+    traces. Each now answers in one line that the reading comes first, on the trace and its obvious stand-ins."""
     t = triage_trace(trace_id)
     _refused(t, f"check_triage[{trace_id}]")
     for what, edited in _edits(t):
@@ -255,3 +258,20 @@ def test_lab00_gap_helpers_answer_that_the_exercise_comes_first():
 
     assert checks.check_gpu_idle_share(idle_share, t).startswith("passed")
     assert metrics.idle_gaps(t).size and diagnose(t)
+
+
+def test_every_labs_reading_trace_is_sealed_before_it_is_read():
+    """Each solution that checks a reading of a trace seals that trace under the same label first (the lab's text says
+    so), so helpers.diagnose cannot write the reading the exercise asks for."""
+    found = 0
+    for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
+        code = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        text = "\n".join(code)
+        for trace, label in re.findall(r'check_reading\(\w+, (\w+), "\w+", "([^"]+)"\)', text):
+            found += 1
+            sealed = text.find(f'seal_until_read({trace}, "{label}")')
+            assert 0 <= sealed < text.find('check_reading(', sealed), (nb.name, trace, label)
+        md = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
+        if "check_reading(" in text:
+            assert "The reading comes first" in md and "The window lies on the pattern" in md, nb.name
+    assert found >= 7
