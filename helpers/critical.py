@@ -1045,11 +1045,12 @@ def _walk(g: _Graph) -> pd.DataFrame:
     kb = bounds.size - 1
     lower = float(bounds[kb]) if kb >= 0 else g.t0
     first_piece = 0
+    stream_starts = [g.g_start[idx] for idx in g.streams] if bounds.size else []
     for _ in range(2 * (n_h + n_g) + 4 * bounds.size + 10):
         if kb >= 0 and t <= lower + 1e-9:
             _clip_below(pieces, first_piece, lower)
             first_piece = len(pieces)
-            at = _node_at(g, lower)
+            at = _node_at(g, lower, stream_starts)
             if at is not None:
                 node, i, t = at
                 if node == "g" and g.g_end[i] < t:  # the GPU's own gap after its op, to the step's start
@@ -1131,14 +1132,15 @@ def _clip_below(pieces: list[tuple[np.ndarray, ...]], first: int, lower: float) 
             pieces[k] = (np.maximum(s, lower), np.maximum(e, lower), c, r, on)
 
 
-def _node_at(g: _Graph, t: float) -> tuple[str, int, float] | None:
+def _node_at(g: _Graph, t: float, starts: list[np.ndarray] | None = None) -> tuple[str, int, float] | None:
     """Where the walk goes on from at a step's start ``t``: the GPU op running across it or ending at it (within
     :data:`~helpers.thresholds.CROSS_STREAM_TOL_US`, as a GPU op waits on another stream's work that ended that
     soon before it; the latest ending of the streams'), else the host item ending at ``t``; None when there is
-    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end."""
+    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end.
+    ``starts``: each stream's op starts (kept by the caller)."""
     best, best_end = -1, -np.inf
-    for idx in g.streams:
-        p = int(np.searchsorted(g.g_start[idx], t, side="left")) - 1
+    for k, idx in enumerate(g.streams):
+        p = int(np.searchsorted(starts[k] if starts is not None else g.g_start[idx], t, side="left")) - 1
         if p >= 0 and g.g_end[idx[p]] > best_end:
             best, best_end = int(idx[p]), float(g.g_end[idx[p]])
     if best >= 0 and best_end >= t - th.CROSS_STREAM_TOL_US:
