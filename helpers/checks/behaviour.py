@@ -489,9 +489,9 @@ def ddp_training_problem(trace: Any, what: str = "job") -> str | None:
                 "compares its parameters with plain DDP's and writes the figures into its trace")
     used = sorted({c for r in rec.values() for c in r.get("course_code", [])})
     if used:
-        return (f"your {what} runs PyTorch's own {', '.join(used)} (the hook the course's recorded fp16_hook variant uses): "
-                "write the hook itself: cast the bucket's buffer to fp16, divide by the world size, all-reduce it, copy "
-                "the result back into the buffer and return it")
+        return (f"your {what} runs PyTorch's own {', '.join(used)} (its own compression, as the course's recorded "
+                "fp16_hook variant does): write the hook itself: cast the bucket's buffer to fp16, divide by the world "
+                "size, all-reduce it, copy the result back into the buffer and return it")
     steps = int(next(iter(rec.values())).get("steps", 0))
     moved = max(r.get("moved", 0.0) for r in rec.values())
     if not moved > 0:

@@ -372,9 +372,11 @@ REFERENCE_HOOKS = ("fp16_compress_hook", "bf16_compress_hook", "_compress_hook")
 
 
 class _Tripwires:
-    """In a fresh rank, before the learner's functions are rebuilt: each of :data:`REFERENCE_HOOKS` replaced by one
-    that notes its use while ``armed`` and runs the original (the learner's code finds it by import or attribute
-    alike). ``original(name)``: the hook itself, for the course's own reference run."""
+    """In a fresh rank, before the learner's functions are rebuilt: each of :data:`REFERENCE_HOOKS` made to note its
+    use while ``armed`` and run as before, by giving the function object itself new code (so a reference held
+    anywhere trips it: an import, an attribute, ``DDPCommHookType``'s partials), and DDP's C++ built-in hooks
+    (``_register_builtin_comm_hook``) noted the same way. ``originals[name]``: a copy of the hook, for the course's
+    own reference run."""
 
     def __init__(self) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -383,17 +385,32 @@ class _Tripwires:
         self.armed = True
         self.originals: dict[str, Callable] = {}
         for name in REFERENCE_HOOKS:
-            original = getattr(default_hooks, name, None)
-            if original is None:
+            fn = getattr(default_hooks, name, None)
+            if not isinstance(fn, types.FunctionType) or fn.__closure__:
                 continue
-            self.originals[name] = original
+            copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+            copy.__kwdefaults__ = fn.__kwdefaults__
+            self.originals[name] = copy
+            key = f"_course_tripwire_{name}"
+            fn.__globals__[key] = self._noting(f"default_hooks.{name}", copy)
+            code = fn.__code__  # the same parameters (DDP reads the hook's signature), its defaults kept as they are
+            pos = list(code.co_varnames[:code.co_argcount])
+            kw = list(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+            params = ", ".join(pos + (["*"] + kw if kw else []))
+            call = ", ".join(pos + [f"{k}={k}" for k in kw])
+            template = compile(f"def {name}({params}):\n    return {key}({call})\n", "<tripwire>", "exec")
+            fn.__code__ = next(c for c in template.co_consts if isinstance(c, types.CodeType))
+        ddp = nn.parallel.DistributedDataParallel
+        builtin = getattr(ddp, "_register_builtin_comm_hook", None)
+        if builtin is not None:
+            ddp._register_builtin_comm_hook = self._noting("DistributedDataParallel._register_builtin_comm_hook", builtin)
 
-            def tripped(*args: Any, _name: str = name, _run: Callable = original, **kwargs: Any) -> Any:
-                if self.armed and f"default_hooks.{_name}" not in self.used:
-                    self.used.append(f"default_hooks.{_name}")
-                return _run(*args, **kwargs)
-
-            setattr(default_hooks, name, tripped)
+    def _noting(self, label: str, run: Callable) -> Callable:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and label not in self.used:
+                self.used.append(label)
+            return run(*args, **kwargs)
+        return noted
 
 
 def _flat(model: nn.Module) -> torch.Tensor:
