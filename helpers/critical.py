@@ -183,6 +183,13 @@ def _row_positions(trace: Trace, rank: int) -> np.ndarray:
     return np.flatnonzero(trace.events["rank"].to_numpy() == rank)
 
 
+def _rows(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray | slice]:
+    """The rank's row positions, and what selects them from a column: a slice (a view, no copy) when the trace is
+    that one rank's."""
+    pos = _row_positions(trace, rank)
+    return pos, (slice(None) if pos.size == len(trace.events) else pos)
+
+
 #: The event kinds the graph reads, by a small code (:func:`_kind_codes`; -1: any other).
 _KINDS = ("kernel", "memcpy", "memset", "collective", "runtime", "cpu_op", "annotation", "python")
 _K = {k: i for i, k in enumerate(_KINDS)}
@@ -213,12 +220,12 @@ def _is_kind(codes: np.ndarray, *kinds: str) -> np.ndarray:
 def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """What covers the host between its calls, highest priority first, as disjoint unions: (cause, starts, ends)."""
     ev = trace.events
-    pos = _row_positions(trace, rank)
-    host = ev["device"].to_numpy()[pos] < 0
-    kinds = _kind_codes(trace)[pos]
-    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    comp_mask = host & ((_is_kind(kinds, "annotation", "cpu_op") & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
-                        | (_is_kind(kinds, "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
+    pos, mine = _rows(trace, rank)
+    host = ev["device"].to_numpy()[mine] < 0
+    kinds = _kind_codes(trace)[mine]
+    start, end = ev["start_us"].to_numpy()[mine], ev["end_us"].to_numpy()[mine]
+    comp_mask = host & ((_is_kind(kinds, "annotation", "cpu_op") & m.name_mask(trace, "compile_range", _is_compile_range)[mine])
+                        | (_is_kind(kinds, "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[mine]))
     parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
     parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
     if gpu:  # a host collective's (gloo's) wait before the framework's dispatching
@@ -285,31 +292,31 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     own = st[(st["rank"] == rank) & st["step"].isin(win["step"])] if len(st) else st
     c0 = min(t0, float(own["start_us"].min())) if len(own) else t0
     c1 = float(own["end_us"].max()) if len(own) else t1  # ... and ends with its own last kept step
-    pos = _row_positions(trace, rank)
-    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    device = ev["device"].to_numpy()[pos]
-    kinds = _kind_codes(trace)[pos]
-    corr = ev["correlation"].to_numpy()[pos]
-    tids = ev["tid"].to_numpy()[pos]
+    pos, mine = _rows(trace, rank)
+    start, end = ev["start_us"].to_numpy()[mine], ev["end_us"].to_numpy()[mine]
+    device = ev["device"].to_numpy()[mine]
+    kinds = _kind_codes(trace)[mine]
+    corr = ev["correlation"].to_numpy()[mine]
+    tids = ev["tid"].to_numpy()[mine]
     host = device < 0
 
     # --- host calls on the threads that launch or wait ---
     runtime = host & _is_kind(kinds, "runtime")
-    is_sync = m.is_sync_call(trace)[pos] & runtime
-    frees = freeing_after_gpu_work(trace)[pos]  # a free once the GPU has work is a sync (FREE_CALL)
+    is_sync = m.is_sync_call(trace)[mine] & runtime
+    frees = freeing_after_gpu_work(trace)[mine]  # a free once the GPU has work is a sync (FREE_CALL)
     is_sync = is_sync | frees
-    blocking = m.blocking_copy_calls(trace)[pos]
-    is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[pos] & ~blocking
-    is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[pos] & ~is_sync & ~is_launch
+    blocking = m.blocking_copy_calls(trace)[mine]
+    is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[mine] & ~blocking
+    is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[mine] & ~is_sync & ~is_launch
     chain_tids = np.unique(tids[is_sync | is_launch])
     call = runtime & np.isin(tids, chain_tids) & (end > c0) & (start < t1)
     call_idx = np.flatnonzero(call)
 
     # --- GPU ops of the steps ---
     gpu_kind = (~host) & _is_kind(kinds, *GPU_WORK_KINDS)
-    step_col = ev["step"].to_numpy()[pos]
+    step_col = ev["step"].to_numpy()[mine]
     g_sel = np.flatnonzero(gpu_kind & (end > c0) & ((step_col >= 0) | (start < t1)))
-    streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[pos][g_sel]
+    streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[mine][g_sel]
     order = np.lexsort((end[g_sel], start[g_sel], streams_key))
     g_sel = g_sel[order]
     skey = streams_key[order]
@@ -332,7 +339,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # rows of its own, with its last recorded activity ---
     is_ann = _is_kind(kinds, "annotation")
     acts = host & (start < t1) & ~is_ann
-    ann = host & is_ann & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[pos]
+    ann = host & is_ann & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[mine]
     last_host = float(np.max(np.minimum(end[acts | ann], t1))) if (acts | ann).any() else t1
     t1h = min(c1, t1) if len(own) else (min(max(last_host, c0), t1) if has_gpu_rows else t1)
     cs, ce = np.clip(start[call_idx], c0, t1h), np.clip(end[call_idx], c0, t1h)
@@ -440,7 +447,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     graph_rows = m.name_mask(trace, "graph_launch", _is_graph_launch)
     in_graph = np.zeros(n_g, dtype=bool)  # an op whose stream predecessor came from the same graph launch
     if n_g and call_idx.size and graph_rows.any():
-        graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[pos])])
+        graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[mine])])
         gc = corr[g_sel]
         in_graph = np.isin(gc, graph_corr) & same_prev & np.r_[False, gc[1:] == gc[:-1]]
     a_typ = float(np.median(lat_launch[g_bind == 0])) if (g_bind == 0).any() else 0.0
@@ -1045,11 +1052,12 @@ def _walk(g: _Graph) -> pd.DataFrame:
     kb = bounds.size - 1
     lower = float(bounds[kb]) if kb >= 0 else g.t0
     first_piece = 0
+    stream_starts = [g.g_start[idx] for idx in g.streams] if bounds.size else []
     for _ in range(2 * (n_h + n_g) + 4 * bounds.size + 10):
         if kb >= 0 and t <= lower + 1e-9:
             _clip_below(pieces, first_piece, lower)
             first_piece = len(pieces)
-            at = _node_at(g, lower)
+            at = _node_at(g, lower, stream_starts)
             if at is not None:
                 node, i, t = at
                 if node == "g" and g.g_end[i] < t:  # the GPU's own gap after its op, to the step's start
@@ -1131,14 +1139,15 @@ def _clip_below(pieces: list[tuple[np.ndarray, ...]], first: int, lower: float) 
             pieces[k] = (np.maximum(s, lower), np.maximum(e, lower), c, r, on)
 
 
-def _node_at(g: _Graph, t: float) -> tuple[str, int, float] | None:
+def _node_at(g: _Graph, t: float, starts: list[np.ndarray] | None = None) -> tuple[str, int, float] | None:
     """Where the walk goes on from at a step's start ``t``: the GPU op running across it or ending at it (within
     :data:`~helpers.thresholds.CROSS_STREAM_TOL_US`, as a GPU op waits on another stream's work that ended that
     soon before it; the latest ending of the streams'), else the host item ending at ``t``; None when there is
-    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end."""
+    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end.
+    ``starts``: each stream's op starts (kept by the caller)."""
     best, best_end = -1, -np.inf
-    for idx in g.streams:
-        p = int(np.searchsorted(g.g_start[idx], t, side="left")) - 1
+    for k, idx in enumerate(g.streams):
+        p = int(np.searchsorted(starts[k] if starts is not None else g.g_start[idx], t, side="left")) - 1
         if p >= 0 and g.g_end[idx[p]] > best_end:
             best, best_end = int(idx[p]), float(g.g_end[idx[p]])
     if best >= 0 and best_end >= t - th.CROSS_STREAM_TOL_US:

@@ -178,7 +178,7 @@ def torch_functional_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
 
 def test_torch_functional_adam_as_the_hand_written_update_is_refused():
     err, problem = lab02.adam_update_problem(torch_functional_adam)
-    assert problem and "your update runs the course's own torch.optim.adam.adam" in problem, problem
+    assert problem and "your update runs PyTorch's own torch.optim.adam.adam" in problem, problem
 
 
 def test_the_courses_foreach_loop_as_the_fixed_trace_is_refused():
@@ -263,6 +263,35 @@ def test_the_courses_sync_free_step_by_a_string_is_refused():
     assert problem and "runs the course's own sync_stall._fixed_step" in problem, problem
 
 
+def flops_by_name(model, x):  # lab 09: the check's own answer, by a string (no name in the source)
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab09"), "_reference_" + "matmul_flops")(model, x)
+
+
+def memory_by_name(snap):  # lab 10
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab10"), "_reference_" + "state")(snap)
+
+
+def pitfalls_by_name(s):  # lab 11
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab11"), "_reference_" + "pitfalls")(s)
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    ("check_matmul_flops", flops_by_name, r"your matmul_flops runs the course's own lab09\._reference_matmul_flops"),
+    ("check_memory_state", memory_by_name, r"your memory_state runs the course's own lab10\._reference_state"),
+    ("check_environment_pitfalls", pitfalls_by_name,
+     r"your environment_pitfalls runs the course's own lab11\._reference_pitfalls"),
+], ids=["lab 09 FLOPs", "lab 10 memory state", "lab 11 pitfalls"])
+def test_the_checks_own_answers_reached_by_a_string_are_refused(check, fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        getattr(checks, check)(fn)
+
+
 # --- speed on small machines ----------------------------------------------------------------------------------
 @pytest.fixture
 def machine(monkeypatch):
@@ -293,16 +322,28 @@ def test_a_fix_slower_beyond_noise_never_passes_on_any_core_count(machine, cores
         checks.check_data_stall_fixed(before, slower, 1.3, _loader(0))
 
 
-def test_too_few_cores_says_so_judges_structure_and_refuses_a_larger_wait(machine, monkeypatch):
+def test_asking_more_workers_than_cores_does_not_switch_the_speed_judgement_off(machine):
+    """The loop needs 1 worker; 2 asked on 2 cores, the step slower: refused (the machine has a core for the worker
+    the loop needs and the training process), the message saying the workers outnumber the cores."""
     machine(cores=2, load=3.0)
     before = mine((recorded("data_stall", "broken", "cpu"),))[0]
+    slower = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)
+    assert lab01.workers_needed(before) == 1
+    with pytest.raises(CheckFailed, match=r"your step is slower.*2 loader worker processes and the training process "
+                                          r"share 2 cores here"):
+        checks.check_data_stall_fixed(before, slower, 1.3, _loader(2))
+
+
+def test_too_few_cores_says_so_judges_structure_and_refuses_a_larger_wait(machine, monkeypatch):
+    machine(cores=1, load=3.0)  # the one worker the loop needs and the training process: 2 processes, 1 core
+    before = mine((recorded("data_stall", "broken", "cpu"),))[0]
     after = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)
-    out = checks.check_data_stall_fixed(before, after, 1.3, _loader(2))
-    assert "step time not judged: 2 loader worker processes and the training process share 2 cores here" in out
+    out = checks.check_data_stall_fixed(before, after, 1.3, _loader(1))
+    assert "step time not judged: 1 loader worker process and the training process share 1 core here" in out
     share = {id(before): 0.28, id(after): 0.30}
     monkeypatch.setattr(lab01, "_data_wait_share", lambda t: share[id(t)])
     with pytest.raises(CheckFailed, match=r"data wait still 30% of the step \(was 28%"):
-        checks.check_data_stall_fixed(before, after, 1.3, _loader(2))
+        checks.check_data_stall_fixed(before, after, 1.3, _loader(1))
 
 
 def test_the_capstones_busy_fallback_never_accepts_a_larger_wait(machine, monkeypatch):
