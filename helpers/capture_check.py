@@ -20,7 +20,7 @@ import numpy as np
 
 from . import metrics as m
 from . import thresholds as th
-from .model import GPU_WORK_KINDS, Trace
+from .model import GPU_WORK_KINDS, Trace, kind_in
 
 #: CUDA / HIP calls that start or end a stream capture (``torch.cuda.graph``, CUDA Graph trees): launches between
 #: them are recorded into a graph, not run.
@@ -71,15 +71,27 @@ def _kernel_launches(trace: Trace) -> np.ndarray:
 
 
 def _has_gpu_work(trace: Trace) -> np.ndarray:
-    """For every event: does a GPU op of its rank carry its correlation id?"""
-    ev = trace.events
-    corr, rank = ev["correlation"].to_numpy(), ev["rank"].to_numpy()
-    dev = (ev["device"].to_numpy() >= 0) & ev["kind"].isin(GPU_WORK_KINDS).to_numpy() & (corr >= 0)
-    keys = set(zip(rank[dev].tolist(), corr[dev].tolist()))
-    out = np.zeros(len(ev), dtype=bool)
-    at = np.flatnonzero(corr >= 0)
-    out[at] = [k in keys for k in zip(rank[at].tolist(), corr[at].tolist())]
-    return out
+    """For every event: does a GPU op of its rank carry its correlation id? (Kept with the trace.)"""
+    memo = m._memo(trace)
+    if "has_gpu_work" not in memo:
+        ev = trace.events
+        corr, rank = ev["correlation"].to_numpy(), ev["rank"].to_numpy()
+        dev = (ev["device"].to_numpy() >= 0) & kind_in(ev, GPU_WORK_KINDS) & (corr >= 0)
+        out = np.zeros(len(ev), dtype=bool)
+        at = np.flatnonzero(corr >= 0)
+        if dev.any() and at.size:
+            # one key per (rank, correlation id): the rank's index among the ranks above the id's bits
+            ranks, r_code = np.unique(rank[at], return_inverse=True)
+            top = int(corr[at].max()) + 1
+            if len(ranks) * top < 2**62:
+                key = r_code.astype(np.int64) * top + corr[at]
+                on_gpu = dev[at]
+                out[at] = np.isin(key, key[on_gpu])
+            else:  # ids too large to pack: pairs in a set
+                keys = set(zip(rank[dev].tolist(), corr[dev].tolist()))
+                out[at] = [k in keys for k in zip(rank[at].tolist(), corr[at].tolist())]
+        memo["has_gpu_work"] = out
+    return memo["has_gpu_work"]
 
 
 def check_capture(trace: Trace) -> list[CaptureIssue]:

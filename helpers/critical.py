@@ -18,8 +18,10 @@ A rank's steps (the ones the diagnosis keeps: :func:`helpers.steady_state`) are 
   for, and so does any other call that returned only once all the GPU work launched before it had finished
   (``cudaFree``'s implicit sync): the call's end depends on that work.
 
-The **critical path** is found walking back from the end of the last step: at each node, the dependency that
-finished last is the one it waited on. Every microsecond of the steps lies on exactly one stretch of the path,
+The **critical path** is found walking back from the end of each step to its start: at each node, the dependency
+that finished last is the one it waited on; at a step's start the walk goes on from what ended that step (the GPU
+op running across the boundary or ending at it, else the host), so where the host and the GPU take about as long,
+each step is held by the one that ended it rather than by wherever the later steps' path had reached. Every microsecond of the steps lies on exactly one stretch of the path,
 each with one cause; the gap between a launch call and its kernel is ``launch``, a sync's return after the
 work it waited for is ``sync``, the GPU's own gap between kernels it runs back to back is ``graph``.
 
@@ -86,17 +88,21 @@ def _is_compile_frame(name: str) -> bool:
 
 # --- interval helpers (vectorised) -------------------------------------------------------------
 def _minus(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union A less union B (each sorted, disjoint), by one sweep over all their ends."""
+    """Union A less union B (each sorted and disjoint; half-open intervals: touching ones do not overlap): A cut
+    by the gaps between B's intervals, each of A's found by two binary searches."""
     if as_.size == 0 or bs.size == 0:
         return as_, ae
-    pts = np.concatenate([as_, ae, bs, be])
-    da = np.concatenate([np.ones(as_.size), -np.ones(ae.size), np.zeros(bs.size + be.size)])
-    db = np.concatenate([np.zeros(as_.size + ae.size), np.ones(bs.size), -np.ones(be.size)])
-    # at a tie, ends before starts: half-open intervals that touch do not overlap
-    order = np.lexsort((np.concatenate([np.ones(as_.size), np.zeros(ae.size), np.ones(bs.size), np.zeros(be.size)]), pts))
-    p, ca, cb = pts[order], np.cumsum(da[order]), np.cumsum(db[order])
-    inside = (ca[:-1] > 0) & (cb[:-1] <= 0) & (p[1:] > p[:-1])
-    return m.merge_intervals(p[:-1][inside], p[1:][inside])
+    gs, ge = np.r_[-np.inf, be], np.r_[bs, np.inf]  # B's complement, sorted and disjoint
+    lo = np.searchsorted(ge, as_, side="right")  # the first gap ending after each of A's starts
+    hi = np.searchsorted(gs, ae, side="left")  # ... and the first starting at or after its end
+    n = np.maximum(hi - lo, 0)
+    if not n.any():
+        return np.zeros(0), np.zeros(0)
+    a_of = np.repeat(np.arange(as_.size), n)
+    j = lo[a_of] + np.arange(a_of.size) - np.repeat(np.cumsum(n) - n, n)
+    s, e = np.maximum(as_[a_of], gs[j]), np.minimum(ae[a_of], ge[j])
+    keep = e > s
+    return m.merge_intervals(s[keep], e[keep])
 
 
 # --- the graph of one rank ---------------------------------------------------------------------
@@ -145,6 +151,7 @@ class _Graph:
     w_free: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # waits that no longer wait (their op moved off)
     g_extra_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # cause of a stream gap's rest
     g_hidden: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # ops moved off the path (overlapped)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)  # what replays share: layout, overlapped graphs
 
     def __post_init__(self) -> None:
         if self.w_free.size != self.w_item.size:
@@ -176,15 +183,49 @@ def _row_positions(trace: Trace, rank: int) -> np.ndarray:
     return np.flatnonzero(trace.events["rank"].to_numpy() == rank)
 
 
+def _rows(trace: Trace, rank: int) -> tuple[np.ndarray, np.ndarray | slice]:
+    """The rank's row positions, and what selects them from a column: a slice (a view, no copy) when the trace is
+    that one rank's."""
+    pos = _row_positions(trace, rank)
+    return pos, (slice(None) if pos.size == len(trace.events) else pos)
+
+
+#: The event kinds the graph reads, by a small code (:func:`_kind_codes`; -1: any other).
+_KINDS = ("kernel", "memcpy", "memset", "collective", "runtime", "cpu_op", "annotation", "python")
+_K = {k: i for i, k in enumerate(_KINDS)}
+
+
+def _kind_codes(trace: Trace) -> np.ndarray:
+    """Every event's kind as its index in :data:`_KINDS` (-1 for others), looked up once per category."""
+    memo = m._memo(trace)
+    if "critical_kind_codes" not in memo:
+        kind = trace.events["kind"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):
+            table = np.array([_K.get(str(c), -1) for c in kind.cat.categories] + [-1], dtype=np.int8)
+            memo["critical_kind_codes"] = table[kind.cat.codes.to_numpy()]
+        else:
+            codes, uniq = pd.factorize(kind)
+            table = np.array([_K.get(str(c), -1) for c in uniq] + [-1], dtype=np.int8)
+            memo["critical_kind_codes"] = table[codes]
+    return memo["critical_kind_codes"]
+
+
+def _is_kind(codes: np.ndarray, *kinds: str) -> np.ndarray:
+    """Which of ``codes`` (:func:`_kind_codes`) are one of ``kinds``."""
+    table = np.zeros(len(_KINDS) + 1, dtype=bool)  # the last slot: any other kind (-1)
+    table[[_K[k] for k in kinds]] = True
+    return table[codes]
+
+
 def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """What covers the host between its calls, highest priority first, as disjoint unions: (cause, starts, ends)."""
     ev = trace.events
-    pos = _row_positions(trace, rank)
-    host = ev["device"].to_numpy()[pos] < 0
-    kinds = ev["kind"].to_numpy()[pos]
-    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    comp_mask = host & ((np.isin(kinds, ("annotation", "cpu_op")) & m.name_mask(trace, "compile_range", _is_compile_range)[pos])
-                        | ((kinds == "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[pos]))
+    pos, mine = _rows(trace, rank)
+    host = ev["device"].to_numpy()[mine] < 0
+    kinds = _kind_codes(trace)[mine]
+    start, end = ev["start_us"].to_numpy()[mine], ev["end_us"].to_numpy()[mine]
+    comp_mask = host & ((_is_kind(kinds, "annotation", "cpu_op") & m.name_mask(trace, "compile_range", _is_compile_range)[mine])
+                        | (_is_kind(kinds, "python") & m.name_mask(trace, "compile_frame", _is_compile_frame)[mine]))
     parts: list[tuple[int, np.ndarray, np.ndarray]] = [(_C["compile"], *m.merge_intervals(start[comp_mask], end[comp_mask]))]
     parts.append((_C["data_wait"], *m.host_union(trace, rank, "data_wait")))
     if gpu:  # a host collective's (gloo's) wait before the framework's dispatching
@@ -197,7 +238,7 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
         parts.append((_C["collective"], *m.host_union(trace, rank, "collective")))
     # the interpreter between two of the model's ops: a gap shorter than LAUNCH_DISPATCH_BRIDGE_US is dispatching
     # the next one, not code of the program's own
-    busy = host & (np.isin(kinds, ("cpu_op", "runtime")))
+    busy = host & _is_kind(kinds, "cpu_op", "runtime")
     bs, be = m.merge_intervals(start[busy], end[busy])
     if bs.size > 1:
         short = (bs[1:] - be[:-1]) < th.LAUNCH_DISPATCH_BRIDGE_US
@@ -211,21 +252,28 @@ def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarra
     return out
 
 
-def _gpu_cause(names: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each GPU op's cause index, and whether it is a matrix product on the fp32 FFMA pipes."""
-    cause = np.full(names.size, _C["kernel"], dtype=np.int64)
-    cause[np.isin(kinds, ("memcpy", "memset"))] = _C["copy"]
-    cause[kinds == "collective"] = _C["collective"]
-    ffma = np.zeros(names.size, dtype=bool)
-    kern = np.flatnonzero(kinds == "kernel")
-    if kern.size:
-        codes, uniq = pd.factorize(pd.Series(names[kern], dtype=object))
-        gemm = np.fromiter((bool(GEMM_NAME.search(str(u))) for u in uniq), bool, len(uniq))
-        fp32 = np.fromiter((bool(FP32_FFMA_NAME.search(str(u))) and not TENSOR_CORE_NAME.search(str(u)) for u in uniq),
-                           bool, len(uniq))
-        cause[kern[gemm[codes]]] = _C["gemm"]
-        ffma[kern] = (gemm & fp32)[codes]
-    return cause, ffma
+def _is_gemm(name: str) -> bool:
+    return bool(GEMM_NAME.search(str(name)))
+
+
+def _is_fp32_ffma(name: str) -> bool:
+    return bool(FP32_FFMA_NAME.search(str(name))) and not TENSOR_CORE_NAME.search(str(name))
+
+
+def _is_graph_launch(name: str) -> bool:
+    return str(name).startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"))
+
+
+def _gpu_cause(trace: Trace, rows: np.ndarray, kinds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU op's (event ``rows``, kind codes ``kinds``) cause index, and whether it is a matrix product on the
+    fp32 FFMA pipes (names matched once per distinct name)."""
+    cause = np.full(rows.size, _C["kernel"], dtype=np.int64)
+    cause[_is_kind(kinds, "memcpy", "memset")] = _C["copy"]
+    cause[_is_kind(kinds, "collective")] = _C["collective"]
+    kern = _is_kind(kinds, "kernel")
+    gemm = kern & m.name_mask(trace, "gemm_name", _is_gemm)[rows]
+    cause[gemm] = _C["gemm"]
+    return cause, gemm & m.name_mask(trace, "fp32_ffma_name", _is_fp32_ffma)[rows]
 
 
 def _build(trace: Trace, rank: int) -> _Graph | None:
@@ -244,52 +292,54 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     own = st[(st["rank"] == rank) & st["step"].isin(win["step"])] if len(st) else st
     c0 = min(t0, float(own["start_us"].min())) if len(own) else t0
     c1 = float(own["end_us"].max()) if len(own) else t1  # ... and ends with its own last kept step
-    pos = _row_positions(trace, rank)
-    start, end = ev["start_us"].to_numpy()[pos], ev["end_us"].to_numpy()[pos]
-    device = ev["device"].to_numpy()[pos]
-    kinds = ev["kind"].to_numpy()[pos].astype(object)
-    corr = ev["correlation"].to_numpy()[pos]
-    tids = ev["tid"].to_numpy()[pos]
+    pos, mine = _rows(trace, rank)
+    start, end = ev["start_us"].to_numpy()[mine], ev["end_us"].to_numpy()[mine]
+    device = ev["device"].to_numpy()[mine]
+    kinds = _kind_codes(trace)[mine]
+    corr = ev["correlation"].to_numpy()[mine]
+    tids = ev["tid"].to_numpy()[mine]
     host = device < 0
 
     # --- host calls on the threads that launch or wait ---
-    runtime = host & (kinds == "runtime")
-    is_sync = m.is_sync_call(trace)[pos] & runtime
-    frees = freeing_after_gpu_work(trace)[pos]  # a free once the GPU has work is a sync (FREE_CALL)
+    runtime = host & _is_kind(kinds, "runtime")
+    is_sync = m.is_sync_call(trace)[mine] & runtime
+    frees = freeing_after_gpu_work(trace)[mine]  # a free once the GPU has work is a sync (FREE_CALL)
     is_sync = is_sync | frees
-    blocking = m.blocking_copy_calls(trace)[pos]
-    is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[pos] & ~blocking
-    is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[pos] & ~is_sync & ~is_launch
+    blocking = m.blocking_copy_calls(trace)[mine]
+    is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[mine] & ~blocking
+    is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[mine] & ~is_sync & ~is_launch
     chain_tids = np.unique(tids[is_sync | is_launch])
     call = runtime & np.isin(tids, chain_tids) & (end > c0) & (start < t1)
     call_idx = np.flatnonzero(call)
 
     # --- GPU ops of the steps ---
-    gpu_kind = (~host) & np.isin(kinds, GPU_WORK_KINDS)
-    step_col = ev["step"].to_numpy()[pos]
+    gpu_kind = (~host) & _is_kind(kinds, *GPU_WORK_KINDS)
+    step_col = ev["step"].to_numpy()[mine]
     g_sel = np.flatnonzero(gpu_kind & (end > c0) & ((step_col >= 0) | (start < t1)))
-    streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[pos][g_sel]
+    streams_key = device[g_sel].astype(np.int64) * (1 << 32) + ev["stream"].to_numpy()[mine][g_sel]
     order = np.lexsort((end[g_sel], start[g_sel], streams_key))
     g_sel = g_sel[order]
     skey = streams_key[order]
     g_stream = pd.factorize(skey)[0].astype(np.int64)
     gs, ge = start[g_sel].astype(float), end[g_sel].astype(float)
-    names_all = ev["name"].to_numpy()
-    g_names = names_all[pos[g_sel]]
+    g_rows = pos[g_sel]
     g_kinds = kinds[g_sel]
-    g_cause, g_ffma = _gpu_cause(g_names, g_kinds)
-    g_pageable = (g_kinds == "memcpy") & (ev["host_memory"].to_numpy()[pos][g_sel] == "pageable")
-    g_hostcopy = (g_kinds == "memcpy") & np.isin(ev["copy_kind"].to_numpy()[pos][g_sel], ("H2D", "D2H"))
-    g_h2d = ev["copy_kind"].to_numpy()[pos][g_sel] == "H2D"
-    g_bytes = ev["bytes"].to_numpy()[pos][g_sel].astype(float)
+    g_cause, g_ffma = _gpu_cause(trace, g_rows, g_kinds)
+    g_memcpy = _is_kind(g_kinds, "memcpy")
+    copy_kind = ev["copy_kind"].take(g_rows).to_numpy()
+    g_pageable = g_memcpy & (ev["host_memory"].take(g_rows).to_numpy() == "pageable")
+    g_hostcopy = g_memcpy & np.isin(copy_kind, ("H2D", "D2H"))
+    g_h2d = copy_kind == "H2D"
+    g_bytes = ev["bytes"].to_numpy()[g_rows].astype(float)
     n_g = g_sel.size
     has_gpu_rows = n_g > 0
 
     # --- the host chain's items: cut at every call's start and end and every window's edges; it ends with the
     # host's own last step (where the GPU paces the loop, the rest of the windows is the GPU's), or without step
     # rows of its own, with its last recorded activity ---
-    acts = host & (start < t1) & (kinds != "annotation")
-    ann = host & (kinds == "annotation") & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[pos]
+    is_ann = _is_kind(kinds, "annotation")
+    acts = host & (start < t1) & ~is_ann
+    ann = host & is_ann & (start < t1) & ~m.name_mask(trace, "step_marker", _is_step_marker)[mine]
     last_host = float(np.max(np.minimum(end[acts | ann], t1))) if (acts | ann).any() else t1
     t1h = min(c1, t1) if len(own) else (min(max(last_host, c0), t1) if has_gpu_rows else t1)
     cs, ce = np.clip(start[call_idx], c0, t1h), np.clip(end[call_idx], c0, t1h)
@@ -394,10 +444,10 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     # the latencies the trace measured on the binding dependency; typical ones on the others
     lat_launch = np.where(np.isfinite(raw_launch), gs - raw_launch, 0.0)
     lat_stream = np.where(np.isfinite(raw_stream), gs - raw_stream, 0.0)
-    graph_rows = m.name_mask(trace, "graph_launch", lambda n: n.startswith(("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")))
+    graph_rows = m.name_mask(trace, "graph_launch", _is_graph_launch)
     in_graph = np.zeros(n_g, dtype=bool)  # an op whose stream predecessor came from the same graph launch
     if n_g and call_idx.size and graph_rows.any():
-        graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[pos])])
+        graph_corr = np.unique(corr[np.flatnonzero(call & graph_rows[mine])])
         gc = corr[g_sel]
         in_graph = np.isin(gc, graph_corr) & same_prev & np.r_[False, gc[1:] == gc[:-1]]
     a_typ = float(np.median(lat_launch[g_bind == 0])) if (g_bind == 0).any() else 0.0
@@ -434,7 +484,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
 
     # --- waits: sync calls, and calls that ended only once the GPU work before them had ---
     own_op = np.full(call_idx.size, -1, dtype=np.int64)  # the copy or memset each call launched itself
-    copies = np.flatnonzero(np.isin(g_kinds, ("memcpy", "memset")) & (corr[g_sel] >= 0))
+    copies = np.flatnonzero(_is_kind(g_kinds, "memcpy", "memset") & (corr[g_sel] >= 0))
     if copies.size and call_idx.size:
         first_copy = pd.Series(copies, index=corr[g_sel][copies])
         first_copy = first_copy[~first_copy.index.duplicated(keep="first")]
@@ -582,28 +632,254 @@ def _factors(factors: dict[str, float] | None) -> np.ndarray:
     return f
 
 
-def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Replay the graph with causes scaled by ``f`` (and GPU ops by ``op_scale``): new host item starts and
-    ends, GPU op starts and ends."""
-    n_h, n_g = g.h_start.size, g.g_start.size
-    d_host = np.zeros(n_h)
-    for cause, values in g.comp.items():
-        d_host += values * f[cause]
+def _gpu_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """What a replay with causes scaled by ``f`` starts from on the GPU's side: each GPU op's duration, the ops'
+    latencies (after the launch, after the stream predecessor, after the cross-stream op), which waits are kept,
+    and the waits' scale."""
     d_gpu = (g.g_end - g.g_start) * f[g.g_cause]
     if op_scale is not None:
         d_gpu = d_gpu * op_scale
     fl, fg = f[_C["launch"]], f[_C["graph"]]
     lat = np.stack([g.g_lat[:, 0] * fl, g.g_lat[:, 1] * fg + g.g_lat[:, 2] * f[g.g_extra_cause], g.g_lat[:, 3]], axis=1)
+    keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
+    return d_gpu, lat, keep, max(float(f[_C["sync"]]), 1.0)
+
+
+def _replay_inputs(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_gpu_inputs` and before them each host item's duration (the items a wait's call spans before the
+    wait's own item take none: the call is one wait)."""
+    d_host = np.zeros(g.h_start.size)
+    for cause, values in g.comp.items():
+        d_host += values * f[cause]
+    spanned = g.w_item > g.w_first
+    if spanned.any():  # a wait's call is one wait, however it is cut: the items before its own take no time
+        mark = np.zeros(d_host.size + 1, dtype=np.int64)
+        np.add.at(mark, g.w_first[spanned], 1)
+        np.add.at(mark, g.w_item[spanned], -1)
+        d_host[np.cumsum(mark[:-1]) > 0] = 0.0
+    return (d_host, *_gpu_inputs(g, f, op_scale))  # type: ignore[return-value]
+
+
+def _simulate(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replay the graph with causes scaled by ``f`` (and GPU ops by ``op_scale``): new host item starts and
+    ends, GPU op starts and ends. A graph without cross-stream waits is replayed in one pass over its waits
+    (:func:`_simulate_by_segments`), one with them wait by wait (:func:`_simulate_by_waits`); both give the same
+    times (up to rounding)."""
+    if not (g.g_cross >= 0).any():
+        return _simulate_by_segments(g, f, op_scale)
+    return _simulate_by_waits(g, f, op_scale)
+
+
+def _simulate_by_segments(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The replay of a graph whose GPU ops wait on no other stream's, with the host's waits the only step taken
+    one at a time.
+
+    The waits cut the host chain into segments; segment k starts at T_k and its items at T_k plus the durations
+    before them inside it. On a stream, op j ends at e_j = max(e_{j-1} + gap_j, x_j) + d_j, which is
+    e_j = P_j + max_{i<=j}(x_i + d_i - P_i) with P the running sum of gaps and durations; x_i is its launch item's
+    start plus the launch latency, T_k plus a constant, or a pinned start. So a wait only needs the running
+    maximum, over the ops up to the one it waits on, of T_k plus each segment's largest constant: walked chunk by
+    chunk (a chunk: ops of one segment up to the next op waited on), a few thousand steps a replay. With the T_k
+    known, every time is one vectorised pass; the host's durations before each item, being sums of each cause's
+    scaled by its factor, are summed once per cause and graph."""
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
+    lay = _layout(g)
+    seg_of_item = lay["seg_of_item"]
+    offset, own = np.zeros(g.h_start.size), np.zeros(g.h_start.size)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        offset += f[c] * (sums["before"] - sums["base"][seg_of_item])
+        own += f[c] * sums["own"]
+    hs = T[seg_of_item] + offset
+    he = hs + own
+    if g.w_item.size:
+        he[g.w_item] = T[1:]
+    return hs, he, ge_ - d_gpu, ge_
+
+
+def _replayed_span(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None) -> float:
+    """The kept steps' span (:func:`_span`) when the graph is replayed with ``f`` and ``op_scale``: what a what-if
+    needs of the replay (the host's first start and last end, the GPU's ends)."""
+    if (g.g_cross >= 0).any():
+        return _span(g, *_simulate_by_waits(g, f, op_scale))
+    T, d_gpu, ge_ = _segment_replay(g, f, op_scale)
+    n_h = g.h_start.size
+    if not n_h:
+        return _span(g, np.zeros(0), np.zeros(0), ge_ - d_gpu, ge_)
+    lay = _layout(g)
+    last = n_h - 1  # the chain's last item: a wait's (its end the chain's last start) or one of its own time
+    if lay["is_wait"][last]:
+        last_end = float(T[-1])
+    else:
+        k = int(lay["seg_of_item"][last])
+        sums = [(f[c], _cause_sums(g, c)) for c in g.comp]
+        last_end = float(T[k] + sum(x * (s["before"][last] - s["base"][k] + s["own"][last]) for x, s in sums))
+    first_start = float(T[0])  # the first item starts its segment
+    return _span(g, np.array([first_start]), np.array([last_end]), ge_ - d_gpu, ge_)
+
+
+def _segment_replay(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_simulate_by_segments`' sequential part: each segment's start ``T`` (the last: the chain after its
+    last wait), each GPU op's duration and end."""
+    n_h, n_g, n_w = g.h_start.size, g.g_start.size, g.w_item.size
+    d_gpu, lat, keep, scale = _gpu_inputs(g, f, op_scale)
+    lay = _layout(g)
+    on_chain, k_op = lay["on_chain"], lay["k_op"]
+    # each launch item's start less its segment's, each segment's length: sums of each cause's, scaled
+    off_li, lengths = np.zeros(n_g), np.zeros(n_w + 1)
+    for c in g.comp:
+        sums = _cause_sums(g, c)
+        off_li += f[c] * sums["offset_at_launch"]
+        lengths += f[c] * sums["lengths"]
+    # each GPU op, on its stream: P, and the constant its launch adds to its segment's start (a) or its pinned start (b)
+    steps = lat[:, 1] + d_gpu
+    steps[lay["stream_first"]] = d_gpu[lay["stream_first"]]
+    P = np.empty(n_g)
+    for idx in g.streams:
+        P[idx] = np.cumsum(steps[idx])
+    a = np.where(on_chain, off_li + lat[:, 0] + d_gpu - P, -np.inf)
+    b = np.where(np.isfinite(g.g_pin), g.g_pin + d_gpu - P, -np.inf) if lay["any_pinned"] else np.full(n_g, -np.inf)
+    upto = np.minimum(g.w_item, n_h - 1)
+    placed = g.g_seg[g.w_op] <= upto if n_w else np.zeros(0, bool)  # its op is placed by then (else: its recorded end)
+    walk = keep & placed
+    chunks = _chunks(g, lay, walk, a, b)
+    T: list[float] = []
+    t = float(g.c0)
+    ptr = [0] * len(g.streams)
+    best = [-np.inf] * len(g.streams)  # the running maximum over the chunks walked
+    at: list[dict[int, float]] = [{} for _ in g.streams]  # ... at each op waited on, once walked past
+    w_ret, w_base = g.w_ret.tolist(), g.w_base.tolist()
+    s_w, p_w = lay["stream_of"][g.w_op].tolist(), lay["pos_of"][g.w_op].tolist()  # where each wait's op lies
+    P_w, end_w = P[g.w_op].tolist(), g.g_end[g.w_op].tolist()
+    keep_l, walk_l, len_l = keep.tolist(), walk.tolist(), lengths.tolist()
+    for k in range(n_w + 1):
+        T.append(t)
+        t = t + len_l[k]
+        if k == n_w:
+            break
+        if keep_l[k]:
+            target = end_w[k]
+            if walk_l[k]:
+                s, p = s_w[k], p_w[k]
+                if p not in at[s]:
+                    c_last, c_seg, c_a, c_b = chunks[s]
+                    j, r = ptr[s], best[s]
+                    while j < len(c_last) and c_last[j] <= p:
+                        r = max(r, T[c_seg[j]] + c_a[j], c_b[j])
+                        at[s][c_last[j]] = r
+                        j += 1
+                    ptr[s], best[s] = j, r
+                placed_end = P_w[k] + at[s][p]
+                if placed_end > -np.inf:  # else nothing placed it (no launch, no op before it): its recorded end
+                    target = placed_end
+            t = t + scale * max(w_base[k], target + w_ret[k] - t)
+        else:  # made asynchronous: the call costs what it does with nothing to wait for
+            t = t + w_base[k]
+    T_ = np.array(T)
+    v = np.maximum(np.where(on_chain, T_[k_op] + a, -np.inf), b)
+    ge_ = np.empty(n_g)
+    for idx in g.streams:
+        ge_[idx] = P[idx] + np.maximum.accumulate(v[idx])
+    return T_, d_gpu, ge_
+
+
+def _cause_sums(g: _Graph, cause: int) -> dict[str, np.ndarray]:
+    """One host cause's durations as a replay by segments adds them up: each item's own (none for a wait's items),
+    the sum before each item and before each segment, each segment's, and before each GPU op's launch item within
+    its segment."""
+    key = ("cause_sums", cause)
+    if key not in g.memo:
+        lay = _layout(g)
+        n_h = g.h_start.size
+        own = np.where(lay["timed"], g.comp[cause], 0.0)
+        run = np.cumsum(own)
+        before = run - own
+        total = float(run[-1]) if n_h else 0.0
+        base = np.r_[before, total][np.minimum(np.r_[0, g.w_item + 1], n_h)]
+        g.memo[key] = {"own": own, "before": before, "base": base, "lengths": np.r_[before[g.w_item], total] - base,
+                       "offset_at_launch": np.where(lay["on_chain"], before[lay["li"]] - base[lay["k_op"]], 0.0)
+                       if n_h else np.zeros(g.g_start.size)}
+    return g.memo[key]
+
+
+def _layout(g: _Graph) -> dict[str, np.ndarray]:
+    """What every replay of ``g`` by segments shares: the segment of each host item and of each GPU op's launch,
+    each op's stream and place on it, the streams' first ops, the ops launched from the chain."""
+    if "layout" not in g.memo:
+        n_h, n_g = g.h_start.size, g.g_start.size
+        is_wait = np.zeros(n_h, dtype=bool)
+        is_wait[g.w_item] = True
+        seg_of_item = np.searchsorted(g.w_item, np.arange(n_h), side="left")
+        on_chain = (g.g_launch >= 0) & ~np.isfinite(g.g_pin)
+        li = np.clip(g.g_launch, 0, None)
+        k_op = np.where(on_chain, seg_of_item[li] if n_h else 0, 0)
+        stream_of = np.zeros(n_g, dtype=np.int64)
+        pos_of = np.zeros(n_g, dtype=np.int64)
+        for s, idx in enumerate(g.streams):
+            stream_of[idx] = s
+            pos_of[idx] = np.arange(idx.size)
+        first = np.array([idx[0] for idx in g.streams if idx.size], dtype=np.int64)
+        timed = ~is_wait  # an item that takes its own time: not a wait's, nor one of the items its call spans before it
+        spanned = g.w_item > g.w_first
+        if spanned.any():
+            mark = np.zeros(n_h + 1, dtype=np.int64)
+            np.add.at(mark, g.w_first[spanned], 1)
+            np.add.at(mark, g.w_item[spanned], -1)
+            timed &= np.cumsum(mark[:-1]) == 0
+        g.memo["layout"] = {"is_wait": is_wait, "timed": timed, "seg_of_item": seg_of_item, "on_chain": on_chain,
+                            "li": li, "k_op": k_op, "stream_of": stream_of, "pos_of": pos_of, "stream_first": first,
+                            "any_pinned": bool(np.isfinite(g.g_pin).any())}
+    return g.memo["layout"]
+
+
+def _chunks(g: _Graph, lay: dict[str, np.ndarray], walk: np.ndarray, a: np.ndarray, b: np.ndarray
+            ) -> list[tuple[list[int], list[int], list[float], list[float]]]:
+    """Per stream, the chunks the walk of :func:`_simulate_by_segments` takes: each chunk's last place on the
+    stream, its segment, and its ops' largest ``a`` and ``b``. A chunk ends at every op a walked wait waits on and
+    wherever the launching segment changes; the cuts depend only on which waits are walked."""
+    key = ("chunks", walk.tobytes())
+    if key not in g.memo:
+        cuts = []
+        ops = g.w_op[walk]
+        for s, idx in enumerate(g.streams):
+            need = np.unique(lay["pos_of"][ops[lay["stream_of"][ops] == s]]) if ops.size else np.zeros(0, np.int64)
+            if need.size == 0:
+                cuts.append(None)
+                continue
+            n = int(need[-1]) + 1
+            ks = lay["k_op"][idx[:n]]
+            cut = np.zeros(n, dtype=bool)
+            cut[need] = True  # a chunk ends at each op waited on ...
+            cut[:-1] |= ks[1:] != ks[:-1]  # ... and where the launching segment changes
+            last = np.flatnonzero(cut)
+            cuts.append((idx[:n], last, np.r_[0, last[:-1] + 1], ks[last]))
+        g.memo[key] = cuts
+    out = []
+    for cut in g.memo[key]:
+        if cut is None:
+            out.append(([], [], [], []))
+            continue
+        ops, last, first, seg = cut
+        out.append((last.tolist(), seg.tolist(), np.maximum.reduceat(a[ops], first).tolist(),
+                    np.maximum.reduceat(b[ops], first).tolist()))
+    return out
+
+
+def _simulate_by_waits(g: _Graph, f: np.ndarray, op_scale: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The replay wait by wait: the host's items up to each wait, then the GPU ops launched so far (in stream
+    order; ops of several streams that wait on each other in the order they started), then the wait."""
+    n_h, n_g = g.h_start.size, g.g_start.size
+    d_host, d_gpu, lat, keep, scale = _replay_inputs(g, f, op_scale)
     hs, he = np.empty(n_h), np.empty(n_h)
     gs_, ge_ = np.full(n_g, np.nan), np.full(n_g, np.nan)
     ptr = [0] * len(g.streams)
     seg_of = [g.g_seg[idx] for idx in g.streams]
-    keep = _kept_waits(g.w_item.size, f[_C["sync"]]) & ~g.w_free
-    scale = max(f[_C["sync"]], 1.0)
-    for first, w in zip(g.w_first.tolist(), g.w_item.tolist()):  # a wait's call is one wait, however it is cut
-        if w > first:
-            d_host[first:w] = 0.0
     t = g.c0
     i0 = 0
     waits = list(zip(g.w_item.tolist(), g.w_op.tolist(), g.w_ret.tolist(), g.w_base.tolist(), keep.tolist()))
@@ -670,7 +946,7 @@ def _overlapped(g: _Graph, names: tuple[str, ...]) -> _Graph:
     causes = tuple(_C[n] for n in names if n in _C)
     comp = {k: v for k, v in g.comp.items() if k not in causes}  # host time of it: another thread's now
     if not hid.any():
-        return _Graph(**{**g.__dict__, "comp": comp})
+        return _Graph(**{**g.__dict__, "comp": comp, "memo": g.memo})  # the same layout: its memo is shared
     n = g.g_start.size
     n_streams = len(g.streams)
     stream = np.where(hid, g.g_stream + n_streams, g.g_stream)
@@ -768,7 +1044,28 @@ def _walk(g: _Graph) -> pd.DataFrame:
     else:
         node, i, t = "h", n_h - 1, host_end
     t_end = t
-    for _ in range(2 * (n_h + n_g) + 10):
+    # each step is walked back from its own end: at a step's start the walk goes on from what was still running or
+    # had just ended there (the GPU's op where it was busy, else the host's item), not from wherever the later
+    # step's path had reached (two chains that take as long: the one that ended each step holds it)
+    ws = np.sort(g.windows["start_us"].to_numpy(float))
+    bounds = ws[(ws > g.t0 + 1e-9) & (ws < t_end - 1e-9)]
+    kb = bounds.size - 1
+    lower = float(bounds[kb]) if kb >= 0 else g.t0
+    first_piece = 0
+    stream_starts = [g.g_start[idx] for idx in g.streams] if bounds.size else []
+    for _ in range(2 * (n_h + n_g) + 4 * bounds.size + 10):
+        if kb >= 0 and t <= lower + 1e-9:
+            _clip_below(pieces, first_piece, lower)
+            first_piece = len(pieces)
+            at = _node_at(g, lower, stream_starts)
+            if at is not None:
+                node, i, t = at
+                if node == "g" and g.g_end[i] < t:  # the GPU's own gap after its op, to the step's start
+                    emit(float(g.g_end[i]), t, _C["graph"], g.g_row[i])
+                    t = float(g.g_end[i])
+            kb -= 1
+            lower = float(bounds[kb]) if kb >= 0 else g.t0
+            continue
         if t <= g.t0 + 1e-9 or i < 0:
             break
         if node == "h":
@@ -779,10 +1076,14 @@ def _walk(g: _Graph) -> pd.DataFrame:
                 continue
             k = int(np.searchsorted(g.w_item, i, side="left")) - 1  # back to the previous binding wait, or the start
             lo = min(int(g.w_item[k]) + 1 if k >= 0 else 0, i)
+            if kb >= 0:  # ... or the step's start
+                lo = max(lo, min(int(np.searchsorted(g.h_start, lower - 1e-9, side="left")), i))
             host_runs.append((lo, i, t))
             node, i, t = "h", lo - 1, float(g.h_start[lo])
             continue
-        lo = int(run_start[i])  # the run of ops each bound by the op before it on its stream
+        lo = int(run_start[i])  # the run of ops each bound by the op before it on its stream (back to the step's start)
+        if kb >= 0 and g.g_start[lo] < lower:
+            lo = max(lo, lo + int(np.searchsorted(g.g_start[lo:i + 1], lower, side="right")) - 1)
         idx = np.arange(lo, i + 1)
         emit(g.g_start[idx], np.minimum(g.g_end[idx], np.r_[g.g_start[idx[1:]], t]), g.g_cause[idx], g.g_row[idx])
         if idx.size > 1:  # the gaps between them: the GPU's own part, then what eager launching added
@@ -827,6 +1128,34 @@ def _walk(g: _Graph) -> pd.DataFrame:
                         "on": np.where(on_gpu, "gpu", "host").astype(object)})
     out.attrs["end_us"] = t_end
     return out
+
+
+def _clip_below(pieces: list[tuple[np.ndarray, ...]], first: int, lower: float) -> None:
+    """Cut the stretches emitted since ``first`` at ``lower``: the part before it is the earlier step's, walked
+    from its own end."""
+    for k in range(first, len(pieces)):
+        s, e, c, r, on = pieces[k]
+        if s.size and float(s.min()) < lower:
+            pieces[k] = (np.maximum(s, lower), np.maximum(e, lower), c, r, on)
+
+
+def _node_at(g: _Graph, t: float, starts: list[np.ndarray] | None = None) -> tuple[str, int, float] | None:
+    """Where the walk goes on from at a step's start ``t``: the GPU op running across it or ending at it (within
+    :data:`~helpers.thresholds.CROSS_STREAM_TOL_US`, as a GPU op waits on another stream's work that ended that
+    soon before it; the latest ending of the streams'), else the host item ending at ``t``; None when there is
+    neither (the host's chain ended before ``t`` and the GPU was idle). The GPU wins a tie, as at the steps' end.
+    ``starts``: each stream's op starts (kept by the caller)."""
+    best, best_end = -1, -np.inf
+    for k, idx in enumerate(g.streams):
+        p = int(np.searchsorted(starts[k] if starts is not None else g.g_start[idx], t, side="left")) - 1
+        if p >= 0 and g.g_end[idx[p]] > best_end:
+            best, best_end = int(idx[p]), float(g.g_end[idx[p]])
+    if best >= 0 and best_end >= t - th.CROSS_STREAM_TOL_US:
+        return "g", best, t
+    j = int(np.searchsorted(g.h_end, t - 1e-9, side="left"))
+    if j < g.h_end.size and g.h_start[j] < t - 1e-9:
+        return "h", j, t
+    return None
 
 
 def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1009,8 +1338,7 @@ def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarr
     for rank, g in graphs.items():
         if overlapped:
             g = _overlapped(g, overlapped)
-        hs, he, gs_, ge_ = _simulate(g, f, None if op_scale is None else op_scale.get(rank))
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, None if op_scale is None else op_scale.get(rank)) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 
@@ -1090,8 +1418,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
         scale = _op_scale(trace, g, tuple(rates))
         if overlapped:
             g = _overlapped(g, tuple(overlapped))
-        hs, he, gs_, ge_ = _simulate(g, f, scale)
-        means.append(_span(g, hs, he, gs_, ge_) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, scale) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 

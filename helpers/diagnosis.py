@@ -25,6 +25,7 @@ import pandas as pd
 
 from . import critical as cr
 from . import metrics as m
+from . import seal as _seal
 from . import thresholds as th
 from .arguments import checked
 from .capture_check import CaptureIssue, capture_signals, check_capture
@@ -58,6 +59,14 @@ class Finding:
         d["window"] = list(self.window) if self.window else None
         return d
 
+    def where(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+        """Where this finding's pattern shows in ``trace`` over its steps, as merged ``(starts, ends)`` in
+        microseconds: its catalogue record's locate function (:func:`locate`: the cause's idle gaps, the syncs,
+        the host-to-device copies, the collectives, the kernels, the compilation on the path); empty for a
+        capture that holds no loop. What ``plot --findings`` shades."""
+        located = locate(trace, self.pattern)
+        return located.starts, located.ends
+
 
 # --- signals: every figure a rule reads, named like its threshold -----------------------------
 def signals(trace: Trace) -> Signals:
@@ -66,6 +75,7 @@ def signals(trace: Trace) -> Signals:
     Shares are of step time summed over (rank, device) pairs. ``*_share`` idle figures come from
     :func:`helpers.metrics.idle_cost_by_cause`, the breakdown ``summary`` prints, so costs reconcile.
     """
+    _seal.gate(trace, 'helpers.diagnosis.signals')  # a sealed trace waits for the learner's reading (helpers.seal)
     cap = m.capture_stats(trace)  # the whole capture, before any steady state is looked for
     has_markers = not trace.steps.empty and not trace.metadata.get("steps_inferred")  # inferred steps are no markers
     # events besides the step markers themselves: 0 when a profiler's schedule recorded nothing
@@ -390,6 +400,7 @@ def diagnose(trace: Trace) -> Diagnosis:
     that hide the same wait both count it, so costs need not add up; the signals' ``step_ms_if_all_fixed`` is the
     step with every fix applied together.
     """
+    _seal.gate(trace, 'helpers.diagnose')  # a sealed trace waits for the learner's reading (helpers.seal)
     trace, steady = steady_state(trace)
     sg = signals(trace)
     for p in CATALOGUE:  # a capture that holds no loop: its figures describe nothing else
@@ -514,6 +525,7 @@ def locate(trace: Trace, pattern: str) -> Located:
     """Where ``pattern`` shows in ``trace`` over its steps (the steady state's where none are marked), by its
     catalogue record's locate function (:data:`LOCATORS`): the finding's window and the stretches a reading's window
     is held to. Kept with the trace."""
+    _seal.gate(trace, 'helpers.diagnosis.locate')  # a sealed trace waits for the learner's reading (helpers.seal)
     stepped = m.stepped(trace)
     memo = m._memo(stepped)
     key = ("located", pattern)

@@ -31,6 +31,13 @@ class Finding(Protocol):
     window: tuple[float, float] | None
 
 
+@runtime_checkable
+class Locatable(Protocol):
+    """A finding that says where its pattern shows (:meth:`helpers.diagnosis.Finding.where`)."""
+
+    def where(self, trace: Trace) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 KIND_COLORS = {
     "kernel": "#1f77b4", "collective": "#9467bd", "memset": "#7f7f7f", "runtime": "#2ca02c",
     "cpu_op": "#17becf", "sync": "#d62728",
@@ -261,7 +268,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
                            facecolors=color, edgecolors="none")
     outside = []
     for f in findings:
-        spans = _pattern_spans(trace, f.pattern, t0, t1, px_us)
+        spans = _finding_spans(trace, f, t0, t1, px_us)
         color = pattern_colour(f.pattern, "red")
         if spans:  # where the pattern shows in this window (its cause's idle gaps), lighter: one collection
             ax.broken_barh([((s - origin) / 1e3, max(e - s, px_us) / 1e3) for s, e in spans], (-1.0, len(lanes) + 0.5),
@@ -312,6 +319,19 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
         height = fig.get_size_inches()[1]
         fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, (drop + 0.5) / height))
     return fig
+
+
+def _finding_spans(trace: Trace, f: Finding, t0: float, t1: float, px_us: float) -> list[tuple[float, float]]:
+    """Where a finding shows in ``[t0, t1)``, merged closer than a pixel: its own stretches where it says them
+    (:class:`Locatable`: every pattern's locate function), else its pattern's idle gaps (:func:`_pattern_spans`)."""
+    if not isinstance(f, Locatable):
+        return _pattern_spans(trace, f.pattern, t0, t1, px_us)
+    s, e = (np.asarray(x, dtype=float) for x in f.where(trace))
+    inside = (e > t0) & (s < t1)
+    if not inside.any():
+        return []
+    s, e = m.merge_intervals(np.clip(s[inside], t0, t1), np.clip(e[inside], t0, t1) + px_us)
+    return list(zip(s.tolist(), (e - px_us).tolist()))
 
 
 def _pattern_spans(trace: Trace, pattern: str, t0: float, t1: float, px_us: float) -> list[tuple[float, float]]:

@@ -162,7 +162,7 @@ def run_selfcheck(labs: Path, run: bool = False) -> int:
         if run:
             with tempfile.TemporaryDirectory(prefix="selfcheck-") as scratch:
                 copy = Path(scratch) / labs.name
-                shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, "runs", ".ipynb_checkpoints"))
+                shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, ".seals.json", "runs", ".ipynb_checkpoints"))
                 lines, keys = execute_notebooks(copy)
                 for line in lines:
                     print(line)

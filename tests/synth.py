@@ -19,7 +19,7 @@ MEM = {"pageable": ("Pageable", 0), "pinned": ("Pinned", 1), "device": ("Device"
 
 @dataclass
 class Ev:
-    kind: str  # kernel, memcpy, memset, runtime, annotation, cpu_op (JSON only)
+    kind: str  # kernel, memcpy, memset, runtime, annotation, cpu_op and python (JSON only)
     name: str
     start_ns: int
     end_ns: int
@@ -59,6 +59,9 @@ def kineto_doc(events: list[Ev], rank: int | None = None, world: int = 1) -> dic
                         "args": {}})
         elif e.kind == "cpu_op":
             out.append({"ph": "X", "cat": "cpu_op", "name": e.name, "pid": PID, "tid": e.tid, "ts": ts, "dur": dur, "args": {}})
+        elif e.kind == "python":  # with_stack's frames
+            out.append({"ph": "X", "cat": "python_function", "name": e.name, "pid": PID, "tid": e.tid, "ts": ts, "dur": dur,
+                        "args": {}})
         else:
             raise ValueError(e.kind)
         if e.correlation >= 0 and e.kind == "runtime":

@@ -226,3 +226,47 @@ def test_no_factors_replays_the_recorded_step(name):
     assert helpers.what_if(t, {}) == pytest.approx(cp.step_ms, rel=1e-6)
     _path_cover(cp)
     assert np.isfinite(cp.step_ms) and cp.step_ms > 0
+
+
+@pytest.mark.parametrize("name", ["data/sync_stall__broken__h200.json.gz", "data/h2d_copy__broken__h200.json.gz",
+                                  "data/mystery__broken__h200.json.gz", "data/launch_overhead__graphs__h200.json.gz",
+                                  "tests/corpus/tl_mi300_resnet18_hipfree.json.gz",
+                                  "tests/corpus/tl_sglang_qwen3_8b_decode.json.gz"])
+def test_the_replay_in_one_pass_times_every_node_as_the_replay_wait_by_wait(name):
+    """A graph without cross-stream waits is replayed segment by segment (the waits the only sequential step); the
+    replay wait by wait, which every graph can take, gives the same time to every host item and GPU op, with causes
+    scaled, syncs kept in part or made asynchronous, and work moved off the path (an op left first on its stream
+    with nothing before it waits at its recorded end)."""
+    from helpers import critical as cr
+
+    t = helpers.load(Path(__file__).resolve().parents[1] / name)
+    rng = np.random.default_rng(0)
+    for g0 in cr._graphs(t).values():
+        for names in ((), ("h2d_copies",), ("kernel",), ("collective", "copy")):
+            g = cr._overlapped(g0, names) if names else g0
+            if (g.g_cross >= 0).any():
+                continue
+            for trial in range(4):
+                f = np.ones(len(cr.PATH_CAUSES)) if trial == 0 else rng.choice([0.0, 0.25, 0.5, 2.0], len(cr.PATH_CAUSES))
+                by_waits, by_segments = cr._simulate_by_waits(g, f), cr._simulate_by_segments(g, f)
+                for a, b in zip(by_waits, by_segments):
+                    np.testing.assert_allclose(b, a, rtol=0, atol=1e-4)
+                assert cr._span(g, *by_segments) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
+                assert cr._replayed_span(g, f) == pytest.approx(cr._span(g, *by_waits), abs=1e-4)
+
+
+def test_each_step_is_walked_from_its_own_end():
+    """The Nsight export of the fixed sync-stall loop: its GPU runs without a gap through the first steps while the
+    host prepares the next batch in a range named ``data``, and catches up with the host only in a later step.
+    Walked back from the steps' end alone, the path reached the host there and stayed on it, so the earlier steps
+    came out as the host's (a third of the step "data wait"); each step walked from its own end is the GPU's, as
+    the same loop's profiler trace and the diagnosis (GPU-bound) say."""
+    data = Path(__file__).resolve().parents[1] / "data"
+    nsys = helpers.critical_path(helpers.load(data / "nsight" / "sync_stall__fixed__h200.sqlite.gz"))
+    twin = helpers.critical_path(helpers.load(data / "sync_stall__fixed__h200.json.gz"))
+    for cp in (nsys, twin):
+        _path_cover(cp)
+        gpu = cp.ms_per_step["gemm"] + cp.ms_per_step["kernel"]
+        assert gpu >= 0.9 * cp.step_ms
+        assert cp.ms_per_step["data_wait"] <= 0.05 * cp.step_ms
+        assert set(cp.steps["bound_by"]) == {"gemm"}

@@ -220,3 +220,39 @@ def test_the_selection_counts_a_copy_and_its_stream_sync_as_one_sync(tmp_path):
     st = tr.steps.iloc[1]
     stats = m.window_stats(tr, float(st["start_us"]), float(st["end_us"]))
     assert stats["syncs"] == 1 and stats["sync_blocked_us"] > 6000
+
+
+def _preprocessing_loop(frame: str) -> list[Ev]:
+    """Each step: the main thread runs ``frame`` (a with_stack frame) for 5 ms with the GPU idle, then launches 2 ms
+    of GPU work; a second thread decodes the next input in PIL frames the whole time."""
+    out, t, c = [], 0, 0
+    for i in range(4):
+        s = t
+        out.append(Ev("python", frame, t, t + 5000 * US))
+        t += 5000 * US
+        for _ in range(4):
+            c += 1
+            out.append(Ev("cpu_op", "aten::linear", t, t + 20 * US))
+            out.append(Ev("runtime", "cudaLaunchKernel", t + 2 * US, t + 10 * US, correlation=c))
+            out.append(Ev("kernel", "ampere_sgemm_128x64_nn", t + 15 * US, t + 515 * US, correlation=c))
+            t += 500 * US
+        out.append(Ev("runtime", "cudaStreamSynchronize", t, t + 40 * US))
+        t += 60 * US
+        out.append(Ev("annotation", f"ProfilerStep#{i}", s, t))
+    out.append(Ev("python", "PIL/Image.py(2200): resize", 0, t, tid=99))
+    return out
+
+
+def test_an_input_pipelines_frames_on_the_loops_thread_are_its_wait_for_data(tmp_path):
+    """Python frames of an input pipeline (a Hugging Face processor, a pipeline's preprocess, torchvision, PIL, video
+    and audio decoders) on the thread that launches the GPU's work are the loop preparing its next input: the GPU's
+    idle beside them is a data stall, as under enumerate(DataLoader) (the corpus's TimeSformer pipeline). The same
+    frames on another thread (decoding beside the loop) are not; the loop's own code in frames of its own is not."""
+    pre = helpers.load(write_json(_preprocessing_loop("transformers/models/vit/image_processing_vit.py(300): preprocess"),
+                                  tmp_path / "pre.json"))
+    found = dg.diagnose(pre)
+    assert found[0].pattern == "data_stall"
+    assert m.data_wait(pre)["data_wait_us_per_step"] == pytest.approx(5000, rel=0.01)  # the decoding thread's: not data
+    own = helpers.load(write_json(_preprocessing_loop("train.py(40): make_batch"), tmp_path / "own.json"))
+    assert [f.pattern for f in dg.diagnose(own)][0] == "host_bound"
+    assert m.data_wait(own)["data_wait_us_per_step"] == 0

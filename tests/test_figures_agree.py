@@ -58,3 +58,26 @@ def test_findings_shade_where_they_show_in_a_step(stall):
 
     assert to_hex(shaded[0].get_facecolor()[0], keep_alpha=False) == to_hex(want)
     assert "shaded here where it shows" in ax.get_title(loc="left")
+
+
+@pytest.mark.parametrize("name, pattern", [("h2d_copy__broken__h200.json.gz", "h2d_copy"),
+                                           ("communication__imbalance__cpu", "load_imbalance"),
+                                           ("gpu_bound__fp32__h200.json.gz", "gpu_bound"),
+                                           ("sync_stall__broken__h200.json.gz", "sync_stall")])
+def test_findings_of_every_pattern_are_shaded_where_they_show(name, pattern):
+    """--findings shades each finding's own stretches (its pattern's locate function: the copies, the collectives,
+    the kernels, the syncs), not only the idle gaps of a pattern with an idle cause: a step shows the copies of an
+    h2d_copy finding and the collectives of a load_imbalance one."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+
+    from helpers.patterns import colour
+
+    trace = helpers.load(DATA / name)
+    findings = [f for f in diagnose(trace) if f.pattern == pattern]
+    assert findings, f"no {pattern} finding"
+    s, e = findings[0].where(trace)
+    assert s.size and (e > s).all()
+    fig = timeline(trace, step=int(m.windows(m.stepped(trace))["step"].max()), findings=findings)
+    shaded = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection) and c.get_alpha() == 0.1]
+    assert [to_hex(c.get_facecolor()[0], keep_alpha=False) for c in shaded] == [to_hex(colour(pattern))]

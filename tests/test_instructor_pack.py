@@ -151,13 +151,13 @@ def learner_tree(tmp_path_factory):
 
 def test_the_learner_copy_has_the_labs_and_no_solution_instructor_page_or_answer(learner_tree):
     files = {p.relative_to(learner_tree).as_posix() for p in learner_tree.rglob("*") if p.is_file()}
-    labs = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+    labs = sorted(p.name for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))  # each lab has its solution
     assert len(labs) == len(SOLUTIONS)
     assert {f"labs/{n}" for n in labs} <= files
     notebooks = {f for f in files if f.endswith(".ipynb")}
     assert notebooks == {f"labs/{n}" for n in labs}  # no solution notebook under any name
-    for name in labs:  # each exactly the learner notebook, stubs and all
-        assert (learner_tree / "labs" / name).read_bytes() == (ROOT / "labs" / name).read_bytes()
+    for name in labs:  # each exactly the file in labs/ (as shipped, or with a learner's work: copied as it is)
+        assert (learner_tree / "labs" / name).read_bytes() == (ROOT / "labs" / name).read_bytes()  # copied as it is
     instructor_pages = {p.name for p in (DOCS / "instructors").iterdir()} | {"INSTRUCTORS.md"}
     assert not [f for f in files if f.split("/")[-1] in instructor_pages or f.startswith(("solutions/", "tests/"))]
     labels = _triage_labels()
@@ -177,11 +177,13 @@ def test_the_learner_copy_has_the_labs_and_no_solution_instructor_page_or_answer
 
 def test_the_learner_copy_runs_the_labs_helpers(learner_tree):
     code = ("import helpers, helpers.checks.lab05, helpers.checks.lab08; from helpers.course import recorded; "
-            "t = recorded('triage', 't5'); print(helpers.diagnose(t)[0].pattern)")
+            "print(helpers.diagnose(recorded('mystery', 'fixed'))[0].pattern)\n"
+            "try:\n    helpers.diagnose(recorded('triage', 't5'))\nexcept helpers.TraceError as e:\n    print(e)")
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(learner_tree)}
     r = subprocess.run([sys.executable, "-c", code], cwd=learner_tree, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip() == "gpu_bound"
+    first, sealed = r.stdout.strip().splitlines()
+    assert first == "gpu_bound" and "waits for your reading" in sealed  # a triage trace is sealed until it is read
 
 
 def test_the_learner_copy_never_overwrites(tmp_path, capsys):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, as_learners
+from conftest import ROOT, as_learners, shipped_notebook
 from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 from synth import Ev, write_json
 
@@ -165,7 +165,7 @@ def test_scan_passes_the_reference_and_names_the_cpu_line_left():
 
 
 def test_scan_refuses_the_unsolved_stub():
-    nb = json.loads((ROOT / "labs" / "03_sync_stall.ipynb").read_text())
+    nb = json.loads(shipped_notebook("labs/03_sync_stall.ipynb"))
     cell = next("".join(c["source"]) for c in nb["cells"] if "def my_fixed_step(" in "".join(c["source"]))
     path = Path("stub_cell.py")  # a file, so inspect can read the stub's source
     path.write_text("from helpers import course\n" + cell)

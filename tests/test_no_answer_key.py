@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import ROOT, TRIAGE_KEY
+from conftest import ROOT, TRIAGE_KEY, shipped_notebook
 
 #: Where a learner's installed course lives: the package, its data and the notebooks they open.
 SHIPPED = ("helpers", "data", "labs")
@@ -29,6 +29,9 @@ WORDS = {"gpu_bound": ("gpu-bound", "gpu bound"), "host_bound": ("host-bound", "
 def _texts() -> list[tuple[str, str]]:
     out = []
     for top in SHIPPED:
+        if top == "labs":  # the labs as shipped, not the learner's saved work (their own notes may name answers)
+            out += [(f"labs/{p.name}", shipped_notebook(f"labs/{p.name}")) for p in sorted((ROOT / "solutions").glob("*.ipynb"))]
+            continue
         for path in sorted((ROOT / top).rglob("*")):
             if not path.is_file() or "__pycache__" in path.parts or path.suffix in BINARY:
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, own_capture
+from conftest import own_capture, shipped_labs
 from test_checks import TOOL_ANSWERS
 
 from helpers import checks
@@ -29,8 +29,8 @@ def _digest(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def test_untouched_labs_earn_no_item(capsys):
-    labs = ROOT / "labs"
+def test_untouched_labs_earn_no_item(capsys, tmp_path):
+    labs = shipped_labs(tmp_path / "course")  # the labs as shipped: a learner's work saved in labs/ is theirs
     before = _digest(labs)
     assert run_selfcheck(labs, run=True) == 1
     out = capsys.readouterr().out.splitlines()

@@ -81,6 +81,69 @@ def test_a_20_percent_learning_rate_change_is_refused_by_the_references_own_spre
         checks.check_same_training(with_lr(1.2), CPU)
 
 
+# --- lab 04: DDP hooks against plain DDP, in a real two-rank gloo job (tiny: one step) -------------------------
+HOOK_CELL = '''
+def never_divides(state, bucket):
+    buffer = bucket.buffer()
+    half = buffer.to(torch.float16)
+    future = dist.all_reduce(half, async_op=True).get_future()
+
+    def back(fut):
+        buffer.copy_(fut.value()[0])
+        return buffer
+    return future.then(back)
+
+
+def never_copies_back(state, bucket):
+    buffer = bucket.buffer()
+    half = buffer.to(torch.float16).div_(dist.get_world_size())
+    return dist.all_reduce(half, async_op=True).get_future().then(lambda fut: buffer)
+
+
+def wrap_pytorchs_own(model):  # PyTorch's fp16 compression, by its enum: no hook function named anywhere
+    from torch.distributed.algorithms.ddp_comm_hooks import DDPCommHookType, register_ddp_comm_hook
+
+    ddp = DDP(model)
+    register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, ddp)
+    return ddp
+''' + "".join(f"\n\ndef wrap_{h}(model):\n    ddp = DDP(model)\n    ddp.register_comm_hook(None, {h})\n    return ddp\n"
+               for h in ("never_divides", "never_copies_back"))
+
+
+def _hooked_job(name: str, tmp_path):
+    """The learner's hook as a notebook cell defines it, run in the lab's two-rank job for one step."""
+    import linecache
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import helpers
+    from helpers.workloads import communication
+
+    filename = "<ipython-input-4-hooks>"
+    linecache.cache[filename] = (len(HOOK_CELL), None, HOOK_CELL.splitlines(True), filename)
+    ns = {"__name__": "__main__", "torch": torch, "dist": dist, "DDP": DDP, "default_hooks": default_hooks}
+    exec(compile(HOOK_CELL, filename, "exec"), ns)
+    job = communication.run(wrap=ns[f"wrap_{name}"], world_size=2, steps=1, warmup=0, pin_cores=False, threads=1,
+                            profile_dir=str(tmp_path))
+    return helpers.load(job["trace_dir"])
+
+
+@pytest.mark.parametrize("hook, words", [
+    ("never_divides", r"parameters are 10\d\.\d% .* away from where plain DDP puts them .*your ranks moved them 2\.00x "
+                      r"as far, the sum of 2 ranks' gradients, not their mean: divide by the world size"),
+    ("never_copies_back", r"rank 1's parameters are \d+\.\d% .* away from rank 0's: the ranks stepped on different "
+                          r"gradients.*copied back into the bucket's buffer"),
+    ("pytorchs_own", r"runs PyTorch's own default_hooks\._compress_hook, default_hooks\.fp16_compress_hook .*write the "
+                     r"hook itself"),
+], ids=["never divides by the world size", "never copies its result back", "PyTorch's fp16 compression by its enum"])
+def test_a_wrong_fp16_comm_hook_is_refused_against_plain_ddp(hook, words, tmp_path):
+    hooked = _hooked_job(hook, tmp_path)
+    with pytest.raises(CheckFailed, match=words):
+        checks.check_comm_hook(hooked, hooked)  # behaviour comes before what the traces show
+
+
 # --- the course's own code where the learner is to write it ---------------------------------------------------
 def capstone_fixed_in_a_def(device):
     from helpers.workloads import mystery
@@ -119,7 +182,7 @@ def torch_functional_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
 
 def test_torch_functional_adam_as_the_hand_written_update_is_refused():
     err, problem = lab02.adam_update_problem(torch_functional_adam)
-    assert problem and "your update runs the course's own torch.optim.adam.adam" in problem, problem
+    assert problem and "your update runs PyTorch's own torch.optim.adam.adam" in problem, problem
 
 
 def test_the_courses_foreach_loop_as_the_fixed_trace_is_refused():
@@ -204,6 +267,35 @@ def test_the_courses_sync_free_step_by_a_string_is_refused():
     assert problem and "runs the course's own sync_stall._fixed_step" in problem, problem
 
 
+def flops_by_name(model, x):  # lab 09: the check's own answer, by a string (no name in the source)
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab09"), "_reference_" + "matmul_flops")(model, x)
+
+
+def memory_by_name(snap):  # lab 10
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab10"), "_reference_" + "state")(snap)
+
+
+def pitfalls_by_name(s):  # lab 11
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab11"), "_reference_" + "pitfalls")(s)
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    ("check_matmul_flops", flops_by_name, r"your matmul_flops runs the course's own lab09\._reference_matmul_flops"),
+    ("check_memory_state", memory_by_name, r"your memory_state runs the course's own lab10\._reference_state"),
+    ("check_environment_pitfalls", pitfalls_by_name,
+     r"your environment_pitfalls runs the course's own lab11\._reference_pitfalls"),
+], ids=["lab 09 FLOPs", "lab 10 memory state", "lab 11 pitfalls"])
+def test_the_checks_own_answers_reached_by_a_string_are_refused(check, fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        getattr(checks, check)(fn)
+
+
 # --- speed on small machines ----------------------------------------------------------------------------------
 @pytest.fixture
 def machine(monkeypatch):
@@ -234,16 +326,28 @@ def test_a_fix_slower_beyond_noise_never_passes_on_any_core_count(machine, cores
         checks.check_data_stall_fixed(before, slower, 1.3, _loader(0))
 
 
-def test_too_few_cores_says_so_judges_structure_and_refuses_a_larger_wait(machine, monkeypatch):
+def test_asking_more_workers_than_cores_does_not_switch_the_speed_judgement_off(machine):
+    """The loop needs 1 worker; 2 asked on 2 cores, the step slower: refused (the machine has a core for the worker
+    the loop needs and the training process), the message saying the workers outnumber the cores."""
     machine(cores=2, load=3.0)
     before = mine((recorded("data_stall", "broken", "cpu"),))[0]
+    slower = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)
+    assert lab01.workers_needed(before) == 1
+    with pytest.raises(CheckFailed, match=r"your step is slower.*2 loader worker processes and the training process "
+                                          r"share 2 cores here"):
+        checks.check_data_stall_fixed(before, slower, 1.3, _loader(2))
+
+
+def test_too_few_cores_says_so_judges_structure_and_refuses_a_larger_wait(machine, monkeypatch):
+    machine(cores=1, load=3.0)  # the one worker the loop needs and the training process: 2 processes, 1 core
+    before = mine((recorded("data_stall", "broken", "cpu"),))[0]
     after = _scaled(recorded("data_stall", "fixed", "cpu"), 2.2)
-    out = checks.check_data_stall_fixed(before, after, 1.3, _loader(2))
-    assert "step time not judged: 2 loader worker processes and the training process share 2 cores here" in out
+    out = checks.check_data_stall_fixed(before, after, 1.3, _loader(1))
+    assert "step time not judged: 1 loader worker process and the training process share 1 core here" in out
     share = {id(before): 0.28, id(after): 0.30}
     monkeypatch.setattr(lab01, "_data_wait_share", lambda t: share[id(t)])
     with pytest.raises(CheckFailed, match=r"data wait still 30% of the step \(was 28%"):
-        checks.check_data_stall_fixed(before, after, 1.3, _loader(2))
+        checks.check_data_stall_fixed(before, after, 1.3, _loader(1))
 
 
 def test_the_capstones_busy_fallback_never_accepts_a_larger_wait(machine, monkeypatch):

@@ -1,7 +1,10 @@
-"""Generate the learner notebooks in labs/ from the complete ones in solutions/ (the source of truth).
+"""Generate the learner notebooks in labs/ from the complete ones in solutions/: for maintainers; it overwrites labs/.
 
-    python tools/make_labs.py          # write labs/
-    python tools/make_labs.py --check  # exit 1 if labs/ is out of date (the tests run this)
+    python tools/make_labs.py          # write labs/ (and re-save solutions/): OVERWRITES every lab, a learner's work included
+    python tools/make_labs.py --check  # exit 1 if the labs/ files differ from what solutions/ generate (CI runs this)
+
+For maintainers only: a learner never needs it (their work in labs/ would be lost). The tests read the labs as
+generated from solutions/, never the files in labs/, so a learner's saved work never fails ``pytest``.
 
 Exercise conventions (follow them in every solution notebook):
 
@@ -126,7 +129,8 @@ def render(nb: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="For maintainers: without --check it overwrites labs/, a learner's work in them included.")
     parser.add_argument("--check", action="store_true", help="only report whether labs/ and solutions/ are up to date")
     args = parser.parse_args(argv)
     stale = []
@@ -142,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = sorted({p.name for p in (ROOT / "labs").glob("*.ipynb")} - {p.name for p in (ROOT / "solutions").glob("*.ipynb")})
     if args.check:
         if stale or extra:
-            print(f"out of date or not in JupyterLab's save format: {stale + extra}; run python tools/make_labs.py",
-                  file=sys.stderr)
+            print(f"differ from what solutions/ generate, or not in JupyterLab's save format: {stale + extra} (a learner's "
+                  "saved work differs too, and that is fine; maintainers: python tools/make_labs.py regenerates labs/, "
+                  "overwriting them)", file=sys.stderr)
             return 1
         return 0
     print(f"wrote {len(stale)} notebook(s): {stale}" + (f"; labs/ also holds {extra} with no solution" if extra else ""))

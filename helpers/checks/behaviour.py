@@ -96,6 +96,11 @@ COURSE_ANSWERS: dict[str, tuple[str, ...]] = {
     "low-precision step": ("helpers.workloads.gpu_bound:train_step", "helpers.workloads.gpu_bound:make_step"),
     "forward without the break": ("helpers.workloads.gpu_bound:Net.forward",),
     "checkpointed forward": ("helpers.workloads.gpu_bound:Net.forward[ckpt]",),
+    # labs 09-11: the checks' own reference answers (``_reference*``) and the course's attention loops
+    "function (lab 9)": ("helpers.checks.lab09:_reference*", "helpers.workloads.attention:attend_eager",
+                          "helpers.workloads.attention:make_step", "helpers.workloads.attention:make_step_with"),
+    "function (lab 10)": ("helpers.checks.lab10:_reference*",),
+    "function (lab 11)": ("helpers.checks.lab11:_reference*", "helpers.workloads.callsite:fixed_step"),
 }
 
 
@@ -108,6 +113,15 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
     for entry in COURSE_ANSWERS[what]:
         ref, _, attr = entry.partition("[")
         module, _, qual = ref.partition(":")
+        if qual.endswith("*"):  # every function of the module whose name starts so
+            try:
+                found = vars(importlib.import_module(module))
+            except ImportError:
+                continue
+            for name, fn in found.items():
+                if name.startswith(qual[:-1]) and inspect.isfunction(fn):
+                    out[fn.__code__] = (f"the course's own {module.rsplit('.', 1)[-1]}.{name}", None)
+            continue
         try:
             obj: Any = importlib.import_module(module)
             for part in qual.split("."):
@@ -116,8 +130,9 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
             continue
         code = getattr(inspect.unwrap(obj), "__code__", None)
         if code is not None:
-            short = module.rsplit(".", 1)[-1] if module.startswith("helpers.") else module
-            out[code] = (f"{short}.{qual}", attr.rstrip("]") or None)
+            label = (f"the course's own {module.rsplit('.', 1)[-1]}.{qual}" if module.startswith("helpers.")
+                     else f"PyTorch's own {module}.{qual}")
+            out[code] = (label, attr.rstrip("]") or None)
     return out
 
 
@@ -153,6 +168,22 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
             sys.setprofile(mine)
 
 
+def watching(run: Callable, what: str) -> Callable:
+    """``run`` (the checks' :func:`~helpers.checks._core.run_learner`) with the course's answers for ``what`` watched
+    while the learner's function runs: one of them run refuses the call (:class:`CheckFailed`, naming it)."""
+    from ._core import CheckFailed
+
+    def run_watched(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with course_code_watch(what) as used:
+            out = run(fn, *args, **kwargs)
+        if used:
+            raise CheckFailed(f"{kwargs.get('name', 'your function')} runs {', '.join(used)}: write it yourself; a "
+                              "reference implementation wrapped in a function earns no credit")
+        return out
+
+    return run_watched
+
+
 def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> str | None:
     """Why ``fn`` is not the learner's own ``what``: it is the course's code (defined in ``helpers``), a class
     derived from one of the course's answers that keeps its method, or, when ``used`` is given (from
@@ -163,8 +194,8 @@ def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> st
         return (f"{name} is the course's own code ({fn.__module__}), not yours: write your {what} in a cell; the "
                 "course's reference earns no credit")
     if used:
-        return (f"your {what} runs the course's own {', '.join(used)}: write the {what} itself; the course's reference "
-                "wrapped in a function (or a subclass) earns no credit")
+        return (f"your {what} runs {', '.join(used)}: write the {what} itself; a reference implementation wrapped in a "
+                "function (or a subclass) earns no credit")
     return None
 
 
@@ -428,6 +459,66 @@ def same_training_problem(make_mine: Callable, make_reference: Callable, setup: 
         return (f"the logging is missing: in {steps} steps your log got {len(m_log)} line(s), {real} with the loop's real loss "
                 f"(want one at least every {log_every} steps): keep the values on the GPU and read them every N steps, "
                 "do not drop them")
+    return None
+
+
+# --- lab 04: the ranks' parameters after the job, against plain DDP's ------------------------------------
+def _training_records(trace: Any) -> dict[int, dict]:
+    """{rank: the job's training record} (helpers.workloads.communication.training_record, carried in each rank's
+    trace); ranks without one are left out."""
+    ranks = trace.metadata.get("ranks")
+    if isinstance(ranks, dict) and ranks:
+        return {int(r): meta["training"] for r, meta in ranks.items() if isinstance(meta, dict) and meta.get("training")}
+    own = trace.metadata.get("training")
+    return {0: own} if own else {}
+
+
+def ddp_training_problem(trace: Any, what: str = "job") -> str | None:
+    """Whether the learner's DDP job (``communication.run(wrap=...)`` or ``run(shard=...)``) trained as DDP does, from
+    the training record each rank's trace carries: PyTorch's own compression hooks not run in place of the learner's,
+    every rank's parameters equal rank 0's (:data:`thresholds.DDP_RANKS_APART`) and plain DDP's after the job's steps
+    (:data:`thresholds.DDP_SAME_TRAINING_FLOOR`; a job with a comm hook: :data:`thresholds.DDP_HALF_TIMES` times as far
+    as PyTorch's fp16 compression lands in the same job). A message naming what is wrong, or None."""
+    from .. import thresholds as th
+
+    rec = _training_records(trace)
+    world = len(trace.ranks) if hasattr(trace, "ranks") else len(rec)
+    if not rec or len(rec) < world:
+        return (f"your {what}'s trace carries no record of what its ranks trained ({len(rec)} of {world} ranks have one): "
+                "run it with communication.run(wrap=your_function, ...) or run(shard=...) as the lab does; each rank then "
+                "compares its parameters with plain DDP's and writes the figures into its trace")
+    used = sorted({c for r in rec.values() for c in r.get("course_code", [])})
+    if used:
+        return (f"your {what} runs PyTorch's own {', '.join(used)} (its own compression, as the course's recorded "
+                "fp16_hook variant does): write the hook itself: cast the bucket's buffer to fp16, divide by the world "
+                "size, all-reduce it, copy the result back into the buffer and return it")
+    steps = int(next(iter(rec.values())).get("steps", 0))
+    moved = max(r.get("moved", 0.0) for r in rec.values())
+    if not moved > 0:
+        return (f"in your {what} the model's parameters did not move in {steps} steps: the module your function returns "
+                "must be the model it was given, wrapped (DistributedDataParallel(model, ...)), so that the step trains it")
+    apart_rank, apart = max(((r, v.get("ranks_apart", 0.0)) for r, v in rec.items()), key=lambda kv: kv[1])
+    if apart > th.DDP_RANKS_APART:
+        return (f"after {steps} steps of your {what}, rank {apart_rank}'s parameters are {apart:.1%} (of how far plain DDP "
+                "moved them) away from rank 0's: the ranks stepped on different gradients. DDP gives every rank the "
+                "same averaged gradient: wrap the model in DistributedDataParallel, and a comm hook must return the "
+                "all-reduced result, copied back into the bucket's buffer (buffer.copy_(fut.value()[0]); return buffer)")
+    half = [v["fp16_from_plain_ddp"] for v in rec.values() if "fp16_from_plain_ddp" in v]
+    tol = max(th.DDP_SAME_TRAINING_FLOOR, th.DDP_HALF_TIMES * max(half)) if half else th.DDP_SAME_TRAINING_FLOOR
+    off = max(v.get("from_plain_ddp", 0.0) for v in rec.values())
+    if off > tol:
+        kind = (f"{th.DDP_HALF_TIMES:g}x as far as PyTorch's fp16 compression lands in your job, {max(half):.1%}"
+                if half else "plain DDP's own rounding")
+        if world > 1 and abs(moved - world) < 0.1 * world:
+            why = (f": your ranks moved them {moved:.2f}x as far, the sum of {world} ranks' gradients, not their mean: "
+                   "divide by the world size (dist.get_world_size()) before or after the all-reduce")
+        elif world > 1 and abs(moved - 1 / world) < 0.1 / world:
+            why = f": your ranks moved them {moved:.2f}x as far: the gradients are divided by the world size twice"
+        else:
+            why = (f" (your ranks moved them {moved:.2f}x as far): the averaged gradient must be the mean of the ranks' "
+                   "gradients, as DDP's own all-reduce gives it")
+        return (f"after {steps} steps of your {what} the parameters are {off:.1%} (of how far plain DDP moved them) away "
+                f"from where plain DDP puts them (the tolerance, {kind}: {tol:.1%}){why}")
     return None
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import metrics as m
+from .. import seal as _seal
 from .. import thresholds as _th
 from ..model import Trace
 from ._core import (  # noqa: F401
@@ -115,6 +116,18 @@ def _side(got: float, want: float) -> str:
     return "above" if got > want else "below"
 
 
+#: What opens the trace of lab 00's gap exercises (exercise 4's idle share, exercise 5's longest gap): both passed.
+GAPS_SEAL = "check_gpu_idle_share and check_longest_gap"
+
+
+def seal_gaps(trace: Trace) -> Trace:
+    """Seal the trace of lab 00's gap exercises until both pass: until then the metrics that would give their answers
+    in one call (``metrics.idle_gaps``, ``gpu_utilization``, ``gpu_busy``, ``idle_by_cause``, ``idle_cost_by_cause``),
+    called from your code, and ``helpers.diagnose`` answer that the exercise comes first, on this trace, a copy of
+    it, or the same file loaded again (:mod:`helpers.seal`). Returns the trace."""
+    return _seal.seal(trace, GAPS_SEAL, scope="figures")
+
+
 def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     """Your ``fn(trace)`` gives the share of step time the GPU is idle, within 2 percentage points."""
     want = 1.0 - m.gpu_utilization(trace)
@@ -138,10 +151,12 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     # The right figure is never printed: the learner's function has to find it (a printed value can be pasted).
     lead = (f"Your idle share is {got:.3f}, {_side(got, want)} the trace's (more than 2 points off)." if not _close(got, want, 0.0, 0.02)
             else f"Your idle share is {got:.3f}, right on this trace.")
-    return _check("gaps", "check_gpu_idle_share", ok,
-                  f"{lead}{why} Merge overlapping GPU events "
-                  "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
-                  "(trace.steps), and divide the idle time by the steps' time.")
+    verdict = _check("gaps", "check_gpu_idle_share", ok,
+                     f"{lead}{why} Merge overlapping GPU events "
+                     "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
+                     "(trace.steps), and divide the idle time by the steps' time.")
+    _seal.open_seal("check_gpu_idle_share")
+    return verdict
 
 
 def check_longest_gap(answer_ms: float, trace: Trace) -> str:
@@ -153,9 +168,11 @@ def check_longest_gap(answer_ms: float, trace: Trace) -> str:
     slip = unit_slip(answer, want)
     seen = (slip.strip(" ()") if slip else f"{longer} gaps on the GPU lanes are longer than {answer:g} ms" if longer else
             f"no GPU gap in the steps is as long as {answer:g} ms: you may be measuring a stretch that holds a kernel")
-    return _check("gaps", "check_longest_gap", _close(answer, want, 0.10, 0.05),
-                  f"{answer:g} ms is not the longest gap: {seen}. Zoom into each step "
-                  "(plots.timeline(trace, step=k)) and measure the widest white stretch on the GPU lane.")
+    verdict = _check("gaps", "check_longest_gap", _close(answer, want, 0.10, 0.05),
+                     f"{answer:g} ms is not the longest gap: {seen}. Zoom into each step "
+                     "(plots.timeline(trace, step=k)) and measure the widest white stretch on the GPU lane.")
+    _seal.open_seal("check_longest_gap")
+    return verdict
 
 
 # --- Nsight ------------------------------------------------------------------------------------

@@ -109,11 +109,17 @@ def _ranks_word(n: int) -> str:
     return "both ranks" if n == 2 else f"all {n} ranks" if n > 2 else "the rank"
 
 
-def _refuse(item: str, name: str, *traces: Trace) -> None:
+def _refuse(item: str, name: str, *traces: Trace, trained: tuple[Trace, ...] = (), what: str = "job") -> None:
+    """Provenance first (the course's recordings refused), then behaviour: each of ``trained`` (the learner's jobs)
+    trained as DDP does (:func:`helpers.checks.behaviour.ddp_training_problem`)."""
+    from .behaviour import ddp_training_problem
+
     problem = learner_trace_problem(*traces)
+    for t in trained:
+        problem = problem or ddp_training_problem(t, what)
     if problem:
         _record(item, name, False)
-        raise CheckFailed(problem)
+        raise CheckFailed(problem[:1].upper() + problem[1:])
 
 
 # --- the checks --------------------------------------------------------------------------------
@@ -132,7 +138,7 @@ def check_comm_fixed(before: Trace, after: Trace) -> str:
     step's backward compute. Exposed communication and step time before -> after are reported.
     """
     name = "check_comm_fixed"
-    _refuse("comm", name, before, after)
+    _refuse("comm", name, before, after, trained=(after,), what="DDP job")
     ov = overlap_starts(after)
     if not ov or all(v["per_step"] == 0 for v in ov.values()):
         _check("comm", name, False,
@@ -205,7 +211,7 @@ def check_bucket_sweep(sweep: Any) -> str:
         rows = _rows_of_sweep(sweep)
     except CheckFailed as exc:
         _check("comm", name, False, str(exc))
-    _refuse("comm", name, *[r["trace"] for r in rows])
+    _refuse("comm", name, *[r["trace"] for r in rows], trained=tuple(r["trace"] for r in rows), what="sweep's job")
     sizes = sorted({r["bucket_cap_mb"] for r in rows})
     if len(sizes) < 3 or sizes[0] <= 0 or sizes[-1] / sizes[0] < 10:
         _check("comm", name, False, f"your sweep covers bucket_cap_mb {sizes}: run at least three sizes spanning 10x or "
@@ -298,7 +304,7 @@ def check_comm_hook(plain: Trace, hooked: Trace) -> str:
     tensor type and bytes as the trace records them: every gradient once, 2 bytes a value).
     Judged on what is sent, not on how long the casts take."""
     name = "check_comm_hook"
-    _refuse("comm", name, plain, hooked)
+    _refuse("comm", name, plain, hooked, trained=(hooked,), what="hooked job")
     n_plain, n_hook = collectives_per_step(plain), collectives_per_step(hooked)
     if n_hook == 0:
         _check("comm", name, False, "Your hooked trace has no all-reduce: the hook returns without averaging the "
@@ -389,11 +395,14 @@ def check_imbalance_fixed(before: Trace, after: Trace) -> str:
             _check("imbalance", name, False,
                    f"Spread still {spread_a:.0%}: {words_a}. Your split gives rank {big} {counts[big]} of {n} rows and "
                    f"rank {small} {counts[small]}; the others wait for it in the all-reduce every step.")
+        _refuse("imbalance", name, trained=(after,), what="split job")  # the rows first: they say which are wrong
         _record("imbalance", name, True)
         note = "" if spread_a < 0.25 else (" The compute spread left is this machine, not your split: the ranks do the "
                                            "same work, one of them got less of its core.")
         return f"passed: {name} ({given} of {n}). Reported: {report}.{note}"
     ok = spread_a < 0.25 and spread_a < 0.5 * spread_b
+    if ok:
+        _refuse("imbalance", name, trained=(after,), what="split job")
     return _check("imbalance", name, ok, f"Spread still {spread_a:.0%}: {words_a} (before: {spread_b:.0%}, {words_b}). "
                   "The fast rank waits in the all-reduce for the slow one; give every rank the same work.")
 

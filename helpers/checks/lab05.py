@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as m
+from .. import seal as _seal
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
@@ -39,7 +40,7 @@ from .reading import (
     want_cost,
     window_problem,
 )
-from .speed import slower_problem, speed_note
+from .speed import crowded_note, slower_problem, speed_note, workers_judged
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
@@ -69,7 +70,10 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         refused = refused and refused[0].upper() + refused[1:] + "."
     if refused:
         return _check("workflow", "check_capstone", False, refused)
-    workers = max((n for n in made if n is not None), default=None)  # the learner's loader(s), as their step made them
+    asked = max((n for n in made if n is not None), default=None)  # the learner's loader(s), as their step made them
+    from .lab01 import workers_needed
+
+    workers = workers_judged(asked, workers_needed(before))  # more workers than cores is no excuse for a slower step
     found = [f.pattern for f in diagnose(after)]
     sa = m.sync_stats(after)
     key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
@@ -83,7 +87,8 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         data_ok = True
         evidence += (f" (not {th.PASS_DATA_WAIT_DROP:g}x lower: this machine cannot show the loader's gain, {busy}; so "
                      "the verdict rests on the batches coming from worker processes, with the wait no larger than before)")
-    slower = slower_problem(before, after, workers)  # on any machine that has a core for each process
+    slower = slower_problem(before, after, workers)  # on any machine that has a core for each process the loop needs
+    slower = slower and slower + crowded_note(asked)
     ok = data_ok and "sync_stall" not in found and sa[key] <= 0.2 and not slower
     note = _timing_note(before, after, min_speedup)
     _check("workflow", "check_capstone", ok,
@@ -294,6 +299,13 @@ def check_triage(trace_id: str, reading: Reading | list[Reading], *more: Reading
     """
     _known(trace_id, source)
     name = f"check_triage[{trace_id}]"
+    with _seal._check_reads():  # the check reads the sealed trace; the learner's helpers open once it passes
+        verdict = _check_triage(trace_id, name, reading, *more, source=source)
+    _seal.open_seal(name)
+    return verdict
+
+
+def _check_triage(trace_id: str, name: str, reading: Reading | list[Reading], *more: Reading, source: str) -> str:
     case = _sealed_case(trace_id)
     trace = triage_trace(trace_id, source)
     readings = (*(reading if isinstance(reading, (list, tuple)) else (reading,)), *more)
@@ -364,4 +376,5 @@ def triage_lesson(trace_id: str, misread: str, source: str = "profiler") -> str:
         return ""
     trace = triage_trace(trace_id, source)
     origin_window = (0.0, float(m.windows(trace)["dur_us"].iloc[0]) / 1e3)
-    return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))
+    with _seal._check_reads():  # a misreading's lesson, which names no answer
+        return lesson(trace, signals(trace), Reading(misread, origin_window, {"gpu_bound_busy": 0.5}, 0.5))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as m
+from .. import seal as _seal
 from .. import thresholds as th
 from ..diagnosis import PATTERNS, Finding, diagnose, locate
 from ..model import Trace
@@ -76,11 +77,30 @@ class Reading:
 
 
 # --- where each pattern shows on the timeline ------------------------------------------------
+def _intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    found = locate(trace, pattern)
+    return found.starts, found.ends
+
+
 def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarray]:
     """The stretches of the trace (absolute µs, merged) where ``pattern`` shows, over its steps: the pattern's own
     locate function (:func:`helpers.diagnosis.locate`), the one diagnose takes its finding's window from."""
-    found = locate(trace, pattern)
-    return found.starts, found.ends
+    _seal.gate(trace, "checks.pattern_intervals")
+    return _intervals(trace, pattern)
+
+
+def reading_seal(item: str, label: str | None) -> str:
+    """What opens a lab's reading trace: its reading's check, for its item (labs 02 and 03 both read a 'broken loop')."""
+    return f"check_reading[{label}] for {item}" if label else f"check_reading for {item}"
+
+
+def seal_until_read(trace: Trace, item: str, label: str) -> Trace:
+    """Seal ``trace`` until ``check_reading(reading, trace, item, label)`` passes: until then helpers.diagnose, its
+    signals, pattern_intervals and the reading's cost and window helpers answer that the reading comes first (on
+    this trace, a copy of it, the same file loaded again or its events lightly edited; :mod:`helpers.seal`). The seal
+    is kept in the working folder (``.seals.json``), so a restarted kernel finds it. Each lab calls it on the trace
+    its reading exercise is about; returns the trace."""
+    return _seal.seal(trace, reading_seal(item, label))
 
 
 def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:
@@ -149,20 +169,55 @@ def _outside_one_step(trace: Trace, ws: float, we: float, label: str) -> str | N
             "step past its edges")
 
 
+def _step_of(trace: Trace, ws: float, we: float) -> tuple[float, float] | None:
+    """The step (absolute µs) the window [ws, we] overlaps most, or None when the trace has no steps."""
+    win = m.windows(trace)
+    steps = win[win["step"] >= 0] if (win["step"] >= 0).any() else win
+    if steps.empty:
+        return None
+    a, b = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
+    over = np.minimum(b, we) - np.maximum(a, ws)
+    i = int(np.argmax(over))
+    return float(a[i]), float(b[i])
+
+
 def window_problem(reading: Reading, trace: Trace, label: str = "window") -> str | None:
-    """What is wrong with a reading's window, or None: inside one step (READING_WINDOW_STEP_SLACK of it
-    past either edge at most), and at least READING_WINDOW_MIN_COVER of it inside the stretches where its
-    pattern shows."""
+    """What is wrong with a reading's window, or None. The window must lie on the pattern:
+
+    - inside one step (READING_WINDOW_STEP_SLACK of it past either edge at most);
+    - mostly on the pattern: more than READING_WINDOW_MIN_COVER of it inside the stretches where its pattern shows;
+    - pointing at the pattern, not at the step around it: longer than READING_WINDOW_MAX_STEP_SHARE of its step, it
+      reaches at most READING_WINDOW_STRETCH_SLACK of the step past the pattern's longest stretch there (gpu_bound,
+      whose pattern is the busy step itself, is exempt)."""
+    _seal.gate(trace, "checks.reading.window_problem")
     ws, we = _to_us(trace, reading.window_ms)
     outside = _outside_one_step(trace, ws, we, label)
     if outside:
         return outside
-    s, e = pattern_intervals(trace, reading.pattern)
+    s, e = _intervals(trace, reading.pattern)
     covered = float(m.overlap(s, e, np.array([ws]), np.array([we])).sum()) if s.size else 0.0
-    if covered < th.READING_WINDOW_MIN_COVER * (we - ws):
+    if covered <= th.READING_WINDOW_MIN_COVER * (we - ws):
         return (f"in your {label} {describe_window(trace, reading.window_ms)}; only {covered / (we - ws):.0%} of it "
-                f"shows {reading.pattern}")
-    return None
+                f"shows {reading.pattern}: most of a window (more than {th.READING_WINDOW_MIN_COVER:.0%}) must lie on the "
+                "stretches where the pattern shows")
+    step = _step_of(trace, ws, we)
+    if step is None or reading.pattern == "gpu_bound":
+        return None
+    a, b = step
+    length = b - a
+    if we - ws <= th.READING_WINDOW_MAX_STEP_SHARE * length:
+        return None
+    cs, ce = np.clip(s, a, b), np.clip(e, a, b)
+    longest = float((ce - cs).max()) if s.size else 0.0
+    if we - ws <= longest + th.READING_WINDOW_STRETCH_SLACK * length:
+        return None
+    from ..plots import time_origin_us
+
+    o = time_origin_us(trace)
+    return (f"your {label} ({(ws - o) / 1e3:.1f}-{(we - o) / 1e3:.1f} ms) spans {(we - ws) / length:.0%} of its step "
+            f"({(a - o) / 1e3:.1f}-{(b - o) / 1e3:.1f} ms), but the longest stretch of {reading.pattern} in that step is "
+            f"{longest / 1e3:.2f} ms: point at the stretch where it shows (the window may reach "
+            f"{th.READING_WINDOW_STRETCH_SLACK:.0%} of the step past it), not at the step around it")
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -195,6 +250,7 @@ def _close_figure(name: str, got: float, want: float) -> bool:
 
 def want_cost(pattern: str, trace: Trace, sg: dict[str, Any], fallback: float | None = None) -> float | None:
     """``pattern``'s cost in this trace, as :func:`cost_howto` computes it (``fallback`` when the trace lacks it)."""
+    _seal.gate(trace, "checks.reading.want_cost")
     fig = cost_figure(pattern, trace.has_gpu)
     value = sg.get(fig) if fig else None
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else fallback
@@ -207,6 +263,7 @@ def cost_tolerance(want: float) -> float:
 
 def cost_problem(reading: Reading, trace: Trace, sg: dict[str, Any], fallback: float | None = None) -> str | None:
     """Why a reading's cost is off, or None (the same rule for every lab: within :func:`cost_tolerance`)."""
+    _seal.gate(trace, "checks.reading.cost_problem")
     want = want_cost(reading.pattern, trace, sg, fallback)
     if want is None or abs(reading.cost - want) <= cost_tolerance(want):
         return None
@@ -227,10 +284,18 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
     """Check what the learner read off ``trace``: pattern, window, the proving figure, cost.
 
     Returns the verdict and, only when every part holds, ``helpers.diagnose``'s findings as a second
-    opinion. Raises :class:`CheckFailed` naming the first part that does not hold and what the trace
-    shows there.
+    opinion; the trace's seal (:func:`seal_until_read` with the same label) opens then. Raises
+    :class:`CheckFailed` naming the first part that does not hold and what the trace shows there.
     """
     name = f"check_reading[{label}]" if label else "check_reading"
+    with _seal._check_reads():
+        verdict = _check_reading(reading, trace, item, name)
+    _seal.open_seal(reading_seal(item, label))
+    return verdict
+
+
+def _check_reading(reading: Reading, trace: Trace, item: str, name: str) -> str:
+    """check_reading's verdict (run inside the check: the diagnosis of a sealed trace is the check's to read)."""
     form = _problems_with_form(reading)
     if form:
         _record(item, name, False)
@@ -264,12 +329,14 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
         elif not _close_figure(fig, float(value), float(want)):
             problems.append(f"{fig} = {value:g} does not match the trace{unit_slip(value, want)}; measure it again: "
                             f"{howto(fig)}")
-    # 4. the cost
+    # 4. the cost: always held to the trace's figure, a finding or none (a gpu_bound cost of 100% on a trace whose GPU is
+    # busy 64% of the step has no finding to hold it to, and is still wrong)
     mine = next((f for f in findings if f.pattern == reading.pattern), None)
-    if mine is not None:
-        cost = cost_problem(reading, trace, sg, mine.cost)
-        if cost:
-            problems.append(cost)
+    cost = cost_problem(reading, trace, sg, mine.cost if mine is not None else None)
+    if cost:
+        problems.append(cost)
+    elif want_cost(reading.pattern, trace, sg, mine.cost if mine is not None else None) is None:
+        problems.append(f"this trace has no figure to hold a {reading.pattern} cost to: {reading.pattern} does not show here")
     if problems:
         _record(item, name, False)
         raise CheckFailed("Not yet: " + " | ".join(problems[:3]) + ".")

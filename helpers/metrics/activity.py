@@ -35,6 +35,17 @@ DATA_WAIT = re.compile(
     r"enumerate\(DataLoader\)|DataLoaderIter|^(?:data|data[ _]loading|dataloader|load[ _]batch|next[ _]batch|fetch)$",
     re.IGNORECASE,
 )
+#: Python frames (``with_stack``: ``path/file.py(line): function``) of an input pipeline's own code: a Hugging Face
+#: processor (image, video, feature extraction, tokenizer) or a pipeline's ``preprocess`` stage, torchvision's
+#: transforms, decoders and datasets, and the image, video and audio decoding libraries. On a thread that launches
+#: the GPU's work (or, without GPU rows, runs the model's ops) they are the loop preparing its next input: what
+#: ``enumerate(DataLoader)`` marks when the DataLoader does it.
+DATA_FRAME = re.compile(
+    r"(?:^|/)transformers/(?:models/[^/(]+/)?(?:image_processing|video_processing|feature_extraction|tokenization|"
+    r"processing)_[^/(]*\.py\("
+    r"|(?:^|/)transformers/pipelines/[^/(]+\.py\(\d+\): preprocess$"
+    r"|(?:^|/)torchvision/(?:transforms|io|datasets)/"
+    r"|(?:^|/)(?:PIL|av|decord|cv2|librosa|soundfile)/")
 #: Host ops known to force a device-to-host synchronization.
 SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
                "aten::equal", "aten::masked_select", "aten::unique", "aten::repeat_interleave")
@@ -188,7 +199,11 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "sync":
             return on_rank & is_sync_call(trace)
         if cause == "data_wait":
-            return on_rank & ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
+            ranges = ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
+            frames = (ev["kind"] == "python").to_numpy() & name_mask(trace, "data_frame", DATA_FRAME.search)
+            if frames.any():  # only on the threads that run the loop (a decoding thread's frames are beside it)
+                frames &= ev["tid"].isin(_loop_threads(trace, rank)).to_numpy()
+            return on_rank & (ranges | frames)
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
@@ -232,6 +247,17 @@ def host_union(trace: Trace, rank: int, cause: str):
             memo[key] = merge_intervals(np.r_[us, rs], np.r_[ue + _th.LAUNCH_DISPATCH_BRIDGE_US, re_])
         return memo[key]
     return us, ue
+
+
+def _loop_threads(trace: Trace, rank: int) -> np.ndarray:
+    """The threads of ``rank`` that run its loop: those that launch GPU work, or without any, run the model's ops."""
+    ev = trace.events
+    mine = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() < 0)
+    launch = mine & kind_in(ev, ("runtime",)) & name_mask(trace, "launch", _is_launch_call)
+    threads = ev["tid"].to_numpy()[launch]
+    if threads.size == 0:
+        threads = ev["tid"].to_numpy()[mine & kind_in(ev, ("cpu_op",))]
+    return np.unique(threads)
 
 
 def _less_own_syncs(trace: Trace, rank: int, launch: np.ndarray, us: np.ndarray, ue: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -886,12 +886,32 @@ def _metadata(doc: dict, origin: float) -> dict:
         dist.pop("rank", None)
     props = doc.get("deviceProperties")
     props = props if isinstance(props, list) else []
-    return {
+    out = {
         "origin_us": origin,
         "device_names": [str(p.get("name", "")) for p in props if isinstance(p, dict)],
         "distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist},
         "torch_version": str(doc.get("torch_version", "")),
     }
+    training = _training(doc.get("training"))
+    if training:
+        out["training"] = training
+    return out
+
+
+def _training(value: object) -> dict:
+    """The course's job's record of what a rank trained (helpers.workloads.communication.training_record), kept
+    as numbers and short names; anything else is left out."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict = {}
+    for k in ("steps", "from_plain_ddp", "ranks_apart", "moved", "fp16_from_plain_ddp"):
+        v = value.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    code = value.get("course_code")
+    if isinstance(code, list):
+        out["course_code"] = [str(c)[:80] for c in code[:8]]
+    return out
 
 
 def _damaged(path: Path, raw_events: list[_Event], ev: _Event, problem: str, base: int = 0) -> None:

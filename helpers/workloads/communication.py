@@ -202,12 +202,14 @@ def _step_fn(variant: str, rank: int, world: int, device: torch.device, width: i
         opt = torch.optim.SGD(module.parameters(), lr=1e-3)
         step = learner_step(module, x, y, opt)
         if rows is None:
+            step.trained = (model, rows, module)  # type: ignore[attr-defined] # what training_record compares
             return step
         label = f"rows {rows[0]}:{rows[1]} of {global_rows(world)}"
 
         def step_with_rows(i: int) -> None:  # the rows show in the trace: the checks read them there
             with annotate(label):
                 step(i)
+        step_with_rows.trained = (model, rows, module)  # type: ignore[attr-defined]
         return step_with_rows
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = BATCH * (IMBALANCE if variant == "imbalance" and rank == world - 1 else 1)
@@ -363,6 +365,110 @@ def materialize(spec: dict[str, Any]) -> Callable:
     return ns[spec["name"]]
 
 
+# --- what a learner's job trained ----------------------------------------------------------------
+#: PyTorch's own compression hooks (``ddp_comm_hooks.default_hooks``): what lab 04's Exercise 4 has the learner write
+#: (the course's ``fp16_hook`` variant records ``fp16_compress_hook``). A learner's job that calls one runs the
+#: reference, not a hook of its own; the rank notes it in its training record.
+REFERENCE_HOOKS = ("fp16_compress_hook", "bf16_compress_hook", "_compress_hook")
+
+
+class _Tripwires:
+    """In a fresh rank, before the learner's functions are rebuilt: each of :data:`REFERENCE_HOOKS` made to note its
+    use while ``armed`` and run as before, by giving the function object itself new code (so a reference held
+    anywhere trips it: an import, an attribute, ``DDPCommHookType``'s partials), and DDP's C++ built-in hooks
+    (``_register_builtin_comm_hook``) noted the same way. ``originals[name]``: a copy of the hook, for the course's
+    own reference run."""
+
+    def __init__(self) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        self.used: list[str] = []
+        self.armed = True
+        self.originals: dict[str, Callable] = {}
+        for name in REFERENCE_HOOKS:
+            fn = getattr(default_hooks, name, None)
+            if not isinstance(fn, types.FunctionType) or fn.__closure__:
+                continue
+            copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+            copy.__kwdefaults__ = fn.__kwdefaults__
+            self.originals[name] = copy
+            key = f"_course_tripwire_{name}"
+            fn.__globals__[key] = self._noting(f"default_hooks.{name}", copy)
+            code = fn.__code__  # the same parameters (DDP reads the hook's signature), its defaults kept as they are
+            pos = list(code.co_varnames[:code.co_argcount])
+            kw = list(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+            params = ", ".join(pos + (["*"] + kw if kw else []))
+            call = ", ".join(pos + [f"{k}={k}" for k in kw])
+            template = compile(f"def {name}({params}):\n    return {key}({call})\n", "<tripwire>", "exec")
+            fn.__code__ = next(c for c in template.co_consts if isinstance(c, types.CodeType))
+        ddp = nn.parallel.DistributedDataParallel
+        builtin = getattr(ddp, "_register_builtin_comm_hook", None)
+        if builtin is not None:
+            ddp._register_builtin_comm_hook = self._noting("DistributedDataParallel._register_builtin_comm_hook", builtin)
+
+    def _noting(self, label: str, run: Callable) -> Callable:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and label not in self.used:
+                self.used.append(label)
+            return run(*args, **kwargs)
+        return noted
+
+
+def _flat(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
+
+
+def _reference_params(rank: int, world: int, device: torch.device, width: int, rows: tuple[int, int] | None,
+                      steps: int, hook: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(initial, trained) parameters of the course's DDP job: the model from seed 0 in ``DistributedDataParallel``
+    with its defaults (and ``hook`` registered), ``steps`` steps of learner_step's work on the rank's batch."""
+    torch.manual_seed(0)
+    model = make_model(width).to(device)
+    start = _flat(model)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    x, y = _batch(rank, world, device, width, rows)
+    for _ in range(steps):  # learner_step's work, without its ranges (they would show in an Nsight capture)
+        F.mse_loss(ddp(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return start, _flat(model)
+
+
+def training_record(step: Callable, rank: int, world: int, device: torch.device, width: int, steps: int,
+                    trips: _Tripwires | None = None) -> dict[str, Any]:
+    """What a learner's job trained, next to plain DDP, in every rank after ``steps`` steps (call it in all ranks
+    at once). The reference: the same model from the same seed in ``DistributedDataParallel`` with its defaults,
+    trained the same steps on the rank's batch (a split job's: the rows of an even split). Figures relative to how
+    far the reference moved the parameters: ``from_plain_ddp`` (this rank's parameters from the reference's),
+    ``ranks_apart`` (from rank 0's), ``moved`` (how far this rank's moved). A job whose module has a comm hook also
+    gets the reference of its kind, PyTorch's ``fp16_compress_hook``: ``fp16_from_plain_ddp``, how far half-precision
+    gradients alone move the parameters from plain DDP's. ``course_code``: PyTorch's own hooks the learner's code ran
+    (:data:`REFERENCE_HOOKS`)."""
+    model, rows, module = step.trained  # type: ignore[attr-defined]
+    mine = _flat(model)
+    if trips is not None:
+        trips.armed = False  # the references below run PyTorch's hook: not the learner's use of it
+    n = global_rows(world)
+    even = None if rows is None else (rank * n // world, (rank + 1) * n // world)
+    start, ref = _reference_params(rank, world, device, width, even, steps)
+    first = mine.clone()
+    dist.broadcast(first, 0)
+    scale = float((ref - start).norm()) or 1.0
+    out = {"steps": steps, "from_plain_ddp": float((mine - ref).norm()) / scale,
+           "ranks_apart": float((mine - first).norm()) / scale, "moved": float((mine - start).norm()) / scale,
+           "course_code": list(trips.used) if trips is not None else []}
+    if getattr(module, "_comm_hooks", None):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = trips.originals.get("fp16_compress_hook") if trips is not None else default_hooks.fp16_compress_hook
+        _, half = _reference_params(rank, world, device, width, even, steps, hook)
+        out["fp16_from_plain_ddp"] = float((half - ref).norm()) / scale
+    return out
+
+
 # --- the job -------------------------------------------------------------------------------------
 def _error_record(exc: BaseException) -> dict[str, Any]:
     rec: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "at": time.time(),
@@ -403,6 +509,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         if mark or nvtx_steps:
             # Which process is which rank, for a multi-process Nsight Systems export (helpers.readers.nsys).
             _nvtx.mark(f"rank {rank} of {world}")
+        trips = _Tripwires() if learner else None
         step = _step_fn(variant, rank, world, device, width, learner, mark)
         sync = torch.cuda.synchronize if cuda else (lambda: None)
         for i in range(warmup):
@@ -415,6 +522,7 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
         sync()
         ms = (time.perf_counter() - t0) * 1e3 / steps
         trace_path = None
+        training = training_record(step, rank, world, device, width, warmup + steps, trips) if learner else None
         if nvtx_steps:
             # The steps an nsys capture should read, as the PyTorch profiler's run below has them: one
             # step to settle after the barrier, then up to 5 steps in NVTX ranges named as
@@ -434,13 +542,16 @@ def _rank_main(rank: int, variant: str, world: int, port: int, steps: int, warmu
             with quiet_profiler_logs(), \
                     profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=min(steps, 5), repeat=1),
                             record_shapes=True) as prof:  # shapes: what each collective sends (bytes on the wire)
+                if training is not None:  # the checks read it with the trace it belongs to
+                    prof.add_metadata_json("training", json.dumps(training))
                 for i in range(1 + min(steps, 5)):
                     step(i)
                     prof.step()
                 sync()
             trace_path = str(save_trace(prof, Path(out_dir) / f"rank{rank}.json.gz"))
         Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
-            {"rank": rank, "step_ms": ms, "device": str(device), "backend": dist.get_backend(), "trace": trace_path}))
+            {"rank": rank, "step_ms": ms, "device": str(device), "backend": dist.get_backend(), "trace": trace_path,
+             "training": training}))
     except BaseException as exc:
         Path(result_dir, f"rank{rank}.error.json").write_text(json.dumps(_error_record(exc)))
         raise
@@ -560,8 +671,11 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
         for r in ranks:
             if r.get("trace"):
                 stamps.made(r["trace"], how)
-    return {"variant": variant or name, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
-            "per_rank_ms": [r["step_ms"] for r in ranks], "backend": ranks[0]["backend"], "trace_dir": out_dir}
+    out = {"variant": variant or name, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
+           "per_rank_ms": [r["step_ms"] for r in ranks], "backend": ranks[0]["backend"], "trace_dir": out_dir}
+    if learner:  # what the learner's job trained, next to plain DDP (training_record), rank by rank
+        out["training"] = [r.get("training") for r in ranks]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
