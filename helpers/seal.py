@@ -18,7 +18,10 @@ they stay sealed; a trace whose events are another loop's shares almost none. A 
 What is sealed, and only that: lab 07's triage recordings always (their sketches are kept in
 :mod:`helpers._sealed_traces`, written by ``tools/seal_traces.py``; a test holds them to ``data/``), and a lab's
 trace once the lab seals it (:func:`seal`), in this process, until its reading passes. A user's own trace is
-never sealed: nothing seals a trace but those two, and the command line seals nothing of its own.
+never sealed: nothing seals a trace but those two, and the command line seals nothing of its own. A lab's seals
+and the readings passed are kept in the working folder (:data:`SEALS_FILE`, beside ``.selfcheck.json``), so a
+restarted kernel that skips the cell sealing the trace still finds it sealed (``selfcheck --run`` leaves the file out
+of its scratch copy: each run starts sealed).
 
 Lab 00 asks for figures, not a pattern: the GPU's idle share and its longest gap. Its trace is sealed with
 ``scope="figures"``, which also holds the metrics that give those figures in one call (decorated with
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -63,12 +68,53 @@ class Seal:
 
     @property
     def is_open(self) -> bool:
-        return all(part in _OPEN for part in self.label.split(" and "))
+        opened = _opened()
+        return all(part in opened for part in self.label.split(" and "))
 
 
 _LAB_SEALS: list[Seal] = []  # sealed by a lab in this process (seal())
 _FIGURE_SEALS: list[Seal] = []  # those of them that hold figures too (scope "figures")
 _OPEN: set[str] = set()  # labels whose reading passed in this process
+#: A lab's seals and the readings passed are also kept in the working folder (beside .selfcheck.json), so a kernel
+#: restarted without running the cell that seals the trace still finds it sealed, and a reading passed stays passed.
+SEALS_FILE = ".seals.json"
+_FILE: dict[str, Any] = {"key": None, "seals": [], "open": frozenset()}
+
+
+def _from_file() -> tuple[list[Seal], frozenset[str]]:
+    """The seals and passed readings kept in the working folder's SEALS_FILE (none if it is absent or unreadable)."""
+    path = Path(SEALS_FILE)
+    try:
+        st = path.stat()
+    except OSError:
+        return [], frozenset()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if _FILE["key"] != key:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            seals = [Seal(str(d["label"]), np.array([int(x, 16) for x in d["sketch"]], dtype=np.uint64),
+                          str(d.get("scope", "reading"))) for d in doc.get("seals", [])]
+            opened = frozenset(str(x) for x in doc.get("open", []))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            seals, opened = [], frozenset()
+        _FILE.update(key=key, seals=seals, open=opened)
+    return _FILE["seals"], _FILE["open"]
+
+
+def _opened() -> set[str] | frozenset[str]:
+    return _OPEN | _from_file()[1] if _OPEN else _from_file()[1]
+
+
+def _save() -> None:
+    """Keep this process's lab seals and passed readings in SEALS_FILE, with those already there."""
+    kept, opened = _from_file()
+    seals = {(s.label, s.scope, tuple(f"{int(h):016x}" for h in s.sketch)) for s in (*kept, *_LAB_SEALS)}
+    doc = {"seals": [{"label": lab, "scope": sc, "sketch": list(sk)} for lab, sc, sk in sorted(seals)],
+           "open": sorted(opened | _OPEN)}
+    try:
+        Path(SEALS_FILE).write_text(json.dumps(doc), encoding="utf-8")
+    except OSError:
+        pass  # a read-only folder: the seals hold in this process only
 _IN_CHECK: contextvars.ContextVar[bool] = contextvars.ContextVar("in_check", default=False)
 
 
@@ -136,7 +182,7 @@ _RECORDED: list[Seal] = []
 def _seals(scope: str = "reading") -> list[Seal]:
     if not _RECORDED:
         _RECORDED.extend(_recorded_seals())
-    return [s for s in (*_RECORDED, *_LAB_SEALS) if not s.is_open and (scope == "reading" or s.scope == scope)]
+    return [s for s in (*_RECORDED, *_LAB_SEALS, *_from_file()[0]) if not s.is_open and (scope == "reading" or s.scope == scope)]
 
 
 def sealed_by(trace: Trace, scope: str = "reading") -> str | None:
@@ -171,7 +217,7 @@ def figure_gate(what: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(trace: Any, *args: Any, **kwargs: Any) -> Any:
-            if _FIGURE_SEALS and not _IN_CHECK.get():
+            if (_FIGURE_SEALS or any(s.scope == "figures" for s in _from_file()[0])) and not _IN_CHECK.get():
                 frame = sys._getframe(1)
                 while frame is not None and frame.f_globals.get("__name__") == "helpers.arguments":
                     frame = frame.f_back  # the argument check that wraps every public metric
@@ -211,16 +257,19 @@ def seal(trace: Trace, label: str, scope: str = "reading") -> Trace:
         _LAB_SEALS.append(new)
         if scope == "figures":
             _FIGURE_SEALS.append(new)
+        _save()
     return trace
 
 
 def open_seal(label: str) -> None:
     """``label``'s reading passed: its traces open in this process."""
-    _OPEN.add(label)
+    if label not in _opened():
+        _OPEN.add(label)
+        _save()  # kept in the working folder: a restarted kernel finds it passed
 
 
 def opened(label: str) -> bool:
-    return label in _OPEN
+    return label in _opened()
 
 
 def _reset() -> None:
@@ -228,4 +277,5 @@ def _reset() -> None:
     _LAB_SEALS.clear()
     _FIGURE_SEALS.clear()
     _OPEN.clear()
+    _FILE.update(key=None, seals=[], open=frozenset())
 

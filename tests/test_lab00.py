@@ -146,7 +146,7 @@ def test_idle_share_refusal_never_prints_the_right_figure():
     from helpers.checks import CheckFailed, lab00
     from helpers.course import recorded
 
-    trace = recorded("data_stall", "broken")
+    trace = recorded("sync_stall", "broken")  # the trace the exercise reads
     want = 1.0 - m.gpu_utilization(trace)
     for wrong in (want + 0.2, want - 0.2):
         with pytest.raises(CheckFailed) as failed:

@@ -116,8 +116,8 @@ def test_a_failing_triage_reading_keeps_the_seal():
 
 
 def test_a_labs_trace_is_sealed_until_its_reading_passes():
-    t = rd.seal_until_read(recorded("data_stall", "broken"), "data")
-    _refused(recorded("data_stall", "broken"), "check_reading[data]")  # loaded again: still sealed
+    t = rd.seal_until_read(recorded("data_stall", "broken"), "data", "data")
+    _refused(recorded("data_stall", "broken"), "check_reading[data] for data")  # loaded again: still sealed
     for _what, edited in _edits(t):
         with pytest.raises(seal.SealedTrace):
             signals(edited)
@@ -134,6 +134,23 @@ def test_a_labs_trace_is_sealed_until_its_reading_passes():
     out = checks.check_reading(reading, t, "data", "data")
     assert out.startswith("passed") and "Second opinion" in out
     assert diagnose(recorded("data_stall", "broken"))  # open now, as the lab's second opinion
+
+
+def test_a_restarted_kernel_finds_the_labs_trace_still_sealed_and_a_passed_reading_still_passed():
+    """The seal is kept in the working folder: a new process that skips the cell that seals the trace still finds it
+    sealed; another lab's reading of the same label (labs 02 and 03 both read a 'broken loop') opens nothing here."""
+    rd.seal_until_read(recorded("sync_stall", "broken"), "sync", "broken loop")
+    seal._reset()  # what a restarted kernel knows: nothing in memory
+    with pytest.raises(seal.SealedTrace, match="broken loop"):
+        diagnose(recorded("sync_stall", "broken"))
+    seal.open_seal(rd.reading_seal("launch", "broken loop"))  # lab 02's reading passed in the same folder
+    with pytest.raises(seal.SealedTrace):
+        diagnose(recorded("sync_stall", "broken"))
+    seal.open_seal(rd.reading_seal("sync", "broken loop"))
+    seal._reset()
+    assert diagnose(recorded("sync_stall", "broken"))  # passed, and kept passed
+    rd.seal_until_read(recorded("sync_stall", "broken"), "sync", "broken loop")  # the lab's cell run again
+    assert diagnose(recorded("sync_stall", "broken"))
 
 
 def test_a_users_own_traces_are_never_sealed():
@@ -267,9 +284,9 @@ def test_every_labs_reading_trace_is_sealed_before_it_is_read():
     for nb in sorted((ROOT / "solutions").glob("*.ipynb")):
         code = ["".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
         text = "\n".join(code)
-        for trace, label in re.findall(r'check_reading\(\w+, (\w+), "\w+", "([^"]+)"\)', text):
+        for trace, item, label in re.findall(r'check_reading\(\w+, (\w+), "(\w+)", "([^"]+)"\)', text):
             found += 1
-            sealed = text.find(f'seal_until_read({trace}, "{label}")')
+            sealed = text.find(f'seal_until_read({trace}, "{item}", "{label}")')
             assert 0 <= sealed < text.find('check_reading(', sealed), (nb.name, trace, label)
         md = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
         if "check_reading(" in text:

@@ -100,10 +100,14 @@ def never_copies_back(state, bucket):
     return dist.all_reduce(half, async_op=True).get_future().then(lambda fut: buffer)
 
 
-def pytorchs_own(state, bucket):
-    return default_hooks.fp16_compress_hook(state, bucket)
+def wrap_pytorchs_own(model):  # PyTorch's fp16 compression, by its enum: no hook function named anywhere
+    from torch.distributed.algorithms.ddp_comm_hooks import DDPCommHookType, register_ddp_comm_hook
+
+    ddp = DDP(model)
+    register_ddp_comm_hook(DDPCommHookType.FP16_COMPRESS, ddp)
+    return ddp
 ''' + "".join(f"\n\ndef wrap_{h}(model):\n    ddp = DDP(model)\n    ddp.register_comm_hook(None, {h})\n    return ddp\n"
-               for h in ("never_divides", "never_copies_back", "pytorchs_own"))
+               for h in ("never_divides", "never_copies_back"))
 
 
 def _hooked_job(name: str, tmp_path):
@@ -133,7 +137,7 @@ def _hooked_job(name: str, tmp_path):
                           r"gradients.*copied back into the bucket's buffer"),
     ("pytorchs_own", r"runs PyTorch's own default_hooks\._compress_hook, default_hooks\.fp16_compress_hook .*write the "
                      r"hook itself"),
-], ids=["never divides by the world size", "never copies its result back", "PyTorch's fp16_compress_hook"])
+], ids=["never divides by the world size", "never copies its result back", "PyTorch's fp16 compression by its enum"])
 def test_a_wrong_fp16_comm_hook_is_refused_against_plain_ddp(hook, words, tmp_path):
     hooked = _hooked_job(hook, tmp_path)
     with pytest.raises(CheckFailed, match=words):
@@ -178,7 +182,7 @@ def torch_functional_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
 
 def test_torch_functional_adam_as_the_hand_written_update_is_refused():
     err, problem = lab02.adam_update_problem(torch_functional_adam)
-    assert problem and "your update runs the course's own torch.optim.adam.adam" in problem, problem
+    assert problem and "your update runs PyTorch's own torch.optim.adam.adam" in problem, problem
 
 
 def test_the_courses_foreach_loop_as_the_fixed_trace_is_refused():
@@ -261,6 +265,35 @@ def test_the_courses_sync_free_step_by_a_string_is_refused():
 
     problem = behaviour.same_training_problem(step_by_name, sync_stall.broken_step, setup, steps=4, log_every=2)
     assert problem and "runs the course's own sync_stall._fixed_step" in problem, problem
+
+
+def flops_by_name(model, x):  # lab 09: the check's own answer, by a string (no name in the source)
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab09"), "_reference_" + "matmul_flops")(model, x)
+
+
+def memory_by_name(snap):  # lab 10
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab10"), "_reference_" + "state")(snap)
+
+
+def pitfalls_by_name(s):  # lab 11
+    import importlib
+
+    return getattr(importlib.import_module("helpers.checks.lab11"), "_reference_" + "pitfalls")(s)
+
+
+@pytest.mark.parametrize("check, fn, words", [
+    ("check_matmul_flops", flops_by_name, r"your matmul_flops runs the course's own lab09\._reference_matmul_flops"),
+    ("check_memory_state", memory_by_name, r"your memory_state runs the course's own lab10\._reference_state"),
+    ("check_environment_pitfalls", pitfalls_by_name,
+     r"your environment_pitfalls runs the course's own lab11\._reference_pitfalls"),
+], ids=["lab 09 FLOPs", "lab 10 memory state", "lab 11 pitfalls"])
+def test_the_checks_own_answers_reached_by_a_string_are_refused(check, fn, words):
+    with pytest.raises(CheckFailed, match=words):
+        getattr(checks, check)(fn)
 
 
 # --- speed on small machines ----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ ANSWER_FIELDS = ("truth",)
 
 #: What a learner's own working tree may hold that no copy should carry.
 _NEVER = {".git", ".venv", "runs", "build", "screenshots", "__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
-_NEVER_FILES = {".selfcheck.json"}
+_NEVER_FILES = {".selfcheck.json", ".seals.json"}
 
 NOTE = ("> **Learner copy.** This tree was made with `python tools/learner_copy.py`: the solution notebooks, the\n"
         "> instructor pages, the course's tests and the blind-triage key are left out, so links to them point\n"

@@ -96,6 +96,11 @@ COURSE_ANSWERS: dict[str, tuple[str, ...]] = {
     "low-precision step": ("helpers.workloads.gpu_bound:train_step", "helpers.workloads.gpu_bound:make_step"),
     "forward without the break": ("helpers.workloads.gpu_bound:Net.forward",),
     "checkpointed forward": ("helpers.workloads.gpu_bound:Net.forward[ckpt]",),
+    # labs 09-11: the checks' own reference answers (``_reference*``) and the course's attention loops
+    "function (lab 9)": ("helpers.checks.lab09:_reference*", "helpers.workloads.attention:attend_eager",
+                          "helpers.workloads.attention:make_step", "helpers.workloads.attention:make_step_with"),
+    "function (lab 10)": ("helpers.checks.lab10:_reference*",),
+    "function (lab 11)": ("helpers.checks.lab11:_reference*", "helpers.workloads.callsite:fixed_step"),
 }
 
 
@@ -108,6 +113,15 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
     for entry in COURSE_ANSWERS[what]:
         ref, _, attr = entry.partition("[")
         module, _, qual = ref.partition(":")
+        if qual.endswith("*"):  # every function of the module whose name starts so
+            try:
+                found = vars(importlib.import_module(module))
+            except ImportError:
+                continue
+            for name, fn in found.items():
+                if name.startswith(qual[:-1]) and inspect.isfunction(fn):
+                    out[fn.__code__] = (f"the course's own {module.rsplit('.', 1)[-1]}.{name}", None)
+            continue
         try:
             obj: Any = importlib.import_module(module)
             for part in qual.split("."):
@@ -116,8 +130,9 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
             continue
         code = getattr(inspect.unwrap(obj), "__code__", None)
         if code is not None:
-            short = module.rsplit(".", 1)[-1] if module.startswith("helpers.") else module
-            out[code] = (f"{short}.{qual}", attr.rstrip("]") or None)
+            label = (f"the course's own {module.rsplit('.', 1)[-1]}.{qual}" if module.startswith("helpers.")
+                     else f"PyTorch's own {module}.{qual}")
+            out[code] = (label, attr.rstrip("]") or None)
     return out
 
 
@@ -153,6 +168,22 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
             sys.setprofile(mine)
 
 
+def watching(run: Callable, what: str) -> Callable:
+    """``run`` (the checks' :func:`~helpers.checks._core.run_learner`) with the course's answers for ``what`` watched
+    while the learner's function runs: one of them run refuses the call (:class:`CheckFailed`, naming it)."""
+    from ._core import CheckFailed
+
+    def run_watched(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with course_code_watch(what) as used:
+            out = run(fn, *args, **kwargs)
+        if used:
+            raise CheckFailed(f"{kwargs.get('name', 'your function')} runs {', '.join(used)}: write it yourself; a "
+                              "reference implementation wrapped in a function earns no credit")
+        return out
+
+    return run_watched
+
+
 def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> str | None:
     """Why ``fn`` is not the learner's own ``what``: it is the course's code (defined in ``helpers``), a class
     derived from one of the course's answers that keeps its method, or, when ``used`` is given (from
@@ -163,8 +194,8 @@ def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> st
         return (f"{name} is the course's own code ({fn.__module__}), not yours: write your {what} in a cell; the "
                 "course's reference earns no credit")
     if used:
-        return (f"your {what} runs the course's own {', '.join(used)}: write the {what} itself; the course's reference "
-                "wrapped in a function (or a subclass) earns no credit")
+        return (f"your {what} runs {', '.join(used)}: write the {what} itself; a reference implementation wrapped in a "
+                "function (or a subclass) earns no credit")
     return None
 
 
@@ -458,9 +489,9 @@ def ddp_training_problem(trace: Any, what: str = "job") -> str | None:
                 "compares its parameters with plain DDP's and writes the figures into its trace")
     used = sorted({c for r in rec.values() for c in r.get("course_code", [])})
     if used:
-        return (f"your {what} runs PyTorch's own {', '.join(used)} (the hook the course's recorded fp16_hook variant uses): "
-                "write the hook itself: cast the bucket's buffer to fp16, divide by the world size, all-reduce it, copy "
-                "the result back into the buffer and return it")
+        return (f"your {what} runs PyTorch's own {', '.join(used)} (its own compression, as the course's recorded "
+                "fp16_hook variant does): write the hook itself: cast the bucket's buffer to fp16, divide by the world "
+                "size, all-reduce it, copy the result back into the buffer and return it")
     steps = int(next(iter(rec.values())).get("steps", 0))
     moved = max(r.get("moved", 0.0) for r in rec.values())
     if not moved > 0:

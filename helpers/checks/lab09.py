@@ -22,7 +22,10 @@ from torch import nn
 from .. import metrics as m
 from .. import thresholds as th
 from ..model import Trace
+from . import behaviour as _behaviour
 from ._core import NUMBER, CheckFailed, _check, _close, _record, own_capture_problem, run_learner, shipped, unit_slip
+
+run_learner = _behaviour.watching(run_learner, "function (lab 9)")  # the course's answers refused wherever they run
 
 __all__ = [
     "check_matmul_flops", "check_roofline_point", "check_kernel_points", "check_mfu", "check_shape_miss",

@@ -19,6 +19,8 @@ from ..model import Trace
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, own_capture_problem, run_learner
 
+run_learner = behaviour.watching(run_learner, "function (lab 11)")  # the course's answers refused wherever they run
+
 __all__ = ["sync_rows", "check_sync_sites", "check_backtrace_command", "check_callsites_fixed",
            "check_environment_pitfalls", "PITFALLS"]
 

@@ -89,12 +89,18 @@ def pattern_intervals(trace: Trace, pattern: str) -> tuple[np.ndarray, np.ndarra
     return _intervals(trace, pattern)
 
 
-def seal_until_read(trace: Trace, label: str) -> Trace:
-    """Seal ``trace`` until ``check_reading(..., label)`` passes in this kernel: until then helpers.diagnose, its
+def reading_seal(item: str, label: str | None) -> str:
+    """What opens a lab's reading trace: its reading's check, for its item (labs 02 and 03 both read a 'broken loop')."""
+    return f"check_reading[{label}] for {item}" if label else f"check_reading for {item}"
+
+
+def seal_until_read(trace: Trace, item: str, label: str) -> Trace:
+    """Seal ``trace`` until ``check_reading(reading, trace, item, label)`` passes: until then helpers.diagnose, its
     signals, pattern_intervals and the reading's cost and window helpers answer that the reading comes first (on
-    this trace, a copy of it, the same file loaded again or its events lightly edited; :mod:`helpers.seal`).
-    Each lab calls it on the trace its reading exercise is about; returns the trace."""
-    return _seal.seal(trace, f"check_reading[{label}]")
+    this trace, a copy of it, the same file loaded again or its events lightly edited; :mod:`helpers.seal`). The seal
+    is kept in the working folder (``.seals.json``), so a restarted kernel finds it. Each lab calls it on the trace
+    its reading exercise is about; returns the trace."""
+    return _seal.seal(trace, reading_seal(item, label))
 
 
 def _to_us(trace: Trace, window_ms: tuple[float, float]) -> tuple[float, float]:
@@ -284,7 +290,7 @@ def check_reading(reading: Reading, trace: Trace, item: str, label: str | None =
     name = f"check_reading[{label}]" if label else "check_reading"
     with _seal._check_reads():
         verdict = _check_reading(reading, trace, item, name)
-    _seal.open_seal(name)
+    _seal.open_seal(reading_seal(item, label))
     return verdict
 
 
