@@ -253,15 +253,15 @@ def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, T
 def steps_line(trace: Trace, label: str) -> str:
     """One line on a trace's steps: how many, and how long one lasts as the analysis counts it.
 
-    A step here runs from its start on the host to the end of its GPU work (``metrics.step_time_ms``): when the
-    host runs ahead of the GPU, its own ``ProfilerStep`` ranges are far shorter than that.
+    A step here lasts until its GPU work ends (``metrics.step_time_ms``, over ``metrics.windows``): when the host
+    runs ahead of the GPU, the host's own ``ProfilerStep`` ranges are far shorter than that.
     """
     from .metrics import step_time_ms
 
     step_ms = step_time_ms(trace)
     length = "no step time" if step_ms is None else f"{step_ms:.2f} ms each"
-    return (f"{label}: {len(trace.steps)} steps, {length} (metrics.step_time_ms: from a step's start on the host to "
-            f"the end of its GPU work); the capture spans {trace.span_us / 1e3:.1f} ms")
+    return (f"{label}: {len(trace.steps)} steps, {length} (metrics.step_time_ms: a step lasts until its GPU work "
+            f"ends, which can be long after the host's own step range); the capture spans {trace.span_us / 1e3:.1f} ms")
 
 
 def show(obj: object) -> object:

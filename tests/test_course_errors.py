@@ -87,3 +87,14 @@ except ValueError as err:
     assert course.cell_bindings(source) == {"nn", "m", "x", "y", "z", "i", "w", "fh", "f", "C", "squares", "err",
                                             "handled"}
     assert course.cell_bindings("%matplotlib inline\nx = 1") == set()
+
+
+def test_steps_line_gives_the_step_time_without_calling_it_the_hosts():
+    from helpers import metrics
+    from helpers.checks import triage_trace
+
+    t = triage_trace("t5")  # the host's step ranges last about 0.5 ms, the GPU's steps about 32 ms
+    host_ms = float((t.steps["end_us"] - t.steps["start_us"]).max() / 1e3)
+    line = course.steps_line(t, "t5")
+    assert f"{metrics.step_time_ms(t):.2f} ms each" in line and metrics.step_time_ms(t) > 10 * host_ms
+    assert "on the host" not in line and "GPU work ends" in line
