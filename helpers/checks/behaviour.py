@@ -147,8 +147,12 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
 
     codes = _answer_codes(what)
     used: list[str] = []
+    watching = [True]
 
     def watch(frame: Any, event: str, _arg: Any) -> None:
+        if not watching[0]:  # a thread started during the block that outlives it (a loader's pin-memory thread)
+            sys.setprofile(None)
+            return
         if event == "call" and frame.f_code in codes:
             name, attr = codes[frame.f_code]
             if attr is not None and not getattr(frame.f_locals.get("self"), attr, False):
@@ -163,6 +167,7 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
     try:
         yield used
     finally:
+        watching[0] = False
         threading.setprofile(before)  # type: ignore[arg-type]
         if here:
             sys.setprofile(mine)
