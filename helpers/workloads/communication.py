@@ -55,6 +55,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
+from .. import stamps
 from ..profiling import _nvtx, annotate, new_run_dir
 from .common import count_at_least
 
@@ -584,6 +585,17 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
     raise original
 
 
+def _job_how(variant: str | None, wrap: Callable | None, shard: Callable | None) -> dict:
+    """How a job's rank traces were made: by this module, with the learner's ``wrap``/``shard`` (their code)."""
+    import hashlib
+
+    parts = [stamps.describe_step(f) for f in (wrap, shard) if f is not None]
+    step = hashlib.sha256("|".join([variant or ""] + [p["step"] for p in parts]).encode()).hexdigest()
+    return {"by": "communication.run", "step": step,
+            "workloads": sorted({"communication"}.union(*[p["workloads"] for p in parts])),
+            "learner": sorted(set().union(*[p["learner"] for p in parts]))}
+
+
 def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
         *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool | int = True,
         mark_collectives: bool = False, nsys_steps: bool = False, threads: int | None = None, **options: Any) -> dict:
@@ -654,6 +666,11 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     ranks = [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(world_size)]
     for r in range(world_size):
         (result_dir / f"rank{r}.json").unlink()
+    if out_dir:  # each rank's trace, registered as made here: helpers.load(trace_dir) stamps the job's trace
+        how = _job_how(variant, wrap, shard)
+        for r in ranks:
+            if r.get("trace"):
+                stamps.made(r["trace"], how)
     out = {"variant": variant or name, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
            "per_rank_ms": [r["step_ms"] for r in ranks], "backend": ranks[0]["backend"], "trace_dir": out_dir}
     if learner:  # what the learner's job trained, next to plain DDP (training_record), rank by rank
