@@ -549,6 +549,13 @@ def _queue_kind(trace: Trace) -> str | None:
     return "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
 
 
+def queue_traces() -> dict[str, Trace]:
+    """Exercise 7's two H200 recordings under neutral labels: which queue each one has is the exercise's reading."""
+    from ..course import recorded
+
+    return {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}
+
+
 def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], traces: dict[str, Trace]) -> str:
     """Your ``fn(trace)`` gives the median launch-to-start offset (µs) of each trace within 10%, and
     ``readings[label]`` says what it means: ``"empty"`` or ``"deep"`` (:data:`QUEUE_READINGS`)."""
