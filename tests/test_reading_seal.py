@@ -292,3 +292,13 @@ def test_every_labs_reading_trace_is_sealed_before_it_is_read():
         if "check_reading(" in text:
             assert "The reading comes first" in md and "The window lies on the pattern" in md, nb.name
     assert found >= 7
+
+
+def test_lab00s_figure_seal_stays_in_its_kernel():
+    """Labs share the working folder: lab 00's gap seal on the sync-stall recording must not hold the metrics lab 03
+    measures that recording with (a restarted kernel, here: the memory forgotten, the folder's file read)."""
+    from helpers import metrics
+
+    checks.seal_gaps(recorded("sync_stall", "broken"))
+    seal._reset()
+    assert 0 < metrics.gpu_utilization(recorded("sync_stall", "broken")) < 1
