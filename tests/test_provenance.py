@@ -182,3 +182,15 @@ def test_a_reading_of_another_labs_recording_is_refused():
     other = course.recorded("sync_stall", "broken")
     with pytest.raises(checks.CheckFailed, match=r"is not the trace this exercise reads \(the course's data_stall:broken"):
         checks.check_reading(_truthful(other), other, "data", "data")
+
+
+def test_a_fix_that_runs_another_labs_loop_is_refused():
+    """A step of the learner's that only wraps another lab's course loop (lab 02's, offered as lab 03's fix)."""
+    ex = exercise.find("sync", "check_sync_fixed")
+    t = course.recorded("sync_stall", "broken")
+    before = own_capture(replace(t, events=t.events.copy(), metadata={}, _memo={}), of=("sync_stall",), mine=False)
+    wrapped = own_capture(replace(t, events=t.events.copy(), metadata={}, _memo={}), of=("launch_overhead", "common"))
+    problem = provenance.problems(ex, {"before": before, "after": wrapped})
+    assert problem and "runs the course's launch_overhead loop, not a fix of the sync_stall loop" in problem
+    shared_only = own_capture(replace(t, events=t.events.copy(), metadata={}, _memo={}), of=("common",))
+    assert provenance.problems(ex, {"before": before, "after": shared_only}) is None

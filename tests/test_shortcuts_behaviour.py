@@ -140,6 +140,8 @@ def _hooked_job(name: str, tmp_path):
 ], ids=["never divides by the world size", "never copies its result back", "PyTorch's fp16 compression by its enum"])
 def test_a_wrong_fp16_comm_hook_is_refused_against_plain_ddp(hook, words, tmp_path):
     hooked = _hooked_job(hook, tmp_path)
+    for meta in hooked.metadata["ranks"].values():  # the record as the trace's metadata holds it, edited: the check
+        meta["training"] = {"steps": 1.0, "from_plain_ddp": 0.0, "ranks_apart": 0.0, "moved": 1.0}  # reads the stamp's
     with pytest.raises(CheckFailed, match=words):
         checks.check_comm_hook(hooked, hooked)  # behaviour comes before what the traces show
 

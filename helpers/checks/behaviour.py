@@ -147,8 +147,12 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
 
     codes = _answer_codes(what)
     used: list[str] = []
+    watching = [True]
 
     def watch(frame: Any, event: str, _arg: Any) -> None:
+        if not watching[0]:  # a thread started during the block that outlives it (a loader's pin-memory thread)
+            sys.setprofile(None)
+            return
         if event == "call" and frame.f_code in codes:
             name, attr = codes[frame.f_code]
             if attr is not None and not getattr(frame.f_locals.get("self"), attr, False):
@@ -163,6 +167,7 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
     try:
         yield used
     finally:
+        watching[0] = False
         threading.setprofile(before)  # type: ignore[arg-type]
         if here:
             sys.setprofile(mine)
@@ -464,8 +469,14 @@ def same_training_problem(make_mine: Callable, make_reference: Callable, setup: 
 
 # --- lab 04: the ranks' parameters after the job, against plain DDP's ------------------------------------
 def _training_records(trace: Any) -> dict[int, dict]:
-    """{rank: the job's training record} (helpers.workloads.communication.training_record, carried in each rank's
-    trace); ranks without one are left out."""
+    """{rank: the job's training record} (helpers.workloads.communication.training_record): from the trace's stamp
+    where it has one (the record is under its token: helpers.stamps), else as each rank's trace file carries it;
+    ranks without one are left out."""
+    from .. import stamps
+
+    how = stamps.stamp_of(trace)
+    if how is not None and isinstance(how.get("training"), dict):
+        return {int(r): rec for r, rec in how["training"].items() if isinstance(rec, dict) and rec}
     ranks = trace.metadata.get("ranks")
     if isinstance(ranks, dict) and ranks:
         return {int(r): meta["training"] for r, meta in ranks.items() if isinstance(meta, dict) and meta.get("training")}

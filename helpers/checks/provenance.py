@@ -24,6 +24,10 @@ from typing import Any
 from ..model import Trace
 from ..stamps import events_digest, stamp_of, table_digest, table_stamp_of
 
+#: Workload modules every loop may use (the command line and timing, the training-utilities library): running them
+#: says nothing about which lab's loop a step is.
+SHARED = frozenset({"common", "trainkit"})
+
 
 def problems(exercise: Any, arguments: dict[str, Any]) -> str | None:
     """What is wrong with where ``exercise``'s inputs in ``arguments`` came from, or None."""
@@ -117,6 +121,10 @@ def _workload_problem(ex: Any, takes: Any, label: str, trace: Trace, how: dict, 
                 if mate is not None and mate.get("step") == how.get("step"):
                     return (f"{what} is a capture of the same step as {other.name}: capture your fixed step for "
                             f"{takes.name}")
+        loops = sorted(set(how.get("workloads") or []) - SHARED)
+        if takes.of and loops and takes.of not in loops:  # it runs another lab's loop, not a fix of this one
+            return (f"{what} runs the course's {', '.join(loops)} loop, not a fix of the {takes.of} loop this exercise "
+                    f"is about: capture your fix of the lab's loop for {takes.name}")
         return None
     if takes.of and takes.of not in (how.get("workloads") or []):
         runs = ", ".join(how.get("workloads") or []) or "a loop of your own"

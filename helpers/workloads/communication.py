@@ -668,6 +668,8 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
         (result_dir / f"rank{r}.json").unlink()
     if out_dir:  # each rank's trace, registered as made here: helpers.load(trace_dir) stamps the job's trace
         how = _job_how(variant, wrap, shard)
+        if learner:  # what the ranks trained goes under the stamp's token too: the checks read it from there
+            how["training"] = {str(r["rank"]): r.get("training") for r in ranks}
         for r in ranks:
             if r.get("trace"):
                 stamps.made(r["trace"], how)
