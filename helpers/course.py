@@ -11,8 +11,10 @@ what a CPU shows honestly.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
+import linecache
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -41,9 +43,76 @@ class ExerciseNotDone(NotImplementedError):
         self.where = _enclosing_function(sys._getframe(1)) if where is None else where
         super().__init__(not_done_text(number, todo, self.where))
         target = todo.split(" =")[0] if " =" in todo else ""
+        names = _stopped_cell_names(sys._getframe(1))
         if target.isidentifier():
-            _UNFINISHED[target] = number
-        _UNFINISHED[""] = number  # the last exercise that stopped a cell
+            names.add(target)
+        for name in names:  # the names this stop left unset: a later NameError on one of them blames this exercise
+            _UNFINISHED[name] = (number, self.where)
+
+
+def _user_namespace() -> dict | None:
+    """The running IPython shell's user namespace (where a notebook's cells run), or None outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else shell.user_ns
+
+
+def _stopped_cell_names(frame) -> set[str]:  # noqa: ANN001 - a frame object
+    """The names the notebook cell running ``frame`` binds at its top level (its source parsed, never run).
+
+    The cell is the outermost frame executing module code in the shell's user namespace; a stub inside a
+    function (Exercise 2's ``train_step``) stops the later cell that calls it, and it is that cell whose names
+    stay unset. Empty outside IPython or when the cell's source cannot be read.
+    """
+    user_ns = _user_namespace()
+    if user_ns is None:
+        return set()
+    cell = None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is user_ns:
+            cell = frame
+        frame = frame.f_back
+    if cell is None:
+        return set()
+    return cell_bindings("".join(linecache.getlines(cell.f_code.co_filename)))
+
+
+def cell_bindings(source: str) -> set[str]:
+    """Names a cell's source binds at its top level: assignments, imports, defs, for/with targets."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    own_scope = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+                 ast.DictComp, ast.GeneratorExp)
+
+    def stores(node: ast.AST) -> None:  # names a statement's own expressions bind (not its nested statements)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.stmt, *own_scope)):
+                continue
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                names.add(child.id)
+            stores(child)
+
+    def visit(nodes: list) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+            else:
+                stores(node)
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    visit(getattr(node, field, []))
+                if isinstance(node, ast.ExceptHandler) and node.name:
+                    names.add(node.name)
+
+    visit(tree.body)
+    return names
 
 
 def _enclosing_function(frame) -> str:  # noqa: ANN001 - a frame object
@@ -64,8 +133,9 @@ def not_done_text(number: int, todo: str = "your code", where: str = "") -> str:
             "then Run > Run Selected Cell and All Below.")
 
 
-#: Variable an unfinished exercise should have set -> its number ("" -> the last one that stopped a cell).
-_UNFINISHED: dict[str, int] = {}
+#: Name an unfinished exercise left unset -> (that exercise's number, the function holding its stub or ""): its stub's target, and every name the cell
+#: it stopped binds at top level (read from that cell's source). Names no stop left unset are not guessed at.
+_UNFINISHED: dict[str, tuple[int, str]] = {}
 
 
 def one_line(exc: BaseException) -> str | None:
@@ -76,14 +146,26 @@ def one_line(exc: BaseException) -> str | None:
         return f"Check failed: {exc}"
     if isinstance(exc, (TraceError, NoGPUError)):
         return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, NameError) and _UNFINISHED:
+    if isinstance(exc, NameError) and not _raised_in_helpers(exc):
         name = getattr(exc, "name", None) or ""
-        number = _UNFINISHED.get(name, _UNFINISHED[""])
-        what = f"`{name}`" if name else "a name this cell uses"
-        return (f"Exercise {number} is not done yet: {what} is set by the cell of Exercise {number} (the one with "
-                f"`raise course.ExerciseNotDone({number}, ...)`): edit that cell, run it, then come back here with "
-                "Run > Run Selected Cell and All Below.")
+        if name in _UNFINISHED:
+            number, where = _UNFINISHED[name]
+            stub = f"`{where}` still raises" if where else f"its cell still holds `raise course.ExerciseNotDone({number}, ...)`"
+            return (f"Exercise {number} is not done yet: `{name}` is set by a cell that stopped there ({stub}): "
+                    f"finish Exercise {number}, run its cell, then come back here with Run > Run Selected Cell and "
+                    "All Below.")
+        if name:
+            return (f"NameError: name `{name}` is not defined: no cell run in this kernel has set it. Check its "
+                    "spelling; if a cell above sets it, run the cells above (Run > Run All Above Selected Cell).")
     return None
+
+
+def _raised_in_helpers(exc: BaseException) -> bool:
+    """Whether the error's innermost frame is this package's code: a real bug there keeps its traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(Path(__file__).parent)
 
 
 def _show_course_error(shell, etype, value, tb, tb_offset=None):  # noqa: ANN001 - IPython's handler signature
@@ -166,6 +248,20 @@ def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, T
         known = sorted({(e["workload"], e["variant"], e["tag"]) for e in recordings})
         raise TraceError(f"no recorded nsys/profiler pair for {workload}:{variant} ({tag}); recorded: {known}")
     return {side: load(DATA / f) for side, f in files.items()}
+
+
+def steps_line(trace: Trace, label: str) -> str:
+    """One line on a trace's steps: how many, and how long one lasts as the analysis counts it.
+
+    A step here lasts until its GPU work ends (``metrics.step_time_ms``, over ``metrics.windows``): when the host
+    runs ahead of the GPU, the host's own ``ProfilerStep`` ranges are far shorter than that.
+    """
+    from .metrics import step_time_ms
+
+    step_ms = step_time_ms(trace)
+    length = "no step time" if step_ms is None else f"{step_ms:.2f} ms each"
+    return (f"{label}: {len(trace.steps)} steps, {length} (metrics.step_time_ms: a step lasts until its GPU work "
+            f"ends, which can be long after the host's own step range); the capture spans {trace.span_us / 1e3:.1f} ms")
 
 
 def show(obj: object) -> object:

@@ -131,7 +131,12 @@ def time_origin_us(trace: Trace) -> float:
 
 def time_origin_text(trace: Trace) -> str:
     """What time 0 of :func:`time_origin_us` is, in words, for the axis (a host that runs ahead puts its own work
-    at negative times: the reader needs to know which start 0 is)."""
+    at negative times: the reader needs to know which start 0 is).
+
+    The words are the same whether the host or the GPU started the first step: which of the two it was, and by how
+    much the host ran ahead, is a reading of the trace (lab 00's launch queue, lab 07's triage), not the axis's to
+    give away. The timeline itself shows it: the host's own work of that step at negative times.
+    """
     trace = m.stepped(trace)
     win = m.windows(trace)
     win = win[win["step"] >= 0]
@@ -149,11 +154,8 @@ def time_origin_text(trace: Trace) -> str:
     host_start = float(host["start_us"].iat[0])
     ranges = ev[(ev["kind"] == "annotation") & (ev["rank"] == rank) & (np.abs(ev["start_us"] - host_start) < 1e-3)]
     what = f"step {step}, {ranges['name'].iat[0]}" if not ranges.empty else f"step {step}"
-    late = (float(first["start_us"]) - host_start) / 1e3
-    if late > 0.05:  # the window starts on the GPU's time, after its host range began
-        return (f"0 = the start of the first profiled step ({what}) on the GPU; the host began it {late:.1f} ms "
-                "earlier (it runs ahead of the GPU)")
-    return f"0 = the start of the first profiled step ({what})"
+    return (f"0 = the start of the first profiled step ({what}): on the host, or on the GPU when its work there "
+            "starts later (then the host's part of that step lies before 0)")
 
 
 #: What each range colour stands for, in the legend's order.

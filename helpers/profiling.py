@@ -10,7 +10,6 @@ import functools
 import gzip
 import os
 import re
-import secrets
 import shlex
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from .errors import ArgumentError, NoGPUError, TraceError
 from .model import Trace
 from .procs import run_bounded
 from .readers import load
+from .stamps import describe_step, events_digest, made, stamp_if_made, stamp_of, stamp_table  # noqa: F401
 
 if TYPE_CHECKING:  # only run_ncu returns a DataFrame; readers.ncu imports pandas when it runs
     import pandas as pd
@@ -176,71 +176,34 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
             step_fn(i)
             prof.step()
         _sync()
-    return _stamp(load(save_trace(prof, run_dir / "trace.json.gz")))
-
-
-#: This process's capture secret. A trace captured here carries a token made from it and the trace's events
-#: digest, so a check can tell the learner's own capture from a file loaded in (a recording copied out of
-#: data/, another kernel's), and a token copied onto other events does not match them.
-_SECRET = secrets.token_bytes(32)
-#: The SHA-256 of each trace file capture() wrote in this process: only those files can be stamped.
-_WRITTEN: set[str] = set()
-
-
-def events_digest(trace: Trace) -> str:
-    """A content digest of a trace's events (names, kinds, times): changes when the events are swapped."""
-    import hashlib
-
-    import pandas as pd
-
-    ev = trace.events[[c for c in ("name", "kind", "start_us", "dur_us", "rank") if c in trace.events.columns]]
-    return hashlib.sha256(pd.util.hash_pandas_object(ev, index=False).to_numpy().tobytes()).hexdigest()
-
-
-def _file_digest(path: str | os.PathLike) -> str | None:
-    import hashlib
-
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
+    how = {"by": "capture", **describe_step(step_fn)}  # the stamp names the loop: its code and the workload it runs
+    return _stamp(load(save_trace(prof, run_dir / "trace.json.gz", how)))
 
 
 def _stamp(trace: Trace) -> Trace:
-    """Mark a trace loaded from a file :func:`capture` wrote in this process as captured here.
+    """``trace`` as :func:`capture` returns it: stamped as made here (:mod:`helpers.stamps`), which
+    :func:`helpers.load` does for a file a tool of this process wrote.
 
     Any other trace is refused (a recording loaded or copied from ``data/``, a file written by other code,
-    a trace built in memory): the stamp certifies bytes this process's capture wrote, nothing else.
+    a trace built in memory): the stamp certifies bytes this process's tools wrote, nothing else.
     """
-    import hmac
-
-    if not trace.source or _file_digest(trace.source) not in _WRITTEN:
+    if stamp_of(trace) is None:
+        trace = stamp_if_made(trace)
+    if stamp_of(trace) is None:
         name = Path(trace.source).name if trace.source else "this trace"
         raise TraceError(f"{name}: this trace was loaded, not captured here: only what helpers.capture(...) records "
                          "in this kernel counts as your capture")
-    digest = events_digest(trace)
-    trace.metadata["capture"] = {"digest": digest,
-                                 "token": hmac.new(_SECRET, digest.encode(), "sha256").hexdigest()}
     return trace
 
 
 def captured_here(trace: Trace) -> bool:
-    """Whether ``trace`` was captured by :func:`capture` in this process, its events unchanged since."""
-    import hmac
-
-    stamp = trace.metadata.get("capture")
-    if not isinstance(stamp, dict) or not isinstance(stamp.get("token"), str):
-        return False
-    want = hmac.new(_SECRET, events_digest(trace).encode(), "sha256").hexdigest()
-    return hmac.compare_digest(stamp["token"], want)
+    """Whether ``trace`` was made by this process's tools (:func:`capture`, ...), its events unchanged since."""
+    return stamp_of(trace) is not None
 
 
-def save_trace(prof: torch.profiler.profile, path: Path) -> Path:
-    """Export a finished profile as gzipped Chrome-trace JSON at ``path`` (which must not exist)."""
+def save_trace(prof: torch.profiler.profile, path: Path, how: dict | None = None) -> Path:
+    """Export a finished profile as gzipped Chrome-trace JSON at ``path`` (which must not exist), registered
+    as made in this process ``how`` (:func:`helpers.stamps.made`; default: by capture, of an unknown loop)."""
     if path.exists():
         raise TraceError(f"{path}: already exists; refusing to overwrite a recorded trace")
     raw = path.with_suffix("")  # trace.json
@@ -248,7 +211,7 @@ def save_trace(prof: torch.profiler.profile, path: Path) -> Path:
     with open(raw, "rb") as src, gzip.open(path, "wb", compresslevel=6) as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    _WRITTEN.add(_file_digest(path))  # the bytes written here, and no other file, may be stamped as captured
+    made(path, how or {"by": "capture", "step": "", "workloads": [], "learner": []})  # these bytes, no other file
     return path
 
 
@@ -389,7 +352,14 @@ def run_nsys(command: Sequence[str], timeout_s: float = 600) -> Trace:
                          "call torch.cuda.profiler.start()/stop() (the course's workloads do with --nsys-range)")
     if not sqlite.exists():  # --stats=true exports on its own
         _run_tool(["nsys", "export", "--type", "sqlite", "-o", str(sqlite), str(report)], what="nsys export", timeout_s=timeout_s)
+    made(sqlite, _tool_how("run_nsys", command))
     return load(sqlite)
+
+
+def _tool_how(by: str, command: Sequence[str]) -> dict:
+    """How a profiler run of ``command`` made its output: the tool, and the course's workloads it ran."""
+    workloads = sorted({str(c).rsplit(".", 1)[1] for c in command if str(c).startswith("helpers.workloads.")})
+    return {"by": by, "command": shell([str(c) for c in command]), "workloads": workloads, "learner": []}
 
 
 def ncu_command(program: Sequence[str], kernel_regex: str, count: int = 1, launch_skip: int = 0,
@@ -427,7 +397,7 @@ def run_ncu(command: Sequence[str], csv_path: str | os.PathLike, timeout_s: floa
         raise TraceError(f"{csv_path}: already exists; pick another name (recorded results are never overwritten)")
     done = _run_tool(*_this_python(command), what="ncu", timeout_s=timeout_s, stdout=subprocess.PIPE)
     csv_path.write_text(done.stdout)
-    return read_ncu(csv_path)
+    return stamp_table(read_ncu(csv_path), _tool_how("run_ncu", command))
 
 
 def shell(cmd: Sequence[str]) -> str:

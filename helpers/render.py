@@ -64,6 +64,11 @@ def json_schema_doc() -> str:
     )
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and the word in the number it takes: ``plural(1, "gap")`` -> "1 gap", ``plural(3, "gap")`` -> "3 gaps"."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def device_line(names: list[str]) -> str:
     """Each distinct device once, with its count: ``2x NVIDIA H200, 1x NVIDIA A100``."""
     counts = Counter(n for n in names if n)

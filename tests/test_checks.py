@@ -1,6 +1,7 @@
 """Every lab check can fail: given the broken loop's trace it fails with a message, given the fixed one it passes."""
 
 import pytest
+from conftest import as_learners
 
 from helpers import checks
 from helpers.course import recorded
@@ -66,7 +67,7 @@ def test_answer_checks_fail_on_wrong_answers():
 
 
 def test_reading_checks_have_tolerances():
-    t = recorded("data_stall", "broken")
+    t = recorded("sync_stall", "broken")  # the trace lab 00's gap exercises read
     from helpers import metrics
 
     longest = float(metrics.idle_gaps(t)["dur_us"].max() / 1e3)
@@ -105,5 +106,7 @@ def test_fix_checks_judge_structure_not_timing():
     with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
         checks.check_capstone(*b_f("mystery"), 2.0)
     with pytest.raises(checks.CheckFailed) as info:
-        checks.check_data_stall_fixed(broken, broken, 1.0, OK_LOADER)
+        checks.check_data_stall_fixed(broken, as_learners(broken), 1.0, OK_LOADER)
     assert "DataLoader" in str(info.value)
+    with pytest.raises(checks.CheckFailed, match="is a capture of the same step as before: capture your fixed step"):
+        checks.check_data_stall_fixed(broken, broken, 1.0, OK_LOADER)

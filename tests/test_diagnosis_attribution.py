@@ -247,12 +247,15 @@ def test_an_input_pipelines_frames_on_the_loops_thread_are_its_wait_for_data(tmp
     """Python frames of an input pipeline (a Hugging Face processor, a pipeline's preprocess, torchvision, PIL, video
     and audio decoders) on the thread that launches the GPU's work are the loop preparing its next input: the GPU's
     idle beside them is a data stall, as under enumerate(DataLoader) (the corpus's TimeSformer pipeline). The same
-    frames on another thread (decoding beside the loop) are not; the loop's own code in frames of its own is not."""
+    frames on another thread (decoding beside the loop) are not; the loop's own code in frames of its own is not, nor
+    a tokenizer decoding the model's output."""
     pre = helpers.load(write_json(_preprocessing_loop("transformers/models/vit/image_processing_vit.py(300): preprocess"),
                                   tmp_path / "pre.json"))
     found = dg.diagnose(pre)
     assert found[0].pattern == "data_stall"
     assert m.data_wait(pre)["data_wait_us_per_step"] == pytest.approx(5000, rel=0.01)  # the decoding thread's: not data
-    own = helpers.load(write_json(_preprocessing_loop("train.py(40): make_batch"), tmp_path / "own.json"))
-    assert [f.pattern for f in dg.diagnose(own)][0] == "host_bound"
-    assert m.data_wait(own)["data_wait_us_per_step"] == 0
+    for i, frame in enumerate(("train.py(40): make_batch",  # the loop's own code
+                               "transformers/tokenization_utils_base.py(3800): batch_decode")):  # the output's side
+        own = helpers.load(write_json(_preprocessing_loop(frame), tmp_path / f"own{i}.json"))
+        assert [f.pattern for f in dg.diagnose(own)][0] == "host_bound"
+        assert m.data_wait(own)["data_wait_us_per_step"] == 0

@@ -141,3 +141,38 @@ def test_the_signing_state_is_one_object_that_takes_its_key_when_started(tmp_pat
     import helpers.selfcheck as sc
 
     assert "start_run()" in sc.KERNEL_START
+
+
+def test_an_extra_notebook_that_only_calls_public_checks_earns_nothing(tmp_path, capsys):
+    """One extra notebook in labs/ that does none of the labs' work: it calls the public checks on whatever
+    passes them (the right tool answers, a truthful reading of a shipped trace, lab 06's shipped report and
+    ncu table, lab 00's idle share on the recording). Under --run it earns 0 items, each call refused with a
+    line naming the lab where that exercise is earned."""
+    import nbformat
+
+    from helpers.selfcheck import run_selfcheck
+
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    cells = [
+        "from helpers import checks, course, metrics\nfrom helpers.checks import Reading\nout = []",
+        f"out.append(checks.check_tool_choice({TOOL_ANSWERS!r}))",
+        "t = course.recorded('sync_stall', 'broken')\nout.append(checks.check_gpu_idle_share(lambda x: 1 - metrics.gpu_utilization(x), t))",
+        "s = course.shipped_nsys_export('data_stall', 'broken')\n"
+        "out.append(checks.check_stats_reading({'top_api_call': 'cudaLaunchKernel', 'top_kernel': 'void wgrad_alg0_engine<float, (int)128'}, s))",
+    ]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), labs / "99_shortcuts.ipynb")
+    assert run_selfcheck(labs, run=True) == 1
+    out = capsys.readouterr().out.splitlines()
+    ran = next(line for line in out if line.startswith("ran 99_shortcuts.ipynb"))
+    assert "3 cell(s) failed, the first: CheckFailed: check_tool_choice is lab 00's exercise, earned in " + NB00 in ran
+    assert out[-1] == f"0/{len(checks.SELF_CHECK)} passed"
+
+
+def test_a_pass_that_earns_nothing_is_not_reported_as_a_refused_claim():
+    """Checks of practice (reading a shipped trace, a triage reading inside check_triage) are recorded unsigned;
+    the --run report lists refusals of credit claims only."""
+    results = {"launch": {"checks": {"check_launch_diagnosed": True}, "track": "cpu"},
+               "workflow": {"checks": {"check_reading[triage t1]": True}, "track": "cpu"}}
+    verified, refused = verify_results(results, {})
+    assert verified == {} and refused == []

@@ -290,7 +290,7 @@ def test_a_copied_recording_is_refused_as_the_learners_trace(tmp_path):
     copied = helpers.load(tmp_path / "my_fixed.json.gz")
     before = mine(recorded("data_stall", "broken", "cpu"))
     assert not captured_here(copied)
-    with pytest.raises(checks.CheckFailed, match="my_fixed.json.gz was loaded from a file .* not captured in this notebook"):
+    with pytest.raises(checks.CheckFailed, match=r"my_fixed.json.gz\) was not made in this notebook: it was loaded from a file"):
         checks.check_data_stall_fixed(before, copied, 1.3, real_loader)
     # a capture whose events were swapped for a recording's afterwards
     live = helpers.capture(lambda i: torch.ones(3).sum(), steps=2, out_dir=tmp_path, name="live")

@@ -146,7 +146,7 @@ def test_idle_share_refusal_never_prints_the_right_figure():
     from helpers.checks import CheckFailed, lab00
     from helpers.course import recorded
 
-    trace = recorded("data_stall", "broken")
+    trace = recorded("sync_stall", "broken")  # the trace the exercise reads
     want = 1.0 - m.gpu_utilization(trace)
     for wrong in (want + 0.2, want - 0.2):
         with pytest.raises(CheckFailed) as failed:
@@ -154,3 +154,42 @@ def test_idle_share_refusal_never_prints_the_right_figure():
         text = str(failed.value)
         assert f"{want:.3f}" not in text and f"{want:.2f}" not in text, text
         assert ("above" if wrong > want else "below") in text
+
+
+def test_messages_count_in_words_and_do_not_contradict_themselves():
+    """Lab 00's refusals: '1 gap', not '1 gaps'; steps as integers; no 'problem(s)'; the time window's message
+    says which start-up each bound is and how many steps would do; a share outside [0, 1] is said to be one."""
+    from conftest import as_learners
+
+    from helpers import metrics as m
+    from helpers.checks import CheckFailed, lab00
+
+    trace = recorded("sync_stall", "broken")
+    gaps = m.idle_gaps(trace)["dur_us"].sort_values() / 1e3
+    just_under_longest = float(gaps.iloc[-2]) * 1.001  # only the longest gap is longer than this by 10%
+    if gaps.iloc[-1] > just_under_longest * 1.1 and gaps.iloc[-2] <= just_under_longest * 1.1:
+        with pytest.raises(CheckFailed) as failed:
+            checks.check_longest_gap(just_under_longest, trace)
+        assert "1 gap on the GPU lanes is longer" in str(failed.value), str(failed.value)
+
+    with pytest.raises(CheckFailed) as failed:
+        checks.check_annotated_phases(as_learners(trace), phases=("forward", "no such phase"))
+    assert "step 0:" in str(failed.value) and "step 0.0" not in str(failed.value)
+
+    script = "python -m helpers.workloads.data_stall --variant broken --steps 10"
+    commands = {"capture range": f"nsys profile --trace=cuda,nvtx --capture-range=cudaProfilerApi -o a {script} --nsys-range",
+                "time window": f"nsys profile --trace=cuda,nvtx --delay=20 --duration=30 -o b {script}",
+                "gpu metrics": f"nsys profile --trace=cuda,nvtx --gpu-metrics-devices=0 -o c {script}"}
+    with pytest.raises(CheckFailed) as failed:
+        checks.check_nsys_commands(commands)
+    text = str(failed.value)
+    assert text.startswith("Check failed: 1 problem:") or "1 problem:" in text, text
+    assert "(s)" not in text and "can be done" not in text
+    needed = int(text.split("--steps ")[1].split()[0])
+    program = script.split()[:-1] + [str(needed)]
+    assert lab00.window_problems(20, 30, program) == []  # the steps it asks for make the window hold steps
+    assert lab00.window_problems(20, 30, script.split()[:-1] + [str(needed - 2)])
+
+    with pytest.raises(CheckFailed) as failed:
+        lab00.check_gpu_idle_share(lambda _t: -8.683, trace)
+    assert "lies between 0 and 1" in str(failed.value), str(failed.value)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, shipped_notebook
+from conftest import ROOT, as_learners, shipped_notebook
 from synth import Ev, write_json
 
 import helpers
@@ -238,6 +238,8 @@ def test_cpu_reference_passes_and_the_python_loop_fails_naming_the_optimizer_ran
         checks.check_launch_fixed(cpu_broken, looped, 1.5, update=loop_update)  # ... too many calls
     # the unsolved stub: the broken loop itself
     with pytest.raises(checks.CheckFailed, match=r"steps run Optimizer.step#Adam.step .*not your adam_update"):
+        checks.check_launch_fixed(cpu_broken, as_learners(cpu_broken), 1.5, update=reference_update)
+    with pytest.raises(checks.CheckFailed, match="runs only the course's code .*launch_overhead.*none of yours"):
         checks.check_launch_fixed(cpu_broken, cpu_broken, 1.5, update=reference_update)
 
 

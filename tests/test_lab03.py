@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, shipped_notebook
+from conftest import ROOT, as_learners, shipped_notebook
 from conftest import own_capture as _stamp  # stands in for helpers.capture in this process
 from synth import Ev, write_json
 
@@ -151,7 +151,7 @@ def test_reading_reference_passes_and_wrong_readings_say_what_the_trace_shows():
 # --- exercise 2a: the scan of the learner's function ---------------------------------------------
 def test_scan_passes_the_reference_and_names_the_cpu_line_left():
     assert checks.check_sync_scan_clean(reference_step).startswith("passed")
-    with pytest.raises(checks.CheckFailed, match=r"1 line\(s\) of cpu_left_step still sync on every step: line \d+: "
+    with pytest.raises(checks.CheckFailed, match=r"1 line of cpu_left_step still syncs on every step: line \d+: "
                                                  r"`running\[\"acc\"\] = .*\.cpu\(\).*` \(\.cpu\(\)"):
         checks.check_sync_scan_clean(cpu_left_step)
     with pytest.raises(checks.CheckFailed, match=r"item_every_step still sync.*loss\.item\(\)"):
@@ -199,6 +199,8 @@ def test_fix_reference_passes_live_and_the_stub_fails_naming_the_ops(tmp_path, c
     assert checks.check_sync_fixed(cpu_before, after).startswith("passed")
     # the unsolved stub leaves the broken loop: every op that would sync is named, with its range
     with pytest.raises(checks.CheckFailed, match=r"4\.0 syncing ops per step.*aten::item in 'logging' 3\.0 per step.*aten::is_nonzero"):
+        checks.check_sync_fixed(cpu_before, as_learners(cpu_before))
+    with pytest.raises(checks.CheckFailed, match="runs only the course's code \\(sync_stall\\), none of yours"):
         checks.check_sync_fixed(cpu_before, cpu_before)
 
 
@@ -255,6 +257,8 @@ def test_recorded_fixed_trace_passes_as_the_learners_own_and_the_courses_earns_n
     before, after = as_mine("sync_stall", "broken", tmp_path), as_mine("sync_stall", "fixed", tmp_path)
     assert checks.check_sync_fixed(before, after).startswith("passed")
     with pytest.raises(checks.CheckFailed, match=r"6\.0 sync points per step.*aten::item in 'logging' 2\.0.*aten::to in 'logging' 2\.0"):
+        checks.check_sync_fixed(before, as_learners(before))
+    with pytest.raises(checks.CheckFailed, match="after .* is a capture of the same step as before"):
         checks.check_sync_fixed(before, before)
     with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
         checks.check_sync_fixed(recorded("sync_stall", "broken"), recorded("sync_stall", "fixed"))

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import as_learners
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import helpers
@@ -139,9 +140,11 @@ def test_readings_pass_when_true_and_fail_naming_the_trace(jobs):
 # --- Exercise 2: the learner's DDP --------------------------------------------------------------
 def test_comm_fixed_passes_on_your_ddp_and_says_what_the_trace_shows(jobs):
     assert checks.check_comm_fixed(jobs["manual"], jobs["ddp"]).startswith("passed: check_comm_fixed")
+    with pytest.raises(checks.CheckFailed, match=r"runs only the course's code \(communication\), none of yours"):
+        checks.check_comm_fixed(jobs["manual"], jobs["manual"])  # the course's own job as the fix
     with pytest.raises(checks.CheckFailed, match="carries no record of what its ranks trained .*run it with "
                                                  r"communication\.run\(wrap=your_function"):
-        checks.check_comm_fixed(jobs["manual"], jobs["manual"])  # unsolved: the course's hand-written loop again
+        checks.check_comm_fixed(jobs["manual"], as_learners(jobs["manual"]))  # unsolved: the hand-written loop again
     with pytest.raises(checks.CheckFailed, match=r"rank 1's parameters are \d+\.\d% .* away from rank 0's: the ranks stepped "
                                                  "on different gradients"):
         checks.check_comm_fixed(jobs["manual"], jobs["plain"])  # behaviour first: each rank trained a model of its own
@@ -231,7 +234,9 @@ def test_imbalance_fixed(jobs):
     out = checks.check_imbalance_fixed(jobs["uneven"], jobs["even"])
     assert out.startswith("passed: check_imbalance_fixed") and "compute spread" in out
     with pytest.raises(checks.CheckFailed, match=r"Spread still \d+%: rank 1 computes [\d.]+x rank 0\. Your split gives rank 1 540"):
-        checks.check_imbalance_fixed(jobs["uneven"], jobs["uneven"])  # unsolved
+        checks.check_imbalance_fixed(jobs["uneven"], as_learners(jobs["uneven"]))  # unsolved
+    with pytest.raises(checks.CheckFailed, match=r"runs only the course's code \(communication\), none of yours"):
+        checks.check_imbalance_fixed(jobs["uneven"], jobs["uneven"])  # the course's split_rows as the fix
     with pytest.raises(checks.CheckFailed, match=r"Spread still \d+%: rank 0 computes [\d.]+x rank 1\. Your split gives rank 0 540"):
         checks.check_imbalance_fixed(jobs["uneven"], jobs["swapped"])
     # wrong: both ranks take the first half (equal work, half the batch never trained on)
@@ -239,7 +244,9 @@ def test_imbalance_fixed(jobs):
     ev = both_first.events
     ev.loc[ev["name"] == "rows 288:576 of 576", "name"] = "rows 0:288 of 576"
     with pytest.raises(checks.CheckFailed, match="rows 288:576 are never trained on; rows 0:288 twice"):
-        checks.check_imbalance_fixed(jobs["uneven"], both_first)
+        checks.check_imbalance_fixed(jobs["uneven"], as_learners(both_first))  # as if a split of theirs did it
+    with pytest.raises(checks.CheckFailed, match="was not made in this notebook"):
+        checks.check_imbalance_fixed(jobs["uneven"], both_first)  # the job's trace, its events edited afterwards
     with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
         checks.check_imbalance_fixed(recorded("communication", "imbalance", "cpu"), jobs["even"])
 

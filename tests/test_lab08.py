@@ -7,6 +7,7 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import own_capture
 from torch.utils.checkpoint import checkpoint
 
 import helpers
@@ -94,10 +95,14 @@ def test_tensor_core_check_refuses_the_recordings_and_fp32_and_passes_a_tensor_c
     mine = {}
     for v in ("fp32", "bf16"):
         shutil.copyfile(course.DATA / f"gpu_bound__{v}__h200.json.gz", tmp_path / f"{v}.json.gz")
-        mine[v] = helpers.load(tmp_path / f"{v}.json.gz")  # as if the learner had captured it
+        copied = helpers.load(tmp_path / f"{v}.json.gz")  # a recording copied out of data/: not a capture
+        with pytest.raises(CheckFailed, match=r"fast_trace \(.*\) was not made in this notebook"):
+            checks.check_tensor_cores(own_capture(fp32, of=("gpu_bound",), mine=False), copied)
+        mine[v] = own_capture(copied, of=("gpu_bound",))  # as if the learner had captured it
+    fp32_mine = own_capture(fp32, of=("gpu_bound",), mine=False)
     with pytest.raises(CheckFailed, match="tensor-core"):
-        checks.check_tensor_cores(fp32, mine["fp32"])
-    assert checks.check_tensor_cores(fp32, mine["bf16"]).startswith("passed")
+        checks.check_tensor_cores(fp32_mine, mine["fp32"])
+    assert checks.check_tensor_cores(fp32_mine, mine["bf16"]).startswith("passed")
     # the speed judged against the recording's H200 (tests/test_capability.py injects other devices)
     with pytest.raises(CheckFailed, match="NVIDIA H200"):
         checks.check_precision_speedup(25.8, 13.0, live=False, fp32_trace=fp32)

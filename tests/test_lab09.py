@@ -236,8 +236,8 @@ def test_attention_reading_is_read_from_the_learners_own_eager_capture(tmp_path)
     _refused(checks.check_attention_reading, {**right, "peak_bytes": right["scores_bytes"]}, eager, SMALL, 4, match="peak_bytes")
     fused = _capture(my_attention, tmp_path)
     _refused(checks.check_attention_reading, _reading(fused), fused, SMALL, 4, match="not of the eager")
-    loaded = helpers.load(eager.source)
-    _refused(checks.check_attention_reading, right, loaded, SMALL, 4, match="loaded")
+    loaded = helpers.load(eager.source)  # the file this kernel's capture wrote, loaded again: still its capture
+    assert checks.check_attention_reading(right, loaded, SMALL, 4).startswith("passed")
 
 
 def test_sdpa_attention_computes_the_same_without_the_scores_and_refuses_layout_and_copies():

@@ -96,8 +96,8 @@ def test_sync_sites_attribution_is_judged_on_the_learners_capture_and_another_lo
     for wrong, words in ((outermost, "innermost"), (with_builtins, "innermost"), (memorised, "loop the check captured"),
                          (totals, "number of steps")):
         _refused(checks.check_sync_sites, wrong, broken, match=words)
-    loaded = helpers.load(broken.source)
-    _refused(checks.check_sync_sites, sync_sites, loaded, match="loaded")
+    loaded = helpers.load(broken.source)  # the file this kernel's capture wrote, loaded again: still its capture
+    assert checks.check_sync_sites(sync_sites, loaded).startswith("passed")
 
 
 def test_the_backtrace_command_needs_cuda_sync_backtraces_python_frames_and_sampling():

@@ -103,7 +103,7 @@ def test_course_errors_show_as_one_line():
     with pytest.raises(NotImplementedError, match="Exercise 4 is not done yet"):
         raise course.ExerciseNotDone(4, "longest_gap_ms = <your answer>")
     assert course.one_line(NameError("x", name="longest_gap_ms")).startswith(
-        "Exercise 4 is not done yet: `longest_gap_ms` is set by the cell of Exercise 4")
+        "Exercise 4 is not done yet: `longest_gap_ms` is set by a cell that stopped there")
 
     with pytest.raises(NotImplementedError) as stopped:
         make_loader(None)

@@ -20,6 +20,7 @@ from helpers.errors import TraceError
 from helpers.readers import kineto
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+REAL_CORE_TO_SPARE = kineto.core_to_spare
 
 pytestmark = pytest.mark.skipif(not kineto.parallel_decoding(), reason="parallel decoding needs Linux and two cores")
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(not kineto.parallel_decoding(), reason="parallel
 def small_segments(monkeypatch):
     """Every document read in parallel, cut into segments of about 64 KB (so small documents have many)."""
     monkeypatch.setattr(kineto, "PARALLEL_FROM_BYTES", 0)
+    monkeypatch.setattr(kineto, "core_to_spare", lambda: True)  # however busy the machine running the tests is
     monkeypatch.setattr(kineto, "_segment_size", lambda size_hint: 64 << 10)
     monkeypatch.setattr(kineto, "_PIECE", 16 << 10)
 
@@ -118,3 +120,22 @@ def test_a_bare_array_streams_and_reads_as_whole(monkeypatch):
     assert set(whole[0]["kind"]) == {"cpu_op", "kernel"} and set(whole[0]["stream"]) == {-1, 0, 9}
     with pytest.raises(TraceError, match="not valid JSON"):
         kineto.parse_stream(iter([data + b"x"]), path)
+
+
+def test_a_busy_machine_reads_in_one_process(monkeypatch, small_segments):
+    """With no core free (the load average at the core count), no helper is started: it would only add its own
+    CPU (fork, copy-on-write faults, columns sent back) to a read it cannot speed up."""
+    monkeypatch.setattr(kineto, "core_to_spare", REAL_CORE_TO_SPARE)  # the fixture's stand-in, undone
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(len(os.sched_getaffinity(0))), 0.0, 0.0))
+    assert not REAL_CORE_TO_SPARE()
+
+    def no_helper(*args, **kwargs):
+        raise AssertionError("a helper process was started on a busy machine")
+
+    monkeypatch.setattr(kineto, "_Helper", no_helper)
+    path = DATA / "launch_overhead__broken__h200.json.gz"
+    pd.testing.assert_frame_equal(helpers.load(path).events, one_process(path).events)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert REAL_CORE_TO_SPARE()
+    with pytest.raises(AssertionError, match="helper process was started"):
+        helpers.load(path)

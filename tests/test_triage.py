@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TRIAGE_KEY
+from conftest import ROOT, TRIAGE_KEY, as_learners
 
 from helpers import checks, diagnose
 from helpers import metrics as m
@@ -242,7 +242,7 @@ def test_capstone_on_a_busy_machine_rests_on_the_loaders_structure(monkeypatch):
 
     assert checks.check_capstone(broken, fixed, 1.3, real_mystery_step).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="Data wait"):  # no worker processes: busy or not, not fixed
-        checks.check_capstone(broken, broken, 1.3, real_mystery_step)
+        checks.check_capstone(broken, as_learners(broken), 1.3, real_mystery_step)
 
 
 # --- lab 07's reading rules, as the lab states them -----------------------------------------------

@@ -107,21 +107,35 @@ def read_floor(path: Path, decode) -> int:
     return len(decode(raw).traceEvents)
 
 
-def floor_ratio(path: Path, repeat: int) -> dict:
-    """In this process: the floor, ``helpers.load`` and ``helpers.diagnose`` of ``path``, ``repeat`` times,
-    alternately (a machine that speeds up or slows down favours neither); best of each, wall and CPU (this
+def read_json(path: Path) -> int:
+    """Issue 30's reference: the file's bytes (gunzipped when gzipped) parsed whole by the standard library's
+    ``json.loads``, every member of every event built; the events."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return len(json.loads(raw)["traceEvents"])
+
+
+def floor_ratio(path: Path, repeat: int, json_too: bool = True) -> dict:
+    """In this process: the floor, the bare JSON parse (:func:`read_json`, issue 30's reference; ``json_too``),
+    ``helpers.load`` and ``helpers.diagnose`` of ``path``, ``repeat`` times, alternately (a machine that speeds up or slows down favours neither); best of each, wall and CPU (this
     process and the helper processes it waited for)."""
     import helpers
 
     decode = floor_decoder()
     read_floor(path, decode)  # imports and first-call costs out of the way, for both
     helpers.diagnose(helpers.load(path))
-    runs: dict[str, list[tuple[float, float]]] = {"floor": [], "load": [], "diagnose": [], "load+diagnose": []}
+    runs: dict[str, list[tuple[float, float]]] = {"floor": [], "json.loads": [], "load": [], "diagnose": [],
+                                                  "load+diagnose": []}
     events = 0
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), _cpu()
         events = read_floor(path, decode)
         runs["floor"].append((time.perf_counter() - t0, _cpu() - c0))
+        if json_too:
+            t0, c0 = time.perf_counter(), _cpu()
+            read_json(path)
+            runs["json.loads"].append((time.perf_counter() - t0, _cpu() - c0))
         t0, c0 = time.perf_counter(), _cpu()
         trace = helpers.load(path)
         t1, c1 = time.perf_counter(), _cpu()
@@ -131,26 +145,33 @@ def floor_ratio(path: Path, repeat: int) -> dict:
         runs["diagnose"].append((t2 - t1, c2 - c1))
         runs["load+diagnose"].append((t2 - t0, c2 - c0))
         del trace
-    best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in runs.items()}
+    best = {k: (min(w for w, _ in v), min(c for _, c in v)) for k, v in runs.items() if v}
     return {"events": events, **best}
 
 
-def print_floor_ratio(path: Path, repeat: int) -> None:
-    """:func:`floor_ratio` in a fresh process (a clean heap for each trace), printed."""
+def print_floor_ratio(path: Path, repeat: int, json_too: bool = True) -> None:
+    """:func:`floor_ratio` in a fresh process (a clean heap for each trace), printed: each figure against the floor,
+    and load + diagnose against the bare JSON parse (issue 30's reference) where it was measured."""
     before = _load()
     code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[3]); import tools.benchmark as b; "
-            "print(json.dumps(b.floor_ratio(Path(sys.argv[1]), int(sys.argv[2]))))")
-    out = subprocess.run([sys.executable, "-c", code, str(path), str(repeat), str(ROOT)], capture_output=True, text=True,
-                         check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+            "print(json.dumps(b.floor_ratio(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[4] == '1')))")
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(repeat), str(ROOT), "1" if json_too else "0"],
+                         capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     r = json.loads(out.strip().splitlines()[-1])
     size = len(gzip.decompress(path.read_bytes())) if path.name.endswith(".gz") else path.stat().st_size
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"{shown} ({size / 1e6:.1f} MB of JSON, {r['events']:,} events), best of {repeat}, {before} before, {_load()} after")
     (fw, fc) = r["floor"]
-    for k in ("floor", "load", "diagnose", "load+diagnose"):
+    for k in ("floor", "json.loads", "load", "diagnose", "load+diagnose"):
+        if k not in r:
+            continue
         w, c = r[k]
         ratio = f"   {w / fw:.2f}x the floor's wall, {c / fc:.2f}x its CPU" if k != "floor" else "   (msgspec, args skipped)"
         print(f"  {k:14s} wall {w:7.3f} s  CPU {c:7.3f} s{ratio}")
+    if "json.loads" in r:
+        (jw, jc), (w, c) = r["json.loads"], r["load+diagnose"]
+        print(f"  load+diagnose against the bare JSON parse (gunzip + json.loads): {w / jw:.2f}x its wall, {c / jc:.2f}x its CPU")
 
 
 def real_trace(repeat: int) -> None:
@@ -338,7 +359,7 @@ def big_trace(n_events: int, repeat: int, keep: Path | None) -> None:
         if not path.exists():
             size = training_steps_like(n_events, path)
             print(f"generated {path} ({n_events:,} events, {size / 1e6:.0f} MB of JSON)")
-        print_floor_ratio(path, max(repeat, 3))
+        print_floor_ratio(path, max(repeat, 3), json_too=False)
         print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {n_events:,} events; the commands in fresh processes:")
         commands = [("diagnose", ["diagnose", str(path)]),
                     ("plot", ["plot", str(path), "-o", str(Path(tmp) / "t.png"), "--force"]),

@@ -82,7 +82,7 @@ COURSE_ANSWERS: dict[str, tuple[str, ...]] = {
     "loader": ("helpers.workloads.data_stall:_fixed_loader", "helpers.workloads.data_stall:make_step",
                "helpers.workloads.mystery:make_loader"),
     "device copy": ("helpers.workloads.data_stall:_async_copy", "helpers.workloads.data_stall:make_step"),
-    "update": ("torch.optim.adam:adam", "torch.optim.adam:_single_tensor_adam", "torch.optim.adam:_multi_tensor_adam",
+    "update": ("torch:_fused_adam_", "torch:_fused_adamw_", "torch.optim.adam:adam", "torch.optim.adam:_single_tensor_adam", "torch.optim.adam:_multi_tensor_adam",
                "torch.optim.adam:_fused_adam", "torch.optim.adam:Adam.step", "torch.optim.adamw:adamw",
                "torch.optim.adamw:AdamW.step", "helpers.workloads.launch_overhead:make_eager_step",
                "helpers.workloads.launch_overhead:make_step"),
@@ -129,11 +129,21 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
         except (ImportError, AttributeError):
             continue
         code = getattr(inspect.unwrap(obj), "__code__", None)
+        if code is None and callable(obj):  # a C function (torch._fused_adam_): its object, seen as a c_call
+            out[obj] = (f"PyTorch's own {module}.{qual}", None)
         if code is not None:
             label = (f"the course's own {module.rsplit('.', 1)[-1]}.{qual}" if module.startswith("helpers.")
                      else f"PyTorch's own {module}.{qual}")
             out[code] = (label, attr.rstrip("]") or None)
     return out
+
+
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 @contextmanager
@@ -147,8 +157,16 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
 
     codes = _answer_codes(what)
     used: list[str] = []
+    watching = [True]
 
     def watch(frame: Any, event: str, _arg: Any) -> None:
+        if not watching[0]:  # a thread started during the block that outlives it (a loader's pin-memory thread)
+            sys.setprofile(None)
+            return
+        if event == "c_call" and not isinstance(_arg, type) and _hashable(_arg) and _arg in codes:
+            if codes[_arg][0] not in used:
+                used.append(codes[_arg][0])
+            return
         if event == "call" and frame.f_code in codes:
             name, attr = codes[frame.f_code]
             if attr is not None and not getattr(frame.f_locals.get("self"), attr, False):
@@ -163,6 +181,7 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
     try:
         yield used
     finally:
+        watching[0] = False
         threading.setprofile(before)  # type: ignore[arg-type]
         if here:
             sys.setprofile(mine)
@@ -464,8 +483,14 @@ def same_training_problem(make_mine: Callable, make_reference: Callable, setup: 
 
 # --- lab 04: the ranks' parameters after the job, against plain DDP's ------------------------------------
 def _training_records(trace: Any) -> dict[int, dict]:
-    """{rank: the job's training record} (helpers.workloads.communication.training_record, carried in each rank's
-    trace); ranks without one are left out."""
+    """{rank: the job's training record} (helpers.workloads.communication.training_record): from the trace's stamp
+    where it has one (the record is under its token: helpers.stamps), else as each rank's trace file carries it;
+    ranks without one are left out."""
+    from .. import stamps
+
+    how = stamps.stamp_of(trace)
+    if how is not None and isinstance(how.get("training"), dict):
+        return {int(r): rec for r, rec in how["training"].items() if isinstance(rec, dict) and rec}
     ranks = trace.metadata.get("ranks")
     if isinstance(ranks, dict) and ranks:
         return {int(r): meta["training"] for r, meta in ranks.items() if isinstance(meta, dict) and meta.get("training")}
@@ -489,9 +514,9 @@ def ddp_training_problem(trace: Any, what: str = "job") -> str | None:
                 "compares its parameters with plain DDP's and writes the figures into its trace")
     used = sorted({c for r in rec.values() for c in r.get("course_code", [])})
     if used:
-        return (f"your {what} runs PyTorch's own {', '.join(used)} (the hook the course's recorded fp16_hook variant uses): "
-                "write the hook itself: cast the bucket's buffer to fp16, divide by the world size, all-reduce it, copy "
-                "the result back into the buffer and return it")
+        return (f"your {what} runs PyTorch's own {', '.join(used)} (its own compression, as the course's recorded "
+                "fp16_hook variant does): write the hook itself: cast the bucket's buffer to fp16, divide by the world "
+                "size, all-reduce it, copy the result back into the buffer and return it")
     steps = int(next(iter(rec.values())).get("steps", 0))
     moved = max(r.get("moved", 0.0) for r in rec.values())
     if not moved > 0:

@@ -48,7 +48,6 @@ MADE = {
     "communication.run": "communication.run(..., profile_dir=...) in this notebook, loaded with helpers.load",
     "run_ncu": "helpers.profiling.run_ncu(...) in this notebook",
     "shipped": "the course's recording that the lab loads (compared by digest)",
-    "lab": "the trace the lab gives or your capture of the lab's loop",
 }
 
 
@@ -60,7 +59,8 @@ class Takes:
     read or computed), ``"trace"``, ``"traces"`` (runs in a list, each with a ``"trace"``) or ``"table"`` (an
     Nsight Compute table). ``made``: the ways a trace or table may have been made (keys of :data:`MADE`);
     ``of``: the workload it must be a trace of (a module of :mod:`helpers.workloads`), ``shipped``: the
-    recordings (``workload:variant[:tag]`` or an nsight/ncu file key) the lab loads for it.
+    recordings (``workload:variant[:tag]``, ``nsys:workload:variant``, ``ncu:workload:variant``) the lab
+    loads for it; ``mine``: a trace of the learner's own loop (their fix), which must run their code.
     """
 
     name: str
@@ -68,6 +68,7 @@ class Takes:
     made: tuple[str, ...] = ()
     of: str = ""
     shipped: tuple[str, ...] = ()
+    mine: bool = False  # the learner's own loop (a fix, their annotated step): it must run code of theirs
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ class Exercise:
         return check == self.check or ("[" not in self.check and check.startswith(self.check + "["))
 
 
-def _t(name: str, what: str, *made: str, of: str = "", shipped: tuple[str, ...] = ()) -> Takes:
-    return Takes(name, what, tuple(made), of, shipped)
+def _t(name: str, what: str, *made: str, of: str = "", shipped: tuple[str, ...] = (), mine: bool = False) -> Takes:
+    return Takes(name, what, tuple(made), of, shipped, mine)
 
 
 _FN, _ANS = "function", "answer"
@@ -118,15 +119,17 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("00", "tools", "check_tool_choice", "pick the tool for each question", (_t("answers", _ANS),),
              reference="the course's key, as digests", figures=("questions wrong",)),
     Exercise("00", "capture", "check_annotated_phases", "annotate the phases of your training step and capture it",
-             (_t("trace", "trace", "capture"),), figures=("missing phase ranges",)),
+             (_t("trace", "trace", "capture", mine=True),), figures=("missing phase ranges",)),
     Exercise("00", "capture", "check_nsys_commands", "write the nsys command lines", (_t("commands", _ANS),),
              reference="the recommended nsys options"),
     Exercise("00", "capture", "check_my_profiler", "drive torch.profiler yourself: schedule, table, trace file",
              (_t("prof", _ANS), _t("table", _ANS), _t("trace_dir", _ANS)),
              reference="the trace your profiler wrote", figures=("table rows", "sort key")),
     Exercise("00", "gaps", "check_gpu_idle_share", "measure the GPU's idle share",
-             (_t("fn", _FN), _t("trace", "trace", "lab")), reference="metrics.gpu_utilization on the lab's traces"),
-    Exercise("00", "gaps", "check_longest_gap", "read the longest GPU gap", (_t("answer_ms", _ANS), _t("trace", "trace", "lab")),
+             (_t("fn", _FN), _t("trace", "trace", "capture", "shipped", of="sync_stall", shipped=("sync_stall:broken",))),
+             reference="metrics.gpu_utilization on the lab's traces"),
+    Exercise("00", "gaps", "check_longest_gap", "read the longest GPU gap", (_t("answer_ms", _ANS), _t("trace", "trace", "capture", "shipped", of="sync_stall",
+                                                 shipped=("sync_stall:broken",))),
              reference="the trace's longest kernel gap"),
     Exercise("00", "gaps", "check_launch_queue", "measure launch-to-start and read the queue",
              (_t("fn", _FN), _t("readings", _ANS), _t("traces", "traces", "shipped",
@@ -138,7 +141,7 @@ EXERCISES: tuple[Exercise, ...] = (
                                       shipped=("data_stall:broken", "data_stall:broken:cpu"))),
              reference="the trace's diagnosis", workload="data_stall"),
     Exercise("01", "data", "check_data_stall_fixed", "fix the input pipeline and prove it before/after",
-             (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall"),
+             (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True),
               _t("make_loader", _FN), _t("to_device", _FN)),
              reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall"),
     Exercise("01", "h2d", "check_reading[h2d]", "read the host-to-device copies off the timeline",
@@ -149,7 +152,8 @@ EXERCISES: tuple[Exercise, ...] = (
                                                 shipped=("h2d_copy:broken",))),
              reference="the trace's memcpy events", workload="h2d_copy"),
     Exercise("01", "h2d", "check_h2d_fixed", "pin and overlap the copies, on a GPU",
-             (_t("before", "trace", "capture", of="h2d_copy"), _t("after", "trace", "capture", of="h2d_copy")),
+             (_t("before", "trace", "capture", "shipped", of="h2d_copy", shipped=("h2d_copy:broken",)),
+              _t("after", "trace", "capture", of="h2d_copy", mine=True)),
              tracks=("gpu",), figures=("H2D GB/s", "overlap with compute"), workload="h2d_copy"),
     # lab 02
     Exercise("02", "launch", "check_reading[broken loop]", "read the launch overhead off the timeline",
@@ -157,7 +161,7 @@ EXERCISES: tuple[Exercise, ...] = (
                                       shipped=("launch_overhead:broken", "launch_overhead:broken:cpu"))),
              reference="the trace's diagnosis", workload="launch_overhead"),
     Exercise("02", "launch", "check_launch_fixed", "fuse or graph the step and prove it before/after",
-             (_t("before", "trace", "capture", of="launch_overhead"), _t("after", "trace", "capture", of="launch_overhead"),
+             (_t("before", "trace", "capture", of="launch_overhead"), _t("after", "trace", "capture", of="launch_overhead", mine=True),
               _t("update", _FN)),
              reference="torch's Adam on the same parameters", figures=("launches per step", "step time"),
              workload="launch_overhead"),
@@ -169,7 +173,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("03", "sync", "check_sync_scan_clean", "write a step with no hidden sync", (_t("fn", _FN),),
              reference="the broken step's losses", workload="sync_stall"),
     Exercise("03", "sync", "check_sync_fixed", "prove the fix before/after",
-             (_t("before", "trace", "capture", of="sync_stall"), _t("after", "trace", "capture", of="sync_stall")),
+             (_t("before", "trace", "capture", of="sync_stall"), _t("after", "trace", "capture", of="sync_stall", mine=True)),
              figures=("syncs per step", "step time"), workload="sync_stall"),
     # lab 04
     Exercise("04", "comm", "check_reading[comm]", "read the exposed communication off the timeline",
@@ -178,10 +182,10 @@ EXERCISES: tuple[Exercise, ...] = (
              reference="the trace's diagnosis", workload="communication"),
     Exercise("04", "comm", "check_comm_fixed", "overlap the all-reduce with backward",
              (_t("before", "trace", "communication.run", of="communication"),
-              _t("after", "trace", "communication.run", of="communication")),
+              _t("after", "trace", "communication.run", of="communication", mine=True)),
              figures=("all-reduces started during backward", "exposed ms"), workload="communication"),
     Exercise("04", "comm", "check_bucket_sweep", "sweep bucket_cap_mb",
-             (_t("sweep", "traces", "communication.run", of="communication"),),
+             (_t("sweep", "traces", "communication.run", of="communication", mine=True),),
              figures=("all-reduces per step by bucket size",), workload="communication"),
     Exercise("04", "imbalance", "check_reading[imbalance]", "read the uneven ranks off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "communication.run", "shipped", of="communication",
@@ -189,7 +193,7 @@ EXERCISES: tuple[Exercise, ...] = (
              reference="the trace's diagnosis", workload="communication"),
     Exercise("04", "imbalance", "check_imbalance_fixed", "give every rank the same rows",
              (_t("before", "trace", "communication.run", of="communication"),
-              _t("after", "trace", "communication.run", of="communication")),
+              _t("after", "trace", "communication.run", of="communication", mine=True)),
              figures=("compute spread", "rows per rank"), workload="communication"),
     # lab 05 (and the triage of lab 07)
     Exercise("05", "workflow", "check_reading[mystery]", "read the mystery loop off the timeline",
@@ -199,7 +203,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("07", "workflow", "check_triage", "read eight of the ten unlabelled traces",
              (_t("trace_id", _ANS), _t("reading", _ANS)), reference="the sealed triage key"),
     Exercise("05", "workflow", "check_capstone", "fix the mystery loop and prove it before/after",
-             (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery"),
+             (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery", mine=True),
               _t("make_step", _FN)),
              reference="the mystery loop's training", figures=("data wait share", "syncs per step", "step time"),
              workload="mystery"),
@@ -208,14 +212,14 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("answers", _ANS), _t("trace", "trace", "shipped", shipped=("nsys:data_stall:broken",))),
              reference="the shipped Nsight Systems export"),
     Exercise("06", "nsight", "check_kernel_limiter", "say what limits the top kernel from its ncu figures",
-             (_t("answer", _ANS), _t("ncu_table", "table", "run_ncu", "shipped", shipped=("ncu:gpu_bound:fp32",))),
+             (_t("answer", _ANS), _t("ncu_table", "table", "run_ncu", "shipped", shipped=("ncu:sync_stall:fixed",))),
              reference="the ncu speed-of-light figures"),
     # lab 08
     Exercise("08", "gpu_bound", "check_same_training", "run the step in low precision, same training",
              (_t("step_fn", _FN),), reference="the fp32 step and a reference of the same precision",
              workload="gpu_bound"),
     Exercise("08", "gpu_bound", "check_tensor_cores", "move the GEMMs onto tensor cores, on a GPU",
-             (_t("fp32_trace", "trace", "capture", of="gpu_bound"), _t("fast_trace", "trace", "capture", of="gpu_bound")),
+             (_t("fp32_trace", "trace", "capture", of="gpu_bound"), _t("fast_trace", "trace", "capture", of="gpu_bound", mine=True)),
              tracks=("gpu",), figures=("tensor-core GEMM share",), workload="gpu_bound"),
     Exercise("08", "gpu_bound", "check_break_fixed", "remove the graph break, keep the statistic",
              (_t("model_cls", _FN),), reference="the course's Net", workload="gpu_bound"),
@@ -225,7 +229,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("09", "kernels", "check_matmul_flops", "count a model's matmul FLOPs", (_t("fn", _FN),)),
     Exercise("09", "kernels", "check_roofline_point", "place a kernel on the roofline", (_t("fn", _FN),)),
     Exercise("09", "kernels", "check_kernel_points", "place your capture's kernels on the roofline, on a GPU",
-             (_t("points", _ANS), _t("trace", "trace", "capture", of="gpu_bound"), _t("peaks", _ANS)),
+             (_t("points", _ANS), _t("trace", "trace", "capture", "shipped", of="gpu_bound", shipped=("gpu_bound:bf16",)),
+              _t("peaks", _ANS)),
              tracks=("gpu",), workload="gpu_bound"),
     Exercise("09", "kernels", "check_padded_head", "pad the head to a tensor-core shape", (_t("fn", _FN),)),
     Exercise("09", "kernels", "check_attention_reading", "read the attention scores' memory off your capture",
@@ -244,7 +249,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("fn", _FN), _t("trace", "trace", "capture", of="callsite")), workload="callsite"),
     Exercise("11", "callsites", "check_backtrace_command", "write the nsys backtrace command", (_t("command", _ANS),)),
     Exercise("11", "callsites", "check_callsites_fixed", "remove the syncs at their call sites",
-             (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite")),
+             (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite", mine=True)),
              figures=("syncs per step",), workload="callsite"),
     Exercise("11", "callsites", "check_environment_pitfalls", "name the environment's pitfalls", (_t("fn", _FN),)),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import shlex
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from .. import metrics as m
 from .. import seal as _seal
 from .. import thresholds as _th
 from ..model import Trace
+from ..render import plural
 from ._core import (  # noqa: F401
     CheckFailed,
     _check,
@@ -81,7 +83,7 @@ def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "
     for _, st in steps.iterrows():
         inside = ann[(ann["rank"] == st["rank"]) & (ann["start_us"] >= st["start_us"]) & (ann["end_us"] <= st["end_us"])]
         names = set(inside["name"].str.lower())
-        missing += [f"step {st['step']}: {p}" for p in phases if p not in names]
+        missing += [f"step {int(st['step'])}: {p}" for p in phases if p not in names]
     return _check("capture", "check_annotated_phases", not missing,
                   f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
                   "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
@@ -137,20 +139,25 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
     if not ok:
         near = [name for name, v in _idle_share_mistakes(trace).items() if _close(got, v, 0.0, 0.01) and not _close(v, want, 0.0, 0.02)]
         why = f" Your figure is what {near[0]} gives on this trace." if near else ""
+        lead = f"Your idle share is {got:.3f}, {_side(got, want)} the trace's (more than 2 points off)."
+        figure = got
     else:  # one stream hides some mistakes: try the function on a recorded trace whose GPU work overlaps
         from ..course import recorded
 
         other = recorded("h2d_copy", "fixed")  # copies on a side stream under the compute stream's kernels
         want2, got2 = 1.0 - m.gpu_utilization(other), _guarded_figure(fn, other)
+        lead, figure = f"Your idle share is {got:.3f}, right on this trace.", got2
         if not _close(got2, want2, 0.0, 0.02):
             ok = False
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
-            why = (f" On this trace it is right, but on a trace whose copies overlap its kernels (h2d_copy, fixed) your "
-                   f"function gives {got2:.3f}, {_side(got2, want2)} the share that trace has"
-                   + (f": that is {near[0]}." if near else "."))
+            lead = (f"Your idle share is right on this trace ({got:.3f}), but on a trace whose copies overlap its "
+                    f"kernels (h2d_copy, fixed) your function gives {got2:.3f}, {_side(got2, want2)} the share that "
+                    "trace has" + (f": that is {near[0]}." if near else "."))
+    if not 0.0 <= figure <= 1.0:  # a share of time: an idle time counted past the steps' own, or a busy time over it
+        why += (f" A share of step time lies between 0 and 1, and {figure:.3f} does not: "
+                + ("more busy time was counted than the steps last (overlapping events counted twice, or events "
+                   "outside the steps)." if figure < 0 else "more idle time was counted than the steps last."))
     # The right figure is never printed: the learner's function has to find it (a printed value can be pasted).
-    lead = (f"Your idle share is {got:.3f}, {_side(got, want)} the trace's (more than 2 points off)." if not _close(got, want, 0.0, 0.02)
-            else f"Your idle share is {got:.3f}, right on this trace.")
     verdict = _check("gaps", "check_gpu_idle_share", ok,
                      f"{lead}{why} Merge overlapping GPU events "
                      "(kernel, memcpy, memset, collective) into one busy union, clip it to the step windows "
@@ -166,7 +173,7 @@ def check_longest_gap(answer_ms: float, trace: Trace) -> str:
     answer = float(answer_ms)
     longer = int((gaps["dur_us"] / 1e3 > answer * 1.1).sum()) if not gaps.empty else 0
     slip = unit_slip(answer, want)
-    seen = (slip.strip(" ()") if slip else f"{longer} gaps on the GPU lanes are longer than {answer:g} ms" if longer else
+    seen = (slip.strip(" ()") if slip else f"{plural(longer, 'gap')} on the GPU lanes {'is' if longer == 1 else 'are'} longer than {answer:g} ms" if longer else
             f"no GPU gap in the steps is as long as {answer:g} ms: you may be measuring a stretch that holds a kernel")
     verdict = _check("gaps", "check_longest_gap", _close(answer, want, 0.10, 0.05),
                      f"{answer:g} ms is not the longest gap: {seen}. Zoom into each step "
@@ -265,9 +272,14 @@ def window_problems(delay_s: float, duration_s: float, program: list[str]) -> li
         problems.append(f"--delay={delay_s:g} may start inside start-up: the script's imports and set-up took up to "
                         f"{_th.NSYS_WINDOW_STARTUP_MAX_S:g} s before its first step on the machines we measured")
     if delay_s + duration_s > ends_s:
-        problems.append(f"the window ends at {delay_s + duration_s:g} s, but {steps + warmup} steps of {step_s * 1e3:.1f} ms "
-                        f"(the fastest recorded {name}:{variant} step) can be done {ends_s:.1f} s after launch: give the "
-                        "script more --steps, or a shorter window, so the window holds steps and nothing else")
+        needed = math.ceil((delay_s + duration_s - _th.NSYS_WINDOW_STARTUP_MIN_S) / step_s) - warmup
+        problems.append(f"the window ends at {delay_s + duration_s:g} s, but the script may be over long before: its "
+                        f"{plural(steps + warmup, 'step')} of {step_s * 1e3:.1f} ms (the fastest recorded {name}:{variant} "
+                        f"step) take {(steps + warmup) * step_s:.1f} s, so on a machine that starts in "
+                        f"{_th.NSYS_WINDOW_STARTUP_MIN_S:g} s (start-up varies from about that to "
+                        f"{_th.NSYS_WINDOW_STARTUP_MAX_S:g} s) it ends {ends_s:.1f} s after launch. For the window to hold "
+                        f"steps on any of those machines, run the script with --steps {needed} or more, or end the "
+                        "window sooner")
     return problems
 
 
@@ -317,7 +329,7 @@ def check_nsys_commands(commands: dict[str, list[str] | str]) -> str:
     problems = [f"{task}: {p}" for task in NSYS_TASKS
                 for p in (nsys_command_problems(task, commands[task]) if task in commands else ["missing"])]
     return _check("capture", "check_nsys_commands", not problems,
-                  f"{len(problems)} problem(s): " + "; ".join(problems[:3]) +
+                  f"{plural(len(problems), 'problem')}: " + "; ".join(problems[:3]) +
                   ". helpers.profiling.nsys_command(program, output=..., capture_range=..., delay_s=..., "
                   "duration_s=..., gpu_metrics_device=...) builds them.")
 
@@ -535,6 +547,13 @@ def _queue_kind(trace: Trace) -> str | None:
     """'empty' or 'deep' as the trace's median launch-to-start offset reads; None in between (or no pairs)."""
     offset = m.launch_stats(trace)["median_launch_to_start_us"]
     return "empty" if offset < _th.LAUNCH_QUEUE_EMPTY_US else "deep" if offset > _th.LAUNCH_QUEUE_DEEP_US else None
+
+
+def queue_traces() -> dict[str, Trace]:
+    """Exercise 7's two H200 recordings under neutral labels: which queue each one has is the exercise's reading."""
+    from ..course import recorded
+
+    return {"A": recorded("launch_overhead", "broken"), "B": recorded("gpu_bound", "fp32")}
 
 
 def check_launch_queue(fn: Callable[[Trace], float], readings: dict[str, str], traces: dict[str, Trace]) -> str:

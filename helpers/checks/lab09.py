@@ -317,15 +317,29 @@ def check_kernel_points(points: dict, trace: Trace, peaks: Any) -> str:
             if not _close(value, want[which][key], th.KERNEL_READING_RTOL):
                 what = ("2 x 2048 x 4096 x 4096 FLOPs and each bf16 operand once (2 bytes an element)" if which == "gemm"
                         else f"{GELU_FLOPS_PER_ELEMENT} FLOPs and 8 bytes (fp32 in, fp32 out) per element of 2048 x 4096")
-                return _check(ITEM, check_name, False,
-                              f"{which}: {key}={value:.4g}, the trace gives {want[which][key]:.4g}: use the mean duration of "
+                side = "above" if value > want[which][key] else "below" if value < want[which][key] else "off from"
+                return _check(ITEM, check_name, False,  # never the trace's figure: it could be pasted
+                              f"{which}: {key}={value:.4g} is {side} what the trace gives: use the mean duration of "
                               f"{kernel[:60]!r} ({us:.1f} us a launch; the GEMM with the most total time), {what}"
                               f"{_slip(value, want[which][key])}")
         if got.get("bound") != want[which]["bound"]:
             return _check(ITEM, check_name, False, f"{which}: bound={got.get('bound')!r}; its intensity says "
                           f"{want[which]['bound']!r}")
     out = _check(ITEM, check_name, True, "")
-    return out + (" (a recording the course shipped: checked, earns nothing)" if recorded else "")
+    return out + (f" ({_recorded_points_note()})" if recorded else "")
+
+
+def _recorded_points_note() -> str:
+    """What a pass on the shipped recording means for the self-check item, from the exercises' own declaration."""
+    from .exercise import EXERCISES
+
+    mine = [e for e in EXERCISES if e.function == "check_kernel_points"]
+    elsewhere = [e.function for e in EXERCISES if e.item == ITEM and "cpu" in e.tracks and e.function != "check_kernel_points"]
+    gpu_only = all(e.tracks == ("gpu",) for e in mine)
+    return ("a recording the course shipped: checked, earns nothing. These kernel points earn credit only from your "
+            "own bf16 capture" + (", on a CUDA GPU (the GPU track): the CPU track cannot earn them and does not need "
+                                  "them" if gpu_only else "")
+            + f"; there the '{ITEM}' item comes from {', '.join(elsewhere)}")
 
 
 def check_mfu(answer: dict, step_ms: dict, peaks: Any) -> str:
@@ -352,7 +366,8 @@ def check_mfu(answer: dict, step_ms: dict, peaks: Any) -> str:
             against = ""
             if _close(got, flops / (float(step_ms[variant]) / 1e3) / peaks.flops("fp32"), 0.02):
                 against = " You divided by the fp32 peak: MFU is against what the device could do, its bf16 tensor-core peak."
-            return _check(ITEM, name, False, f"{variant}: {got:.4g}, expected {want:.4g}: matmul FLOPs of a step "
+            return _check(ITEM, name, False, f"{variant}: {got:.4g} is {'above' if got > want else 'below'} the step's "
+                          "MFU (not shown: it could be pasted): matmul FLOPs of a step "
                           f"({flops:.4g}) / step seconds ({float(step_ms[variant]) / 1e3:.4g}) / bf16 peak FLOP/s.{against}"
                           f"{unit_slip(got, want)}")
     return _check(ITEM, name, True, "")

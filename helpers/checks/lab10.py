@@ -177,6 +177,13 @@ def _reference_peak(snap: dict) -> dict:
             "owners": {k: v / MiB for k, v in owners.items()}}
 
 
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def check_peak_reading(answer: dict, snap: dict) -> str:
     """``{"peak_mib": the most memory allocated above the history's start, "phase": the range it falls in,
     "owners": {frame: MiB} of the two frames owning most of what is live then}`` (1%). A reading of a snapshot: it
@@ -190,8 +197,9 @@ def check_peak_reading(answer: dict, snap: dict) -> str:
     except (TypeError, ValueError):
         peak = float("nan")
     if not _close(peak, want["peak_mib"], 0.01):
-        return _check(ITEM, name, False, f"peak_mib={answer.get('peak_mib')!r}, the history gives {want['peak_mib']:.1f}: "
-                      "the largest value of your allocated_over_time series, in MiB" + unit_slip(peak, want["peak_mib"]))
+        side = "above" if peak > want["peak_mib"] else "below" if peak < want["peak_mib"] else "not"
+        return _check(ITEM, name, False, f"peak_mib={answer.get('peak_mib')!r} is {side} the history's peak: the largest "
+                      "value of your allocated_over_time series, in MiB" + unit_slip(peak, want["peak_mib"]))
     if answer.get("phase") != want["phase"]:
         return _check(ITEM, name, False, f"phase={answer.get('phase')!r}: which of memory.phases(snap)'s ranges (not the "
                       "ones with '#' in their name, which sit inside them) holds the peak's time?")
@@ -203,7 +211,9 @@ def check_peak_reading(answer: dict, snap: dict) -> str:
         ok = all(_close(float(owners[k]), v, 0.01) for k, v in want["owners"].items())
     except (TypeError, ValueError):
         ok = False
-    return _check(ITEM, name, ok, f"owners={owners}: their MiB are off (expected {want['owners']})")
+    off = [k for k, v in want["owners"].items() if not _close(_number(owners[k]), v, 0.01)]
+    return _check(ITEM, name, ok, f"owners={owners}: the right frames, but the MiB of {', '.join(map(repr, off))} "
+                  "are off by more than 1%: sum the sizes of the blocks still live at the peak, in MiB (2**20 bytes)")
 
 
 # --- 3. transients --------------------------------------------------------------------------------------

@@ -1,15 +1,188 @@
-"""The provenance of every input of an exercise's check: where each trace was made.
+"""The provenance of every input of an exercise's check: where each trace and table was made.
 
-:func:`problems` is the engine's first stage (:func:`helpers.checks.exercise.judge`): for each trace an
-exercise takes (its record's :class:`~helpers.checks.exercise.Takes`), it says in one line what is missing
-when the trace was not made the way the record asks.
+:func:`problems` is the engine's first stage (:func:`helpers.checks.exercise.judge`). For each trace an
+exercise takes (its record's :class:`~helpers.checks.exercise.Takes`), it asks what the record asks:
+
+- ``capture`` / ``communication.run``: made by that tool in this kernel (its stamp, :mod:`helpers.stamps`,
+  over the events as they are); a trace the learner must have written the loop of (``mine``) runs code of
+  theirs, not only the course's, and is not a capture of the same step as the exercise's "before"; any
+  other runs the exercise's workload (``of``: a capture of another loop cannot stand in).
+- ``run_ncu``: a table :func:`helpers.profiling.run_ncu` returned in this kernel.
+- ``shipped``: the very recording the lab loads, by the digest of its events (or table): a made-up table
+  or trace, or another recording, is refused.
+
+Each refusal is one line naming what is missing. A trace that passes is noted in the signing state (its
+events digest is signed with the result).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+from ..model import Trace
+from ..stamps import events_digest, stamp_of, table_digest, table_stamp_of
+
+#: Workload modules every loop may use (the command line and timing, the training-utilities library): running them
+#: says nothing about which lab's loop a step is.
+SHARED = frozenset({"common", "trainkit"})
 
 
 def problems(exercise: Any, arguments: dict[str, Any]) -> str | None:
     """What is wrong with where ``exercise``'s inputs in ``arguments`` came from, or None."""
+    from . import _proof
+
+    notes: list[str] = []
+    for takes in exercise.takes:
+        if takes.what not in ("trace", "traces", "table") or not takes.made:
+            continue
+        value = arguments.get(takes.name)
+        for label, one in _each(takes, value):
+            problem = _problem(exercise, takes, label, one, arguments)
+            if problem:
+                return problem
+            if isinstance(one, Trace):
+                notes.append(events_digest(one))
+    for digest in notes:
+        _proof.SIGNER.note_trace(digest)
     return None
+
+
+def _each(takes: Any, value: Any) -> list[tuple[str, Any]]:
+    """The traces (or tables) in one argument, each with the words that name it in a message."""
+    if value is None:
+        return []  # not given: the check says what it needs (the CPU track's after=None, for one)
+    if takes.what != "traces":
+        return [(takes.name, value)]
+    if isinstance(value, dict):  # {label: trace}
+        return [(f"{takes.name}[{k!r}]", v) for k, v in value.items() if isinstance(v, Trace)]
+    try:
+        rows = list(value)[:1000] if not isinstance(value, (str, bytes)) else []
+    except Exception:  # noqa: BLE001 - the check explains a sweep it cannot read
+        return []
+    out = []
+    for i, row in enumerate(rows):
+        trace = row.get("trace") if isinstance(row, dict) else None
+        if isinstance(trace, Trace):
+            out.append((f"{takes.name}[{i}]['trace']", trace))
+    return out
+
+
+def _name(value: Any, label: str) -> str:
+    source = getattr(value, "source", None)
+    return f"{label} ({Path(source).name})" if source else label
+
+
+def _problem(ex: Any, takes: Any, label: str, value: Any, arguments: dict[str, Any]) -> str | None:
+    from .exercise import MADE
+
+    if takes.what == "table":
+        return _table_problem(ex, takes, label, value)
+    if not isinstance(value, Trace):
+        return None  # the check's own argument tests say what a trace is
+    how = stamp_of(value)
+    made_here = [m for m in takes.made if m != "shipped"]
+    if how is not None and how.get("by") in made_here:
+        return _workload_problem(ex, takes, label, value, how, arguments)
+    if "shipped" in takes.made and takes.shipped and _shipped_match(value, takes.shipped):
+        return None
+    ways = " or ".join(MADE[m] for m in takes.made)
+    what = _name(value, label)
+    if how is not None:  # made here, by another tool
+        return (f"{what} was made by {how.get('by')} here; this exercise takes {ways}: "
+                f"{ex.check} earns nothing from it")
+    if made_here and "shipped" not in takes.made:
+        from ._core import shipped
+
+        if shipped(value):
+            return (f"{Path(value.source).name} is a trace the course recorded, not yours ({label}): this exercise "
+                    f"takes {ways}; a recorded trace earns no credit")
+        return (f"{what} was not made in this notebook: it was loaded from a file (a course recording, even copied "
+                f"to another folder, or another kernel's capture) or built in memory, or its events changed since. "
+                f"This exercise takes {ways}; make it here and pass what that returns")
+    shipped = ", ".join(takes.shipped)
+    return (f"{what} is not the trace this exercise reads (the course's {shipped}"
+            + (f", or {ways.split(' or ')[0]} of the {takes.of} loop" if made_here and takes.of else "")
+            + "): another recording, a copy with its events changed, or a trace made up in memory earns nothing; "
+            "pass the trace the lab loads")
+
+
+def _workload_problem(ex: Any, takes: Any, label: str, trace: Trace, how: dict, arguments: dict[str, Any]) -> str | None:
+    what = _name(trace, label)
+    if takes.mine:
+        if not how.get("learner"):
+            runs = ", ".join(how.get("workloads") or []) or "no loop of yours"
+            return (f"{what} runs only the course's code ({runs}), none of yours: the fix is a step you write; "
+                    f"capture that step (your function) and pass its trace")
+        for other in ex.takes:
+            if other.name != takes.name and other.what == "trace" and not other.mine:
+                mate = stamp_of(arguments.get(other.name))
+                if mate is not None and mate.get("step") == how.get("step"):
+                    return (f"{what} is a capture of the same step as {other.name}: capture your fixed step for "
+                            f"{takes.name}")
+        loops = sorted(set(how.get("workloads") or []) - SHARED)
+        if takes.of and loops and takes.of not in loops:  # it runs another lab's loop, not a fix of this one
+            return (f"{what} runs the course's {', '.join(loops)} loop, not a fix of the {takes.of} loop this exercise "
+                    f"is about: capture your fix of the lab's loop for {takes.name}")
+        return None
+    if takes.of and takes.of not in (how.get("workloads") or []):
+        runs = ", ".join(how.get("workloads") or []) or "a loop of your own"
+        return (f"{what} is a capture of another loop ({runs}), not of the {takes.of} loop this exercise is about: "
+                f"capture the lab's {takes.of} step (helpers.workloads.{takes.of}) for {takes.name}")
+    return None
+
+
+def _table_problem(ex: Any, takes: Any, label: str, table: Any) -> str | None:
+    how = table_stamp_of(table)
+    if how is not None and how.get("by") in takes.made:
+        return None
+    if "shipped" in takes.made and takes.shipped:
+        digest = table_digest(table)
+        if digest is not None and any(digest == _shipped_table_digest(key) for key in takes.shipped):
+            return None
+    return (f"{label} is neither a table run_ncu returned in this notebook nor the course's shipped "
+            f"{', '.join(takes.shipped)} table as read_ncu reads it: a table typed in or edited earns nothing; pass the "
+            "table the lab's cell made")
+
+
+def _shipped_match(trace: Trace, keys: tuple[str, ...]) -> bool:
+    try:
+        digest = events_digest(trace)
+    except Exception:  # noqa: BLE001 - events that cannot be digested match nothing
+        return False
+    return any(digest == _shipped_digest(key) for key in keys)
+
+
+def _shipped_path(key: str) -> Path:
+    from ..course import DATA, entry, nsight_entry
+
+    parts = key.split(":")
+    if parts[0] == "nsys":
+        return DATA / nsight_entry(parts[1], parts[2])["file"]
+    if parts[0] == "ncu":
+        return DATA / nsight_entry(parts[1], parts[2])["ncu_csv"]
+    return DATA / entry(*parts)["file"]
+
+
+@lru_cache(maxsize=64)
+def _shipped_digest(key: str) -> str | None:
+    """The events digest of the recording ``key`` names (``workload:variant[:tag]``, ``nsys:workload:variant``)."""
+    from ..errors import TraceError
+    from ..readers import load
+
+    try:
+        return events_digest(load(_shipped_path(key)))
+    except (TraceError, OSError, KeyError):
+        return None
+
+
+@lru_cache(maxsize=8)
+def _shipped_table_digest(key: str) -> str | None:
+    from ..errors import TraceError
+    from ..readers.ncu import read_ncu
+
+    try:
+        return table_digest(read_ncu(_shipped_path(key)))
+    except (TraceError, OSError, KeyError):
+        return None

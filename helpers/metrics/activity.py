@@ -46,6 +46,14 @@ DATA_FRAME = re.compile(
     r"|(?:^|/)transformers/pipelines/[^/(]+\.py\(\d+\): preprocess$"
     r"|(?:^|/)torchvision/(?:transforms|io|datasets)/"
     r"|(?:^|/)(?:PIL|av|decord|cv2|librosa|soundfile)/")
+#: ... but not their output side: a processor's or tokenizer's decoding and post-processing of the model's output
+#: (``batch_decode``, ``_decode``, ``convert_ids_to_tokens``, ``post_process_object_detection``) is the loop's own
+#: host work after the step, not its wait for input.
+OUTPUT_FRAME = re.compile(r"\): (?:\w*decode\w*|convert_ids_to_tokens|convert_tokens_to_string|\w*post_?process\w*)$")
+
+
+def _is_data_frame(name: str) -> bool:
+    return bool(DATA_FRAME.search(name)) and not OUTPUT_FRAME.search(name)
 #: Host ops known to force a device-to-host synchronization.
 SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
                "aten::equal", "aten::masked_select", "aten::unique", "aten::repeat_interleave")
@@ -200,7 +208,7 @@ def host_union(trace: Trace, rank: int, cause: str):
             return on_rank & is_sync_call(trace)
         if cause == "data_wait":
             ranges = ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
-            frames = (ev["kind"] == "python").to_numpy() & name_mask(trace, "data_frame", DATA_FRAME.search)
+            frames = (ev["kind"] == "python").to_numpy() & name_mask(trace, "data_frame", _is_data_frame)
             if frames.any():  # only on the threads that run the loop (a decoding thread's frames are beside it)
                 frames &= ev["tid"].isin(_loop_threads(trace, rank)).to_numpy()
             return on_rank & (ranges | frames)

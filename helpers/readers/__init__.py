@@ -86,13 +86,15 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
             raise TraceError(f"{p}: not found, and the current folder no longer exists (it was deleted or moved), so "
                              "no relative path can be found; cd into a folder that exists, or give the full path")
         raise TraceError(f"{p}: no such file or folder; check the path (relative paths start at {folder})")
+    from ..stamps import stamp_if_made  # a file a tool of this process made is stamped so (helpers.stamps)
+
     if is_dir:
-        return _load_directory(p, step_pattern, max_bytes, max_events)
+        return stamp_if_made(_load_directory(p, step_pattern, max_bytes, max_events))
     events, metadata, fmt = read_file(p, max_bytes, max_events)
     steps = find_steps(events, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps
-    return Trace(events, str(p), fmt, metadata)
+    return stamp_if_made(Trace(events, str(p), fmt, metadata))
 
 
 def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS, *,
@@ -166,7 +168,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
         def again() -> Iterator[bytes]:
             return _file_blocks(p, max_bytes, budget)
     # JSON: read as a stream of blocks, never whole (kineto.parse_stream); a large one by two processes when
-    # the machine has them (a folder's ranks are read by processes of their own already).
+    # the machine has a core free (a folder's ranks are read by processes of their own already).
     events, metadata = kineto.parse_stream(_json_text(first, blocks, p), p, max_events, table=table, budget=budget,
                                            reopen=(lambda: _json_text(b"", again(), p)) if table else None,
                                            size_hint=size_hint)

@@ -231,7 +231,7 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
     that builds one table of all ranks. ``budget`` counts the events against a folder's limits too (:mod:`.budget`).
 
     A document of at least :data:`PARALLEL_FROM_BYTES` (``size_hint``) is read by two processes where the
-    machine has two cores to give (:func:`parallel_decoding`): this one reads the bytes and cuts the list into
+    machine has two cores (:func:`parallel_decoding`) and one of them is free now (:func:`core_to_spare`): this one reads the bytes and cuts the list into
     segments of whole events, and hands some to a helper process that parses them meanwhile; the columns come
     back in the document's order, so the table is the same row for row. Anything unusual in parallel (a cut
     that was not between two events, a damaged event, the event limit) starts the read again from
@@ -240,7 +240,8 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
     gc_was_on = gc.isenabled()
     gc.disable()  # the pieces' objects die by reference counting; collecting would only rescan them
     try:
-        if reopen is not None and budget is None and size_hint >= PARALLEL_FROM_BYTES and parallel_decoding():
+        if (reopen is not None and budget is None and size_hint >= PARALLEL_FROM_BYTES and parallel_decoding()
+                and core_to_spare()):
             cols = _Columns(path, max_events)
             try:
                 doc = _scan(iter(blocks), path, cols, segment=_segment_size(size_hint))
@@ -255,7 +256,7 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
             gc.enable()
 
 
-#: A document at least this large (its JSON bytes) is read by two processes when two cores are free.
+#: A document at least this large (its JSON bytes) is read by two processes when a second core is free.
 #: Below it, starting the second process costs more than it saves.
 PARALLEL_FROM_BYTES = 8 << 20
 #: Largest single event (bytes of the events list without a place where one event ends and the next begins):
@@ -268,14 +269,33 @@ _WHOLE_LIMIT = 64 << 20
 
 
 def parallel_decoding() -> bool:
-    """Whether a large document is decoded by two processes here: a Linux machine with two usable cores (a
-    process started by ``fork`` shares this one's memory as it is, and costs milliseconds)."""
+    """Whether a large document can be decoded by two processes here: a Linux machine with two usable cores (a
+    process started by ``fork`` shares this one's memory as it is, and costs milliseconds). Whether it is, for a
+    given read, is :func:`core_to_spare`'s to say."""
     if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
         return False
     try:
         return len(os.sched_getaffinity(0)) >= 2
     except (AttributeError, OSError):  # pragma: no cover - Linux always has it
         return False
+
+
+#: The 1-minute load average (runnable processes, this one included) at or above which a second core is taken
+#: as busy: one core's worth of slack below the machine's count of usable cores.
+_SPARE_CORE_SLACK = 1.0
+
+
+def core_to_spare() -> bool:
+    """Whether a second core is free for the helper now: the 1-minute load average leaves one core idle.
+    The helper pays only on a free core: it costs CPU of its own (the fork, the copy-on-write faults of both
+    processes, its columns sent back; on the 28.6 MB benchmark trace 0.06 s of CPU beside a 0.11 s read),
+    so on a busy machine it made the read slower in wall time as well as in CPU (docs/benchmarks.md)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Linux has both
+        return False
+    return load <= cores - _SPARE_CORE_SLACK
 
 
 def _segment_size(size_hint: int) -> int:

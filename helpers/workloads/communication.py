@@ -55,6 +55,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 
+from .. import stamps
 from ..profiling import _nvtx, annotate, new_run_dir
 from .common import count_at_least
 
@@ -372,9 +373,11 @@ REFERENCE_HOOKS = ("fp16_compress_hook", "bf16_compress_hook", "_compress_hook")
 
 
 class _Tripwires:
-    """In a fresh rank, before the learner's functions are rebuilt: each of :data:`REFERENCE_HOOKS` replaced by one
-    that notes its use while ``armed`` and runs the original (the learner's code finds it by import or attribute
-    alike). ``original(name)``: the hook itself, for the course's own reference run."""
+    """In a fresh rank, before the learner's functions are rebuilt: each of :data:`REFERENCE_HOOKS` made to note its
+    use while ``armed`` and run as before, by giving the function object itself new code (so a reference held
+    anywhere trips it: an import, an attribute, ``DDPCommHookType``'s partials), and DDP's C++ built-in hooks
+    (``_register_builtin_comm_hook``) noted the same way. ``originals[name]``: a copy of the hook, for the course's
+    own reference run."""
 
     def __init__(self) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -383,17 +386,32 @@ class _Tripwires:
         self.armed = True
         self.originals: dict[str, Callable] = {}
         for name in REFERENCE_HOOKS:
-            original = getattr(default_hooks, name, None)
-            if original is None:
+            fn = getattr(default_hooks, name, None)
+            if not isinstance(fn, types.FunctionType) or fn.__closure__:
                 continue
-            self.originals[name] = original
+            copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+            copy.__kwdefaults__ = fn.__kwdefaults__
+            self.originals[name] = copy
+            key = f"_course_tripwire_{name}"
+            fn.__globals__[key] = self._noting(f"default_hooks.{name}", copy)
+            code = fn.__code__  # the same parameters (DDP reads the hook's signature), its defaults kept as they are
+            pos = list(code.co_varnames[:code.co_argcount])
+            kw = list(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+            params = ", ".join(pos + (["*"] + kw if kw else []))
+            call = ", ".join(pos + [f"{k}={k}" for k in kw])
+            template = compile(f"def {name}({params}):\n    return {key}({call})\n", "<tripwire>", "exec")
+            fn.__code__ = next(c for c in template.co_consts if isinstance(c, types.CodeType))
+        ddp = nn.parallel.DistributedDataParallel
+        builtin = getattr(ddp, "_register_builtin_comm_hook", None)
+        if builtin is not None:
+            ddp._register_builtin_comm_hook = self._noting("DistributedDataParallel._register_builtin_comm_hook", builtin)
 
-            def tripped(*args: Any, _name: str = name, _run: Callable = original, **kwargs: Any) -> Any:
-                if self.armed and f"default_hooks.{_name}" not in self.used:
-                    self.used.append(f"default_hooks.{_name}")
-                return _run(*args, **kwargs)
-
-            setattr(default_hooks, name, tripped)
+    def _noting(self, label: str, run: Callable) -> Callable:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and label not in self.used:
+                self.used.append(label)
+            return run(*args, **kwargs)
+        return noted
 
 
 def _flat(model: nn.Module) -> torch.Tensor:
@@ -567,6 +585,17 @@ def _reraise(result_dir: Path, world: int, original: BaseException) -> None:
     raise original
 
 
+def _job_how(variant: str | None, wrap: Callable | None, shard: Callable | None) -> dict:
+    """How a job's rank traces were made: by this module, with the learner's ``wrap``/``shard`` (their code)."""
+    import hashlib
+
+    parts = [stamps.describe_step(f) for f in (wrap, shard) if f is not None]
+    step = hashlib.sha256("|".join([variant or ""] + [p["step"] for p in parts]).encode()).hexdigest()
+    return {"by": "communication.run", "step": step,
+            "workloads": sorted({"communication"}.union(*[p["workloads"] for p in parts])),
+            "learner": sorted(set().union(*[p["learner"] for p in parts]))}
+
+
 def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup: int = 3, profile_dir: str | None = None,
         *, wrap: Callable | None = None, shard: Callable | None = None, pin_cores: bool | int = True,
         mark_collectives: bool = False, nsys_steps: bool = False, threads: int | None = None, **options: Any) -> dict:
@@ -637,6 +666,13 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
     ranks = [json.loads((result_dir / f"rank{r}.json").read_text()) for r in range(world_size)]
     for r in range(world_size):
         (result_dir / f"rank{r}.json").unlink()
+    if out_dir:  # each rank's trace, registered as made here: helpers.load(trace_dir) stamps the job's trace
+        how = _job_how(variant, wrap, shard)
+        if learner:  # what the ranks trained goes under the stamp's token too: the checks read it from there
+            how["training"] = {str(r["rank"]): r.get("training") for r in ranks}
+        for r in ranks:
+            if r.get("trace"):
+                stamps.made(r["trace"], how)
     out = {"variant": variant or name, "world_size": world_size, "step_ms": max(r["step_ms"] for r in ranks),
            "per_rank_ms": [r["step_ms"] for r in ranks], "backend": ranks[0]["backend"], "trace_dir": out_dir}
     if learner:  # what the learner's job trained, next to plain DDP (training_record), rank by rank

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,12 +40,21 @@ def work(threads: int, reps: int = REPS) -> float:
 def run_together(processes: int, thread_counts: tuple[int, ...], reps: int = REPS, timeout_s: float = 120) -> dict[int, float]:
     """Start ``processes`` processes once; for each of ``thread_counts`` in turn, all of them run :func:`work` with that
     many threads at the same moment (the parent releases them together). Returns ``{threads: the slowest process's
-    seconds}``."""
+    seconds}`` (a count given more than once: the median of its rounds, :func:`rounds_together`)."""
+    rounds = rounds_together(processes, thread_counts, reps=reps, timeout_s=timeout_s)
+    return {threads: statistics.median(seconds) for threads, seconds in rounds.items()}
+
+
+def rounds_together(processes: int, thread_counts: tuple[int, ...], rounds: int = 1, reps: int = REPS,
+                    timeout_s: float = 120) -> dict[int, list[float]]:
+    """:func:`run_together` ``rounds`` times over, the thread counts interleaved (a, b, a, b, ...), so that a load that
+    comes and goes on a shared machine falls on both: ``{threads: [the slowest process's seconds, a round each]}``."""
+    thread_counts = tuple(thread_counts) * max(int(rounds), 1)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     args = [sys.executable, "-m", "helpers.workloads.threads", "--serve", ",".join(map(str, thread_counts)), "--reps", str(reps)]
     procs = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
              for _ in range(processes)]
-    out: dict[int, float] = {}
+    out: dict[int, list[float]] = {}
     deadline = time.monotonic() + timeout_s
     try:
         for p in procs:  # each says it is ready once torch is imported
@@ -60,7 +70,7 @@ def run_together(processes: int, thread_counts: tuple[int, ...], reps: int = REP
                 if not line.startswith("{") or time.monotonic() > deadline:
                     raise RuntimeError("a worker failed or took too long")
                 seconds.append(json.loads(line)["seconds"])
-            out[threads] = max(seconds)
+            out.setdefault(threads, []).append(max(seconds))
     finally:
         for p in procs:
             try:

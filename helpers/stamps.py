@@ -1,0 +1,252 @@
+"""Where a trace was made: a stamp on every trace and table this kernel makes, naming how and of what loop.
+
+The tools that make traces here register each file they write, with how it was made:
+:func:`helpers.capture` (the PyTorch profiler), :func:`helpers.workloads.communication.run` (each rank's
+trace), :func:`helpers.profiling.run_nsys` (the SQLite export) and :func:`helpers.profiling.run_ncu` (its
+CSV, as the table it returns). :func:`helpers.load` stamps a trace whose files were all registered here:
+the stamp holds how it was made and a token over it and the trace's events, made with this process's
+secret, so a trace loaded from any other file (a recording copied out of ``data/``, another kernel's
+capture) carries none, and a stamp copied onto other events does not match them.
+
+How a step was made is described by :func:`describe_step`: the digest of the step function's code, the
+course's workloads (``helpers.workloads.<name>``) its code and closures reach, and the digests of the
+functions it reaches that are not the course's, torch's or Python's own (the learner's code). The checks
+(:mod:`helpers.checks.provenance`) hold each input of an exercise to what its record asks.
+
+Torch-free: the readers call :func:`stamp_if_made` on every trace they load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import json
+import os
+import secrets
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from .model import Trace
+
+#: This process's stamp secret (never written anywhere).
+_SECRET = secrets.token_bytes(32)
+#: SHA-256 of each file a tool made in this process -> how it was made.
+_MADE: dict[str, dict] = {}
+#: The file names a folder of rank traces holds (what helpers.load reads from a folder).
+_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+#: Modules whose functions are not the learner's: the course's own, torch's, the scientific stack's.
+_NOT_LEARNER = ("helpers", "torch", "numpy", "pandas", "nvtx", "functools", "builtins", "typing", "contextlib",
+                "collections", "itertools", "operator", "threading", "multiprocessing", "abc", "copy", "math")
+
+
+def events_digest(trace: Trace) -> str:
+    """A content digest of a trace's events (names, kinds, times, ranks): changes when the events are swapped."""
+    import pandas as pd
+
+    ev = trace.events[[c for c in ("name", "kind", "start_us", "dur_us", "rank") if c in trace.events.columns]]
+    return hashlib.sha256(pd.util.hash_pandas_object(ev, index=False).to_numpy().tobytes()).hexdigest()
+
+
+def file_digest(path: str | os.PathLike) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def made(path: str | os.PathLike, how: dict) -> None:
+    """Register the file at ``path`` as made in this process, ``how`` (``{"by": "capture", ...}``)."""
+    digest = file_digest(path)
+    if digest is not None:
+        _MADE[digest] = dict(how)
+
+
+def _token(digest: str, how: dict) -> str:
+    payload = digest + "\x1f" + json.dumps(how, sort_keys=True, default=str)
+    return hmac.new(_SECRET, payload.encode(), "sha256").hexdigest()
+
+
+def stamp(trace: Trace, how: dict) -> Trace:
+    """Put the stamp of ``how`` on ``trace`` (in its metadata), over its events as they are now."""
+    digest = events_digest(trace)
+    trace.metadata["capture"] = {"digest": digest, "how": dict(how), "token": _token(digest, dict(how))}
+    return trace
+
+
+def stamp_of(trace: Any) -> dict | None:
+    """How ``trace`` was made in this process, if its stamp is this process's and its events unchanged since."""
+    meta = getattr(trace, "metadata", None)
+    st = meta.get("capture") if isinstance(meta, dict) else None
+    if not isinstance(st, dict) or not isinstance(st.get("token"), str) or not isinstance(st.get("how"), dict):
+        return None
+    try:
+        want = _token(events_digest(trace), st["how"])
+    except Exception:  # noqa: BLE001 - events too damaged to digest carry no stamp
+        return None
+    return dict(st["how"]) if hmac.compare_digest(st["token"], want) else None
+
+
+def _files_of(source: str) -> list[Path]:
+    p = Path(source)
+    try:
+        if p.is_dir():
+            return sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+        return [p] if p.is_file() else []
+    except OSError:
+        return []
+
+
+def stamp_if_made(trace: Trace) -> Trace:
+    """``trace`` stamped when every file it was read from was made in this process (else as it is)."""
+    if not _MADE or not trace.source:
+        return trace
+    files = _files_of(trace.source)
+    hows = [_MADE.get(file_digest(f) or "") for f in files]
+    if not files or any(h is None for h in hows):
+        return trace
+    first = dict(hows[0])
+    if any(h != first for h in hows[1:]):  # a folder mixing runs: not one thing made here
+        return trace
+    return stamp(trace, first)
+
+
+# --- tables (Nsight Compute) --------------------------------------------------------------------
+def _table_digest(df: Any) -> str:
+    return hashlib.sha256(df.to_csv(index=False).encode("utf-8", "replace")).hexdigest()
+
+
+def stamp_table(df: Any, how: dict) -> Any:
+    """Stamp a table (a DataFrame) this process made, e.g. run_ncu's, in its ``attrs``."""
+    digest = _table_digest(df)
+    df.attrs["made"] = {"how": dict(how), "token": _token(digest, dict(how))}
+    return df
+
+
+def table_stamp_of(df: Any) -> dict | None:
+    attrs = getattr(df, "attrs", None)
+    st = attrs.get("made") if isinstance(attrs, dict) else None
+    if not isinstance(st, dict) or not isinstance(st.get("token"), str) or not isinstance(st.get("how"), dict):
+        return None
+    try:
+        want = _token(_table_digest(df), st["how"])
+    except Exception:  # noqa: BLE001
+        return None
+    return dict(st["how"]) if hmac.compare_digest(st["token"], want) else None
+
+
+def table_digest(df: Any) -> str | None:
+    try:
+        return _table_digest(df)
+    except Exception:  # noqa: BLE001 - not a table
+        return None
+
+
+# --- what a step function is --------------------------------------------------------------------
+def _code_text(fn: Any) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr((code.co_code, code.co_consts)) if code is not None else type(fn).__qualname__
+
+
+def _is_learners(module: str) -> bool:
+    top = module.split(".", 1)[0]
+    return bool(module) and top not in _NOT_LEARNER and top not in getattr(sys, "stdlib_module_names", ())
+
+
+def describe_step(fn: Any, limit: int = 400) -> dict:
+    """What ``fn`` (a training step, or a function the ranks run) is made of: ``step`` (a digest of its
+    code and of everything below), ``workloads`` (the course's ``helpers.workloads`` modules its code,
+    closures and defaults reach, or whose objects they hold) and ``learner`` (digests of the functions it
+    reaches that are not the course's, torch's or Python's)."""
+    workloads: set[str] = set()
+    learner: set[str] = set()
+    seen: set[int] = set()
+    todo: list[tuple[Any, int]] = [(fn, 0)]
+    parts: list[str] = []
+    while todo and len(seen) < limit:
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > 6:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.ModuleType):
+            if obj.__name__.startswith("helpers.workloads."):
+                workloads.add(obj.__name__.rsplit(".", 1)[1])
+            continue
+        if isinstance(obj, types.MethodType):
+            todo += [(obj.__func__, depth), (obj.__self__, depth + 1)]
+            continue
+        if isinstance(obj, types.FunctionType):
+            module = obj.__module__ or "__main__"  # code exec'd without a module name is a notebook's, like __main__'s
+            text = _code_text(obj)
+            parts.append(f"{module}:{obj.__qualname__}:{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()}")
+            if module.startswith("helpers.workloads."):
+                workloads.add(module.split(".")[2])
+            elif _is_learners(module):
+                learner.add(hashlib.sha256(text.encode("utf-8", "replace")).hexdigest())
+            else:  # the course's tools, torch, Python: what they call is not the step's own
+                continue
+            nxt: list[Any] = [c.cell_contents for c in (obj.__closure__ or ()) if _has_contents(c)]
+            nxt += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+            g = obj.__globals__
+            nxt += [g[n] for n in _names(obj.__code__) if n in g]
+            if hasattr(obj, "__wrapped__"):
+                nxt.append(obj.__wrapped__)
+            todo += [(o, depth + 1) for o in nxt if _worth(o)]
+            continue
+        if hasattr(obj, "func") and callable(getattr(obj, "func", None)) and hasattr(obj, "args"):  # functools.partial
+            todo += [(obj.func, depth)] + [(a, depth + 1) for a in (*obj.args, *obj.keywords.values()) if _worth(a)]
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            todo += [(o, depth + 1) for o in list(obj)[:64] if _worth(o)]
+            continue
+        if isinstance(obj, dict):
+            todo += [(o, depth + 1) for o in list(obj.values())[:64] if _worth(o)]
+            continue
+        module = getattr(type(obj), "__module__", "") or ""
+        if module.startswith("helpers.workloads."):  # an object the workload made (its model, dataset, loader)
+            workloads.add(module.split(".")[2])
+        elif isinstance(obj, type) and (obj.__module__ or "").startswith("helpers.workloads."):
+            workloads.add(obj.__module__.split(".")[2])
+        if _is_learners(module) and not isinstance(obj, type):  # an instance of the learner's class: its methods
+            todo += [(v, depth + 1) for v in vars(type(obj)).values() if isinstance(v, types.FunctionType)]
+        if isinstance(obj, type) or not (module.startswith(("helpers.workloads.", "torch.utils.data")) or _is_learners(module)):
+            continue
+        for attr in ("dataset", "collate_fn", "worker_init_fn", "forward"):  # a DataLoader's parts, a module's forward
+            value = getattr(obj, attr, None)
+            if value is not None and _worth(value):
+                todo.append((value, depth + 1))
+    step = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
+    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner)}
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _names(code: types.CodeType) -> set[str]:
+    out = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= _names(const)
+    return out
+
+
+def _worth(obj: Any) -> bool:
+    """Whether following ``obj`` can reach code (numbers, strings, tensors and arrays cannot)."""
+    if obj is None or isinstance(obj, (str, bytes, int, float, complex, bool)):
+        return False
+    module = getattr(type(obj), "__module__", "") or ""
+    return not (module.startswith(("torch", "numpy")) and not callable(obj) and not hasattr(obj, "dataset"))
