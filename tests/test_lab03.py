@@ -151,7 +151,7 @@ def test_reading_reference_passes_and_wrong_readings_say_what_the_trace_shows():
 # --- exercise 2a: the scan of the learner's function ---------------------------------------------
 def test_scan_passes_the_reference_and_names_the_cpu_line_left():
     assert checks.check_sync_scan_clean(reference_step).startswith("passed")
-    with pytest.raises(checks.CheckFailed, match=r"1 line\(s\) of cpu_left_step still sync on every step: line \d+: "
+    with pytest.raises(checks.CheckFailed, match=r"1 line of cpu_left_step still syncs on every step: line \d+: "
                                                  r"`running\[\"acc\"\] = .*\.cpu\(\).*` \(\.cpu\(\)"):
         checks.check_sync_scan_clean(cpu_left_step)
     with pytest.raises(checks.CheckFailed, match=r"item_every_step still sync.*loss\.item\(\)"):

@@ -182,9 +182,18 @@ def torch_functional_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
                      beta2=beta2, lr=lr, weight_decay=0.0, eps=eps, maximize=False)
 
 
-def test_torch_functional_adam_as_the_hand_written_update_is_refused():
-    err, problem = lab02.adam_update_problem(torch_functional_adam)
-    assert problem and "your update runs PyTorch's own torch.optim.adam.adam" in problem, problem
+def torch_fused_adam(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps):  # one C call, no Python
+    torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], [torch.tensor(float(step)) for _ in params], lr=lr,
+                       beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+
+
+@pytest.mark.parametrize("update, words", [
+    (torch_functional_adam, "your update runs PyTorch's own torch.optim.adam.adam"),
+    (torch_fused_adam, "your update runs PyTorch's own torch._fused_adam_"),
+], ids=["functional adam", "fused adam op"])
+def test_torchs_own_adam_as_the_hand_written_update_is_refused(update, words):
+    err, problem = lab02.adam_update_problem(update)
+    assert problem and words in problem, problem
 
 
 def test_the_courses_foreach_loop_as_the_fixed_trace_is_refused():

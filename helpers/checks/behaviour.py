@@ -82,7 +82,7 @@ COURSE_ANSWERS: dict[str, tuple[str, ...]] = {
     "loader": ("helpers.workloads.data_stall:_fixed_loader", "helpers.workloads.data_stall:make_step",
                "helpers.workloads.mystery:make_loader"),
     "device copy": ("helpers.workloads.data_stall:_async_copy", "helpers.workloads.data_stall:make_step"),
-    "update": ("torch.optim.adam:adam", "torch.optim.adam:_single_tensor_adam", "torch.optim.adam:_multi_tensor_adam",
+    "update": ("torch:_fused_adam_", "torch:_fused_adamw_", "torch.optim.adam:adam", "torch.optim.adam:_single_tensor_adam", "torch.optim.adam:_multi_tensor_adam",
                "torch.optim.adam:_fused_adam", "torch.optim.adam:Adam.step", "torch.optim.adamw:adamw",
                "torch.optim.adamw:AdamW.step", "helpers.workloads.launch_overhead:make_eager_step",
                "helpers.workloads.launch_overhead:make_step"),
@@ -129,11 +129,21 @@ def _answer_codes(what: str) -> dict[Any, tuple[str, str | None]]:
         except (ImportError, AttributeError):
             continue
         code = getattr(inspect.unwrap(obj), "__code__", None)
+        if code is None and callable(obj):  # a C function (torch._fused_adam_): its object, seen as a c_call
+            out[obj] = (f"PyTorch's own {module}.{qual}", None)
         if code is not None:
             label = (f"the course's own {module.rsplit('.', 1)[-1]}.{qual}" if module.startswith("helpers.")
                      else f"PyTorch's own {module}.{qual}")
             out[code] = (label, attr.rstrip("]") or None)
     return out
+
+
+def _hashable(obj: Any) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 @contextmanager
@@ -152,6 +162,10 @@ def course_code_watch(what: str, here: bool = False) -> Iterator[list[str]]:
     def watch(frame: Any, event: str, _arg: Any) -> None:
         if not watching[0]:  # a thread started during the block that outlives it (a loader's pin-memory thread)
             sys.setprofile(None)
+            return
+        if event == "c_call" and not isinstance(_arg, type) and _hashable(_arg) and _arg in codes:
+            if codes[_arg][0] not in used:
+                used.append(codes[_arg][0])
             return
         if event == "call" and frame.f_code in codes:
             name, attr = codes[frame.f_code]

@@ -18,6 +18,7 @@ from .. import syncscan
 from ..diagnosis import diagnose
 from ..errors import TraceError
 from ..model import Trace
+from ..render import plural
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
@@ -154,6 +155,7 @@ def check_sync_scan_clean(fn: Callable) -> str:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed((problem[0].upper() + problem[1:] if problem.startswith("the ") else problem) + ".")
     return _check("sync", "check_sync_scan_clean", not sites,
-                  f"{len(sites)} line(s) of {getattr(fn, '__name__', 'your function')} still sync on every step: "
+                  f"{plural(len(sites), 'line')} of {getattr(fn, '__name__', 'your function')} still "
+                  f"{'syncs' if len(sites) == 1 else 'sync'} on every step: "
                   + "; ".join(f"line {s.line}: `{s.code}` ({s.call}: {s.why})" for s in sites[:3])
                   + ". Keep those values on the GPU, or read them only under `if (i + 1) % N == 0:`.")

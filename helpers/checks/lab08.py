@@ -10,6 +10,7 @@ import torch
 
 from .. import metrics as m
 from ..model import Trace
+from ..render import plural
 from ._core import NUMBER, CheckFailed, _check, _close, _record, learner_trace_problem, own_capture_problem, run_learner
 
 __all__ = [
@@ -188,7 +189,7 @@ def check_break_fixed(model_cls: type, width: int = 64) -> str:
     ex = torch._dynamo.explain(mine)(x)
     if ex.graph_break_count:
         return _check("gpu_bound", name, False,
-                      f"explain still finds {ex.graph_break_count} graph break(s): keep the statistic a tensor "
+                      f"explain still finds {plural(ex.graph_break_count, 'graph break')}: keep the statistic a tensor "
                       "(no .item(), float(), print of a tensor or branch on one inside forward).")
     xs = [torch.randn(4, width, generator=torch.Generator().manual_seed(1 + k)) for k in range(STATISTIC_FORWARDS)]
     with torch.no_grad():

@@ -168,7 +168,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
         def again() -> Iterator[bytes]:
             return _file_blocks(p, max_bytes, budget)
     # JSON: read as a stream of blocks, never whole (kineto.parse_stream); a large one by two processes when
-    # the machine has them (a folder's ranks are read by processes of their own already).
+    # the machine has a core free (a folder's ranks are read by processes of their own already).
     events, metadata = kineto.parse_stream(_json_text(first, blocks, p), p, max_events, table=table, budget=budget,
                                            reopen=(lambda: _json_text(b"", again(), p)) if table else None,
                                            size_hint=size_hint)

@@ -256,7 +256,7 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
             gc.enable()
 
 
-#: A document at least this large (its JSON bytes) is read by two processes when two cores are free.
+#: A document at least this large (its JSON bytes) is read by two processes when a second core is free.
 #: Below it, starting the second process costs more than it saves.
 PARALLEL_FROM_BYTES = 8 << 20
 #: Largest single event (bytes of the events list without a place where one event ends and the next begins):
@@ -269,8 +269,9 @@ _WHOLE_LIMIT = 64 << 20
 
 
 def parallel_decoding() -> bool:
-    """Whether a large document is decoded by two processes here: a Linux machine with two usable cores (a
-    process started by ``fork`` shares this one's memory as it is, and costs milliseconds)."""
+    """Whether a large document can be decoded by two processes here: a Linux machine with two usable cores (a
+    process started by ``fork`` shares this one's memory as it is, and costs milliseconds). Whether it is, for a
+    given read, is :func:`core_to_spare`'s to say."""
     if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
         return False
     try:
