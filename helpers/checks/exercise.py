@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckFailed
+from .provenance import MADE  # noqa: F401 - how a trace may be made, named where it is judged
 
 TRACKS = ("gpu", "cpu")
 
@@ -41,15 +42,6 @@ LABS: dict[str, str] = {
     "10": "10_gpu_memory.ipynb",
     "11": "11_call_sites_and_environment.ipynb",
 }
-
-#: How a trace an exercise takes must have been made (:mod:`helpers.checks.provenance` judges each).
-MADE = {
-    "capture": "helpers.capture(...) in this notebook",
-    "communication.run": "communication.run(..., profile_dir=...) in this notebook, loaded with helpers.load",
-    "run_ncu": "helpers.profiling.run_ncu(...) in this notebook",
-    "shipped": "the course's recording that the lab loads (compared by digest)",
-}
-
 
 @dataclass(frozen=True)
 class Takes:
@@ -301,13 +293,13 @@ class _Unknown(Exception):
     """A call that names no exercise (a reading of a label no lab has): judged, recorded, never signed."""
 
 
-def _bound(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+def _bound(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments | None:
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError:
-        return {}
+        return None
     bound.apply_defaults()
-    return dict(bound.arguments)
+    return bound
 
 
 def judge(fn: Callable) -> Callable:
@@ -321,7 +313,8 @@ def judge(fn: Callable) -> Callable:
     def run(*args: Any, **kwargs: Any) -> Any:
         from . import _core, provenance
 
-        arguments = _bound(fn, args, kwargs)
+        bound = _bound(fn, args, kwargs)
+        arguments = bound.arguments if bound is not None else {}
         try:
             ex = _which(fn.__name__, arguments, _proof.SIGNER.notebook)
         except _Unknown:
@@ -344,7 +337,7 @@ def judge(fn: Callable) -> Callable:
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)
-            return fn(*args, **kwargs)
+            return fn(*bound.args, **bound.kwargs) if bound is not None else fn(*args, **kwargs)
 
     run.__exercises__ = by_function(fn.__name__)  # type: ignore[attr-defined]
     return run

@@ -24,6 +24,14 @@ from typing import Any
 from ..model import Trace
 from ..stamps import events_digest, stamp_of, table_digest, table_stamp_of
 
+#: How a trace an exercise takes must have been made (:mod:`helpers.checks.provenance` judges each).
+MADE = {
+    "capture": "helpers.capture(...) in this notebook",
+    "communication.run": "communication.run(..., profile_dir=...) in this notebook, loaded with helpers.load",
+    "run_ncu": "helpers.profiling.run_ncu(...) in this notebook",
+    "shipped": "the course's recording that the lab loads (compared by digest)",
+}
+
 #: Workload modules every loop may use (the command line and timing, the training-utilities library): running them
 #: says nothing about which lab's loop a step is.
 SHARED = frozenset({"common", "trainkit"})
@@ -49,6 +57,10 @@ def problems(exercise: Any, arguments: dict[str, Any]) -> str | None:
     return None
 
 
+#: At most this many runs of a ``traces`` input are read (the checks refuse more than they ask for).
+MAX_RUNS = 1000
+
+
 def _each(takes: Any, value: Any) -> list[tuple[str, Any]]:
     """The traces (or tables) in one argument, each with the words that name it in a message."""
     if value is None:
@@ -57,10 +69,9 @@ def _each(takes: Any, value: Any) -> list[tuple[str, Any]]:
         return [(takes.name, value)]
     if isinstance(value, dict):  # {label: trace}
         return [(f"{takes.name}[{k!r}]", v) for k, v in value.items() if isinstance(v, Trace)]
-    try:
-        rows = list(value)[:1000] if not isinstance(value, (str, bytes)) else []
-    except Exception:  # noqa: BLE001 - the check explains a sweep it cannot read
-        return []
+    if not isinstance(value, (list, tuple)):  # a one-pass iterator (read once, by the check, under its time limit),
+        return []  # a DataFrame or something else: the check reads it and says what it is
+    rows = list(value)[: MAX_RUNS + 1]
     out = []
     for i, row in enumerate(rows):
         trace = row.get("trace") if isinstance(row, dict) else None
@@ -75,8 +86,6 @@ def _name(value: Any, label: str) -> str:
 
 
 def _problem(ex: Any, takes: Any, label: str, value: Any, arguments: dict[str, Any]) -> str | None:
-    from .exercise import MADE
-
     if takes.what == "table":
         return _table_problem(ex, takes, label, value)
     if not isinstance(value, Trace):
