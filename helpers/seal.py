@@ -18,10 +18,11 @@ they stay sealed; a trace whose events are another loop's shares almost none. A 
 What is sealed, and only that: lab 07's triage recordings always (their sketches are kept in
 :mod:`helpers._sealed_traces`, written by ``tools/seal_traces.py``; a test holds them to ``data/``), and a lab's
 trace once the lab seals it (:func:`seal`), in this process, until its reading passes. A user's own trace is
-never sealed: nothing seals a trace but those two, and the command line seals nothing of its own. A lab's seals
-and the readings passed are kept in the working folder (:data:`SEALS_FILE`, beside ``.selfcheck.json``), so a
+never sealed: nothing seals a trace but those two, and the command line seals nothing of its own. A lab's reading
+seals and the readings passed are kept in the working folder (:data:`SEALS_FILE`, beside ``.selfcheck.json``), so a
 restarted kernel that skips the cell sealing the trace still finds it sealed (``selfcheck --run`` leaves the file out
-of its scratch copy: each run starts sealed).
+of its scratch copy: each run starts sealed). Lab 00's figure seal is kept in its kernel only: the other labs, which
+share the folder, measure the same recording with those metrics.
 
 Lab 00 asks for figures, not a pattern: the GPU's idle share and its longest gap. Its trace is sealed with
 ``scope="figures"``, which also holds the metrics that give those figures in one call (decorated with
@@ -108,7 +109,10 @@ def _opened() -> set[str] | frozenset[str]:
 def _save() -> None:
     """Keep this process's lab seals and passed readings in SEALS_FILE, with those already there."""
     kept, opened = _from_file()
-    seals = {(s.label, s.scope, tuple(f"{int(h):016x}" for h in s.sketch)) for s in (*kept, *_LAB_SEALS)}
+    # Only the readings' seals: lab 00's figure seal holds metrics the other labs' cells use on the same recording
+    # (lab 03 reads the trace lab 00's gaps are read on), and every lab shares the working folder.
+    seals = {(s.label, s.scope, tuple(f"{int(h):016x}" for h in s.sketch)) for s in (*kept, *_LAB_SEALS)
+             if s.scope == "reading"}
     doc = {"seals": [{"label": lab, "scope": sc, "sketch": list(sk)} for lab, sc, sk in sorted(seals)],
            "open": sorted(opened | _OPEN)}
     try:
@@ -217,7 +221,7 @@ def figure_gate(what: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(trace: Any, *args: Any, **kwargs: Any) -> Any:
-            if (_FIGURE_SEALS or any(s.scope == "figures" for s in _from_file()[0])) and not _IN_CHECK.get():
+            if _FIGURE_SEALS and not _IN_CHECK.get():
                 frame = sys._getframe(1)
                 while frame is not None and frame.f_globals.get("__name__") == "helpers.arguments":
                     frame = frame.f_back  # the argument check that wraps every public metric
