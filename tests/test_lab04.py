@@ -8,6 +8,7 @@ import linecache
 import multiprocessing as mp_std
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -111,8 +112,11 @@ def truthful(trace, pattern: str) -> checks.Reading:
     o = time_origin_us(trace)
     fig = checks.EVIDENCE[pattern][0]
     sg = signals(trace)
+    # the window a learner points at: the pattern's longest stretch, not the step around it (diagnose's window)
+    s, e = checks.pattern_intervals(trace, pattern)
+    i = int(np.argmax(e - s))
     # the cost a learner measures (checks.cost_howto), not diagnose's what-if of the fix
-    return checks.Reading(pattern, ((f.window[0] - o) / 1e3, (f.window[1] - o) / 1e3), {fig: float(sg[fig])},
+    return checks.Reading(pattern, ((s[i] - o) / 1e3, (e[i] - o) / 1e3), {fig: float(sg[fig])},
                           want_cost(pattern, trace, sg, f.cost))
 
 

@@ -82,8 +82,15 @@ def test_same_training_passes_bf16_and_refuses_fp32_no_update_and_a_skipped_step
                 return F.cross_entropy(model(x), y).detach()
         return _bf16(model, opt, x, y)
 
-    for wrong, words in ((gb.train_step, "still run in fp32"), (no_step, "left every parameter"),
-                         (skip_first, "unchanged at step")):
+    def fp32_step(model, opt, x, y):  # the loop as first written, in the learner's own cell
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    for wrong, words in ((fp32_step, "still run in fp32"), (gb.train_step, "You passed the course's own train_step"),
+                         (no_step, "left every parameter"), (skip_first, "unchanged at step")):
         with pytest.raises(CheckFailed, match=words):
             checks.check_same_training(wrong, CPU)
 

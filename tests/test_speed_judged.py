@@ -45,13 +45,12 @@ def test_one_worker_slower_on_two_busy_cores_is_refused(machine):
 
 
 def test_too_few_cores_for_the_workers_judges_the_structure_and_says_so(machine):
-    """The one worker the loop needs and the training process on 1 core: the machine cannot show the loader's gain;
-    the verdict says so, the structure decides, and the wait may not grow. (Two workers on 2 cores are judged: the
-    machine has a core for the one worker the loop needs, test_more_workers_than_cores_do_not_switch_speed_off.)"""
-    machine(cores=1, load=3.0)
+    """Two workers and the training process on 2 cores: the machine cannot show the loader's gain; the verdict
+    says so, the structure decides, and the wait may not grow."""
+    machine(cores=2, load=3.0)
     before, slower = _pair()
     out = checks.check_data_stall_fixed(before, slower, 1.3, _loader(2))
-    assert out.startswith("passed") and "step time not judged: 1 loader worker process and the training process share 1 core" in out
+    assert out.startswith("passed") and "step time not judged: 2 loader worker processes and the training process share 2 cores" in out
     # the same structure with a larger wait than before: never passes, cores or not
     ev = slower.events.copy()
     dw = ev["name"].str.contains("DataLoader", regex=False)
@@ -61,16 +60,6 @@ def test_too_few_cores_for_the_workers_judges_the_structure_and_says_so(machine)
     assert lab01._data_wait_share(larger) > lab01._data_wait_share(before)
     with pytest.raises(checks.CheckFailed, match=r"data wait still \d+% of the step \(was 48%"):
         checks.check_data_stall_fixed(before, larger, 1.3, _loader(2))
-
-
-def test_more_workers_than_cores_do_not_switch_speed_off(machine):
-    """Asking for 2 workers on 2 cores where the loop needs 1: the machine has a core for the worker the loop needs
-    and the training process, so a slower step fails, and the message says the workers outnumber the cores."""
-    machine(cores=2, load=3.0)
-    before, slower = _pair()
-    with pytest.raises(checks.CheckFailed, match=r"your step is slower: .*on any machine \(2 loader worker processes and "
-                                                 r"the training process share 2 cores here: each process needs a core"):
-        checks.check_data_stall_fixed(before, slower, 1.3, _loader(2))
 
 
 def test_a_slower_step_is_judged_on_a_noisy_machine():

@@ -210,7 +210,7 @@ def course_code_problem(fn: Any, what: str, used: list[str] | None = None) -> st
     the learner's own."""
     name = getattr(fn, "__name__", None) or type(fn).__name__
     if str(getattr(fn, "__module__", "") or "").startswith("helpers."):
-        return (f"{name} is the course's own code ({fn.__module__}), not yours: write your {what} in a cell; the "
+        return (f"you passed the course's own {name} ({fn.__module__}), not yours: write your {what} in a cell; the "
                 "course's reference earns no credit")
     if used:
         return (f"your {what} runs {', '.join(used)}: write the {what} itself; a reference implementation wrapped in a "

@@ -17,7 +17,7 @@ from ..diagnosis import diagnose
 from ..model import Trace
 from . import _core, behaviour
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
-from .speed import crowded_note, slower_problem, speed_note, workers_judged
+from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -236,19 +236,18 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
         raise CheckFailed(refused)
     too_few = _too_few_workers(before, workers)
     found = [f.pattern for f in diagnose(after)]
-    judged = workers_judged(workers, workers_needed(before))  # more workers than cores is no excuse for a slower step
-    data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few, workers=judged)
+    data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few, workers=workers)
     problems = _pipeline_problems(before, after, data_ok, too_few)
-    slower = _slower(before, after, judged)
+    slower = _slower(before, after, workers)
     if slower:
-        problems.insert(0, slower + crowded_note(workers))
+        problems.insert(0, slower)
     note = _timing_note(before, after, min_speedup)
     _check("data", "check_data_stall_fixed", not problems,
            "Your trace shows: " + "; ".join(problems) + f". ({evidence}; {note or 'no step times'}.)")
     structure = f"loader {loader_kind(after) or 'none'}"
     if after.has_gpu:
         structure += f", {_copy_words(after)}, {blocking_copies_per_step(after):.0f} blocking copies per step"
-    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {'; '.join(filter(None, (note, speed_note(judged))))})"
+    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {'; '.join(filter(None, (note, speed_note(workers))))})"
 
 
 # --- the second loop: host-to-device copies --------------------------------------------------

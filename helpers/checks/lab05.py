@@ -40,7 +40,7 @@ from .reading import (
     want_cost,
     window_problem,
 )
-from .speed import crowded_note, slower_problem, speed_note, workers_judged
+from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
@@ -70,10 +70,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         refused = refused and refused[0].upper() + refused[1:] + "."
     if refused:
         return _check("workflow", "check_capstone", False, refused)
-    asked = max((n for n in made if n is not None), default=None)  # the learner's loader(s), as their step made them
-    from .lab01 import workers_needed
-
-    workers = workers_judged(asked, workers_needed(before))  # more workers than cores is no excuse for a slower step
+    workers = max((n for n in made if n is not None), default=None)  # the learner's loader(s), as their step made them
     found = [f.pattern for f in diagnose(after)]
     sa = m.sync_stats(after)
     key = "sync_points_per_step" if after.has_gpu else "syncing_ops_per_step"
@@ -87,8 +84,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         data_ok = True
         evidence += (f" (not {th.PASS_DATA_WAIT_DROP:g}x lower: this machine cannot show the loader's gain, {busy}; so "
                      "the verdict rests on the batches coming from worker processes, with the wait no larger than before)")
-    slower = slower_problem(before, after, workers)  # on any machine that has a core for each process the loop needs
-    slower = slower and slower + crowded_note(asked)
+    slower = slower_problem(before, after, workers)  # on any machine that has a core for each process
     ok = data_ok and "sync_stall" not in found and sa[key] <= 0.2 and not slower
     note = _timing_note(before, after, min_speedup)
     _check("workflow", "check_capstone", ok,

@@ -35,27 +35,9 @@ def too_few_cores(workers: int | None) -> str:
     return ""
 
 
-def workers_judged(asked: int | None, needed: int | None) -> int | None:
-    """The loader workers whose cores decide whether this machine can show a loader's gain: those the loop needs (read
-    off its own trace: lab 01's ``workers_needed``) where the learner asked for more, else those asked. Asking for
-    more workers than the machine has cores never switches the step-time judgement off: a machine with a core for
-    each worker the loop needs and the training process can show the gain, and a slower step fails there."""
-    if asked is None or needed is None:
-        return asked
-    return min(asked, needed)
-
-
-def crowded_note(asked: int | None) -> str:
-    """A hint beside a slower step when the learner's workers and the training process outnumber the cores, or ''."""
-    short = too_few_cores(asked)
-    return (f" ({short}: each process needs a core; ask for fewer workers, as many as the loop needs)") if short else ""
-
-
 def slower_problem(before: Trace, after: Trace, workers: int | None = None) -> str:
     """A line when ``after``'s median step is slower than ``before``'s beyond the noise band, else ''. Not
-    judged (''; :func:`speed_note` says so) where the machine has too few cores for ``workers`` loader processes and
-    the training process: pass :func:`workers_judged` (the workers the loop needs, not more), so that asking for
-    more workers than cores never switches the judgement off."""
+    judged (''; :func:`speed_note` says so) where the machine has too few cores for the ``workers`` asked."""
     if too_few_cores(workers):
         return ""
     band = m.step_time_band(before, after)

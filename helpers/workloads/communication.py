@@ -60,6 +60,10 @@ from ..profiling import _nvtx, annotate, new_run_dir
 from .common import count_at_least
 
 VARIANTS = ("manual", "ddp", "tiny_buckets", "fp16_hook", "no_sync", "imbalance")
+#: PyTorch's own compression hooks (``ddp_comm_hooks.default_hooks``): what lab 04's Exercise 4 has the learner write
+#: (the course's ``fp16_hook`` variant records ``fp16_compress_hook``). A learner's job that calls one runs the
+#: reference, not a hook of its own; the rank notes it in its training record.
+REFERENCE_HOOKS = ("fp16_compress_hook", "bf16_compress_hook", "_compress_hook")
 LAYERS, BATCH = 8, 64
 ACCUM = 4
 IMBALANCE = 4
@@ -366,10 +370,6 @@ def materialize(spec: dict[str, Any]) -> Callable:
 
 
 # --- what a learner's job trained ----------------------------------------------------------------
-#: PyTorch's own compression hooks (``ddp_comm_hooks.default_hooks``): what lab 04's Exercise 4 has the learner write
-#: (the course's ``fp16_hook`` variant records ``fp16_compress_hook``). A learner's job that calls one runs the
-#: reference, not a hook of its own; the rank notes it in its training record.
-REFERENCE_HOOKS = ("fp16_compress_hook", "bf16_compress_hook", "_compress_hook")
 
 
 class _Tripwires:
