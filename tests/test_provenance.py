@@ -154,8 +154,10 @@ def test_lab06_kernel_limiter_judges_the_shipped_ncu_table_or_run_ncus_not_a_mad
     lambda t, m: checks.check_comm_fixed(m, t),
     lambda t, m: checks.check_bucket_sweep([{"bucket_cap_mb": mb, "step_ms": 1.0, "exposed_ms": 1.0, "trace": t}
                                             for mb in (1, 10, 100)]),
+    lambda t, m: checks.check_bucket_sweep({"bucket_cap_mb": mb, "step_ms": 1.0, "exposed_ms": 1.0, "trace": t}
+                                           for mb in (1, 10, 100)),  # a generator: read once, judged the same
     lambda t, m: checks.check_imbalance_fixed(m, t),
-], ids=["comm_fixed", "bucket_sweep", "imbalance_fixed"])
+], ids=["comm_fixed", "bucket_sweep", "bucket_sweep_generator", "imbalance_fixed"])
 def test_lab04_fix_checks_refuse_a_copied_recording(call, tmp_path):
     src = course.DATA / course.entry("communication", "ddp", "cpu")["file"]
     shutil.copytree(src, tmp_path / "job")

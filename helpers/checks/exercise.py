@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,6 +303,22 @@ def _bound(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments | 
     return bound
 
 
+def _read_one_pass_runs(ex: Exercise, arguments: dict[str, Any]) -> None:
+    """Read a ``traces`` input given as a one-pass iterator (a generator of runs) into a list, once, under the
+    learner-code time limit and at most ``provenance.MAX_RUNS + 1`` runs, so the provenance stage and the check
+    judge the same runs: an iterator the stage could not read twice would otherwise skip it."""
+    from collections.abc import Iterator
+
+    from . import _core, provenance
+
+    for takes in ex.takes:
+        value = arguments.get(takes.name)
+        if takes.what == "traces" and isinstance(value, Iterator):
+            arguments[takes.name] = _core.run_learner(
+                lambda it: list(itertools.islice(it, provenance.MAX_RUNS + 1)), value,
+                name=f"reading your {takes.name}", note=False)
+
+
 def judge(fn: Callable) -> Callable:
     """``fn`` (a check of one or more exercises) run by the engine: the exercise it judges is found from
     its record (the item is the record's, never the caller's), its traces' provenance is judged first
@@ -332,6 +349,8 @@ def judge(fn: Callable) -> Callable:
             _core._record(str(arguments["item"]), ex.check, False)
             raise CheckFailed(f"{ex.check} is lab {ex.lab}'s exercise for the {ex.item!r} item; it cannot earn "
                               f"{arguments['item']!r}: pass item={ex.item!r}")
+        if bound is not None:
+            _read_one_pass_runs(ex, bound.arguments)
         with _proof.SIGNER.judging(ex):
             problem = provenance.problems(ex, arguments)
             if problem:
