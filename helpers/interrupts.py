@@ -37,6 +37,9 @@ from .errors import Interrupted
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _registered: dict[str, None] = {}  # temporary paths not yet removed, oldest first (a dict keeps order)
+#: Outputs the running command created whole (a new file put in place): a signal before the command ends removes
+#: them too, so a stopped command leaves nothing; forgotten (kept) when the command ends any other way.
+_products: dict[str, None] = {}
 _lock = threading.Lock()
 _state: dict = {"active": 0, "deferring": 0, "pending": None, "first": None, "count": 0}
 
@@ -123,6 +126,13 @@ def signals_as_exceptions() -> Iterator[None]:
     previous = install()
     try:
         yield
+    except Interrupted:
+        raise  # its products stay for stopped() to remove
+    except BaseException:
+        _products.clear()
+        raise
+    else:
+        _products.clear()
     finally:
         if previous:
             _state["active"] -= 1
@@ -139,6 +149,14 @@ def stopped(exc: Interrupted) -> int:
     """Say on one line that the command was stopped, remove what it left, and return its exit status
     (128 + the signal's number, as a shell reports a command a signal ended)."""
     _state["count"] = max(_state["count"], 1)  # from here on a signal is the cleanup's to wait for, not raised
+    with _lock:
+        made = list(reversed(_products))
+        _products.clear()
+    for path in made:  # outputs this command created whole before the signal landed
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     remove_registered()
     try:
         import sys
@@ -174,6 +192,14 @@ def register(path: str | os.PathLike) -> None:
     """Remember a temporary file or folder until :func:`unregister`; see the module's doc."""
     with _lock:
         _registered[os.fspath(path)] = None
+
+
+def created(path: str | os.PathLike) -> None:
+    """Note a new output the running command has put in place, to remove if a signal stops the command before it
+    ends (see :data:`_products`); outside a command (the API, a notebook) nothing is noted."""
+    if _state["active"]:
+        with _lock:
+            _products[os.fspath(path)] = None
 
 
 def unregister(path: str | os.PathLike) -> None:
@@ -219,5 +245,5 @@ def temporary_dir(prefix: str = "helpers-") -> Iterator[Path]:
 
 atexit.register(remove_registered)
 
-__all__ = ["SIGNALS", "Interrupted", "deferred", "ignore", "in_main_thread", "install", "received", "register",
+__all__ = ["SIGNALS", "Interrupted", "created", "deferred", "ignore", "in_main_thread", "install", "received", "register",
            "remove_registered", "signals_as_exceptions", "stopped", "temporary_dir", "unregister"]

@@ -99,7 +99,10 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
             write(fh)
         os.chmod(tmp, 0o666 & ~_umask())
         with interrupts.deferred():  # the result is put in place whole or not at all
+            existed = p.exists() or p.is_symlink()
             _commit(tmp, p, force)
+            if not existed:  # a file this command made: a signal before the command ends removes it
+                interrupts.created(p)
     except OSError as exc:
         raise TraceError(f"{p}: cannot be written ({exc.strerror or exc}); check the free space and permissions") from None
     finally:

@@ -149,3 +149,21 @@ def test_real_signals_from_outside_at_random_moments(inputs, tmp_path, sig):
         if proc.returncode:
             assert err.startswith("error: stopped by") and err.count("\n") == 1, err
         assert [p.name for p in out.iterdir()] in ([], ["x.json"]) and list(temp.iterdir()) == []
+
+
+def test_a_signal_after_the_output_is_in_place_still_leaves_nothing(inputs, tmp_path, monkeypatch, capsys):
+    """The race hypothesis found once: a signal landing after the output was put in place, before the command
+    ended. The command says it was stopped, so the output it made goes too (a user's earlier file never does)."""
+    from helpers import outputs
+
+    real = outputs._commit
+
+    def then_signalled(*args, **kwargs):
+        real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # held until the commit's section ends, then raised
+
+    monkeypatch.setattr(outputs, "_commit", then_signalled)
+    argv, _ = _command("export", inputs, tmp_path)
+    assert main(argv) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.startswith("error: stopped by")
+    assert sorted(tmp_path.iterdir()) == []
