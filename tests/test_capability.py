@@ -109,16 +109,19 @@ def test_the_speed_check_uses_the_probe_on_the_gpu_track(on_device):
 def test_without_tensor_cores_the_kernel_check_asks_only_that_gemms_left_fp32(on_device, tmp_path):
     import shutil
 
+    from conftest import own_capture
+
     import helpers
 
     mine = {}
     for v in ("fp32", "bf16"):
         shutil.copyfile(course.DATA / f"gpu_bound__{v}__h200.json.gz", tmp_path / f"{v}.json.gz")
-        mine[v] = helpers.load(tmp_path / f"{v}.json.gz")
+        mine[v] = own_capture(helpers.load(tmp_path / f"{v}.json.gz"), of=("gpu_bound",))  # as if captured here
+    fp32 = own_capture(FP32_TRACE, of=("gpu_bound",), mine=False)
     on_device(PASCAL)
     with pytest.raises(CheckFailed, match="no tensor cores.*still on them"):
-        checks.check_tensor_cores(FP32_TRACE, mine["fp32"])
-    assert checks.check_tensor_cores(FP32_TRACE, mine["bf16"]).startswith("passed")
+        checks.check_tensor_cores(fp32, mine["fp32"])
+    assert checks.check_tensor_cores(fp32, mine["bf16"]).startswith("passed")
 
 
 def test_tf32_switch_works_with_either_api():

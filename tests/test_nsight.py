@@ -192,9 +192,9 @@ WRONG = {
     ("time window", "nsys profile --trace=cuda,nvtx -o w --duration=30 python t.py"): "no --delay",
     ("time window", "nsys profile --trace=cuda,nvtx -o w --delay=10 python t.py"): "no --duration",
     # the syllabus's numbers on lab 00's 10-step script: the window starts after the program has ended
-    ("time window", "nsys profile -t cuda,nvtx -o w -y 10 -d 30 python -m helpers.workloads.data_stall --steps 10"): "more --steps",
+    ("time window", "nsys profile -t cuda,nvtx -o w -y 10 -d 30 python -m helpers.workloads.data_stall --steps 10"): r"--steps \d+ or more",
     ("time window", "nsys profile -t cuda,nvtx -o w -y 2 -d 5 python -m helpers.workloads.data_stall --steps 5000"): "inside start-up",
-    ("time window", "nsys profile -t cuda,nvtx -o w -y 20 -d 5 python -m helpers.workloads.data_stall --steps 1000"): "more --steps",
+    ("time window", "nsys profile -t cuda,nvtx -o w -y 20 -d 5 python -m helpers.workloads.data_stall --steps 1000"): r"--steps \d+ or more",
     ("time window", "nsys profile --trace=cuda,nvtx -o w -y 10 -d 30 -c cudaProfilerApi python t.py"): "no --capture-range",
     ("gpu metrics", "nsys profile --trace=cuda,nvtx -o m python t.py"): "--gpu-metrics-devices=0",
     ("gpu metrics", "nsys profile --trace=cuda,nvtx -o m --gpu-metrics-devices=0"): "program",
