@@ -153,10 +153,7 @@ def stopped(exc: Interrupted) -> int:
         made = list(reversed(_products))
         _products.clear()
     for path in made:  # outputs this command created whole before the signal landed
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        _remove(path)
     remove_registered()
     try:
         import sys
