@@ -84,10 +84,12 @@ def _str(value: Any) -> str:
 def _path(value: Any) -> Any:
     if isinstance(value, (str, bytes, os.PathLike)):
         try:
-            os.fsdecode(value)
+            text = os.fsdecode(value)
         except (TypeError, ValueError):
             raise _Refused("a file path (str or pathlib.Path)") from None
-        return value
+        if "\0" in text:
+            raise _Refused("a file path (str or pathlib.Path) without a NUL character")
+        return text if isinstance(value, bytes) else value  # bytes as text: pathlib.Path takes no bytes
     raise _Refused("a file path (str or pathlib.Path)")
 
 
@@ -177,7 +179,7 @@ def check_for(hint: Any) -> Check | None:
         return simple[hint]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if set(args) >= {str, os.PathLike} or (str in args and any(typing.get_origin(a) is os.PathLike for a in args)):
+        if _is_path_hint(hint):
             return _optional(_path) if type(None) in args else _path
         inner = [check_for(a) for a in args if a is not type(None)]
         if any(c is None for c in inner):
@@ -194,11 +196,13 @@ def check_for(hint: Any) -> Check | None:
         return None
     if origin in (list, collections.abc.Sequence, collections.abc.Iterable):
         inner = check_for(args[0]) if args else None
-        return None if inner is None else _items(inner, f"a list of {_words(args[0], plural=True)}")
+        if inner is None:  # items of any kind: still a list (or tuple, ...), never a scalar or text; passed on as given
+            return _items(lambda v: v, "a list", None)
+        return _items(inner, f"a list of {_words(args[0], plural=True)}")
     if origin in (dict, collections.abc.Mapping):
         key, val = (check_for(a) for a in args) if len(args) == 2 else (None, None)
-        if key is None or val is None:
-            return None
+        if key is None or val is None:  # values of any kind: still a dict, passed on as given
+            return _instance(collections.abc.Mapping, "a dict")
         return _mapping(key, val, f"a dict of {_words(args[0])} -> {_words(args[1])}")
     if origin is collections.abc.Callable or hint is collections.abc.Callable:
         return _callable
@@ -228,10 +232,7 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
     plan: list | None = None
 
     def build() -> list:
-        try:
-            hints = typing.get_type_hints(fn)
-        except Exception:  # noqa: BLE001 - a hint that does not resolve: that argument goes unchecked
-            hints = {}
+        hints = resolved_hints(fn)
         sig = inspect.signature(fn)
         out = []
         for name, param in sig.parameters.items():
@@ -239,17 +240,20 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
             if only is not None and not _one_of(hint, only):
                 continue
             check = check_for(hint) if hint is not None else None
+            if check is not None and "window" in name and _is_pair(hint):
+                check = _ordered(check)
             if check is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY,
                                                     param.POSITIONAL_ONLY):
                 out.append((name, check))
-        return [sig, out]
+        paths = [name for name, _ in out if _is_path_hint(hints.get(name))]
+        return [sig, out, paths]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         nonlocal plan
         if plan is None:
             plan = build()
-        sig, checks = plan
+        sig, checks, paths = plan
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as exc:  # a missing or unknown argument: Python's own words, one line
@@ -261,10 +265,74 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
                     arguments[name] = check(arguments[name])
                 except _Refused as exc:
                     raise TraceError(f"{fn.__name__}(): {name}={describe(arguments[name])}: give {exc.wants}") from None
-        return fn(*bound.args, **bound.kwargs)
+        if not paths:
+            return fn(*bound.args, **bound.kwargs)
+        try:
+            return fn(*bound.args, **bound.kwargs)
+        except OSError as exc:  # the file the user named is missing, a folder or unreadable: their error, one line
+            given = {os.fsdecode(arguments[n]) for n in paths if isinstance(arguments.get(n), (str, bytes, os.PathLike))}
+            if exc.filename is None or os.fsdecode(exc.filename) not in given:
+                raise
+            why = exc.strerror or type(exc).__name__
+            raise TraceError(f"{fn.__name__}(): {describe(os.fsdecode(exc.filename), 200)}: {why.lower()}; "
+                             "check the path") from None
 
     wrapper.__checked__ = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _is_path_hint(hint: Any) -> bool:
+    """``str | os.PathLike`` (or ``str | Path``), optionally with None: a file the user names."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return False
+    args = set(typing.get_args(hint)) - {type(None)}
+    return str in args and any(a is os.PathLike or typing.get_origin(a) is os.PathLike
+                               or (isinstance(a, type) and issubclass(a, os.PathLike)) for a in args)
+
+
+def _is_pair(hint: Any) -> bool:
+    """``tuple[float, float]`` (optionally ``| None``): a window's (start, end)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return len(args) == 1 and _is_pair(args[0])
+    return typing.get_origin(hint) is tuple and typing.get_args(hint) in ((float, float), (int, int))
+
+
+def _ordered(inner: Check) -> Check:
+    """A window's check: two finite numbers, the start before the end (a reversed window draws and measures nothing)."""
+    def check(value: Any) -> Any:
+        out = inner(value)
+        if out is not None and out[0] > out[1]:
+            raise _Refused("(start, end) with the start before the end")
+        return out
+    return check
+
+
+def resolved_hints(fn: Callable) -> dict[str, Any]:
+    """``fn``'s argument hints, each resolved on its own: one that does not resolve (a return type from a module
+    imported only inside the function, ``pd.DataFrame``) leaves that one unchecked, not every argument."""
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - resolved one by one below
+        pass
+    out = {}
+    for name, hint in getattr(fn, "__annotations__", {}).items():
+        if name == "return":
+            continue
+        try:
+            out[name] = typing.get_type_hints(_Holder(fn, name, hint))[name]
+        except Exception:  # noqa: BLE001 - a hint that does not resolve: that argument goes unchecked
+            pass
+    return out
+
+
+class _Holder:
+    """One annotation of ``fn``, in ``fn``'s module, as typing.get_type_hints reads it."""
+
+    def __init__(self, fn: Callable, name: str, hint: Any) -> None:
+        self.__annotations__ = {name: hint}
+        self.__globals__ = getattr(fn, "__globals__", {})
+        self.__module__ = getattr(fn, "__module__", None)
 
 
 def _one_of(hint: Any, types_: tuple) -> bool:
@@ -276,16 +344,33 @@ def _one_of(hint: Any, types_: tuple) -> bool:
     return False
 
 
-def check_namespace(namespace: dict, names: typing.Iterable[str], only: tuple | None = None) -> None:
+def check_namespace(namespace: dict, names: typing.Iterable[str] | None = None, only: tuple | None = None) -> None:
     """Replace each public function among ``names`` in ``namespace`` (a module's globals) by its checked
-    form (``only``: see :func:`checked`); classes, constants and private names are left as they are."""
+    form (``only``: see :func:`checked`); classes, constants and private names are left as they are.
+    ``names`` None: the module's public names (its ``__all__``, else every public function defined in it or in
+    its submodules: what a user reaches as ``module.name``), so a function added later is held to its hints
+    without a list to edit. A function it only imports for its own use is left as it is (its callers inside may
+    pass what a user may not: a NaN noise band, an infinite time-out)."""
     import inspect
 
-    for name in names:
+    home = namespace.get("__name__", "")
+    if names is None:
+        names = namespace["__all__"] if "__all__" in namespace else [
+            n for n in namespace if inspect.isfunction(namespace[n]) and public_function(namespace[n], home)]
+    for name in list(names):
         value = namespace.get(name)
         if name.startswith("_") or not inspect.isfunction(value) or getattr(value, "__checked__", False):
+            continue
+        if not public_function(value):
             continue
         namespace[name] = checked(value, only)
 
 
-__all__ = ["check_for", "check_namespace", "checked", "describe"]
+def public_function(value: Any, home: str = "helpers") -> bool:
+    """A function of this package a user can call: defined in module ``home`` or under it (not an import from
+    elsewhere, not this module's own)."""
+    module = getattr(value, "__module__", "") or ""
+    return (module == home or module.startswith(home + ".")) and module != __name__
+
+
+__all__ = ["check_for", "check_namespace", "checked", "describe", "public_function"]

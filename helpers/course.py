@@ -230,6 +230,9 @@ def measured(workload: str) -> pd.DataFrame:
 
     rows = [{k: e[k] for k in ("variant", "tag", "device", "step_ms", "command")} for e in manifest()
             if e["workload"] == workload and e.get("format") != "nsys-sqlite"]  # nsys step times run with nsys attached
+    if not rows:
+        known = sorted({e["workload"] for e in manifest()})
+        raise TraceError(f"measured(): no workload {workload[:60]!r}; the workloads: {', '.join(known)}")
     return pd.DataFrame(rows).sort_values(["tag", "step_ms"], ascending=[False, False]).reset_index(drop=True)
 
 
@@ -266,7 +269,11 @@ def steps_line(trace: Trace, label: str) -> str:
 
 def show(obj: object) -> object:
     """Display a function's or class's source with syntax highlighting (plain text outside Jupyter)."""
-    source = inspect.getsource(obj)  # type: ignore[arg-type]
+    try:
+        source = inspect.getsource(obj)  # type: ignore[arg-type]
+    except (TypeError, OSError) as exc:  # a value, a built-in, code typed at the prompt: nothing to show
+        raise TraceError(f"show(): no source to show for {type(obj).__name__} ({' '.join(str(exc).split())[:120]}); "
+                         "give a function or class of the course") from None
     try:
         from IPython.display import Code
 
@@ -302,4 +309,8 @@ def nsight_text(workload: str, variant: str, key: str) -> str:
     return (DATA / e[key]).read_text()
 
 
+# The public functions hold their arguments to their type hints (course.recorded(pd.NA, "x") is one TraceError line).
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals())
 use_one_line_errors()

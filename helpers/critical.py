@@ -623,9 +623,12 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
 def _factors(factors: dict[str, float] | None) -> np.ndarray:
     f = np.ones(_NC)
     for cause, value in (factors or {}).items():
-        if cause not in _C:
-            raise ArgumentError(f"unknown cause {cause!r}; the causes are {', '.join(PATH_CAUSES)}")
-        value = float(value)
+        if not isinstance(cause, str) or cause not in _C:
+            raise ArgumentError(f"unknown cause {cause!r:.60}; the causes are {', '.join(PATH_CAUSES)}")
+        try:
+            value = float(value) if not isinstance(value, (bool, str, bytes)) else float("nan")
+        except (TypeError, ValueError):
+            value = float("nan")
         if not (value >= 0 and np.isfinite(value)):
             raise ArgumentError(f"factor for {cause!r} must be a number >= 0 (0 removes it), got {value!r}")
         f[_C[cause]] = value
@@ -1411,7 +1414,11 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
                 rates: tuple[tuple[str, str], ...] = ()) -> float:
     """The predicted mean step (ms) when a fix is applied: causes scaled (``factors``), causes or op groups moved
     off the path (``overlapped``), op groups at another rate (``rates``). :func:`what_if` with op groups."""
-    f = _factors(dict(factors))
+    try:
+        factors = dict(factors)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"fix_step_ms(): factors={factors!r:.60}: give a dict of cause -> factor") from None
+    f = _factors(factors)
     graphs = _graphs(trace)
     means = []
     for g in graphs.values():
@@ -1545,3 +1552,7 @@ def job_path(ranks: dict[int, list[dict[str, Any]]]) -> JobPath | None:
 
 __all__ = ["COMPILE_RANGE", "OP_GROUPS", "CriticalPath", "JobPath", "critical_path", "fix_step_ms", "job_path",
            "lowp_gemm_speedup", "pinned_gb_per_s", "rank_steps", "what_if"]
+
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals(), __all__)  # the public functions hold their arguments to their type hints

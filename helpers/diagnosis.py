@@ -677,3 +677,8 @@ def _longest_sync(trace: Trace) -> tuple[float, float] | None:
 
 __all__ = ["CPU_FIXES", "FIXES", "LOCATORS", "Diagnosis", "Finding", "LeftOut", "Located", "PATTERNS", "SteadyState", "diagnose",
            "locate", "signals", "steady_state"]
+
+# signals and locate (sealed like diagnose) hold their arguments to their hints as diagnose does.
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals(), __all__)

@@ -6,8 +6,30 @@ from __future__ import annotations
 class TraceError(Exception):
     """A trace could not be read or used.
 
-    The message is one line: which file, what is wrong with it, and what to do next.
+    The message is one line: which file, what is wrong with it, and what to do next. It is made one
+    line here, whatever it quotes (a file name with a newline, a DataFrame's repr, a megabyte of text a
+    user passed): line breaks become spaces and an over-long message keeps its start and its advice.
     """
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (one_line(args[0]), *args[1:])
+        super().__init__(*args)
+
+
+#: The longest message an error shows: a quoted value past this is cut in its middle.
+MESSAGE_LIMIT = 800
+
+
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` on one line (runs of white space, line breaks included, become one space), at most about
+    ``limit`` characters: a long middle (a quoted value) gives way to "..." so the advice at the end stays."""
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
+    if len(text) > limit:
+        head = limit * 2 // 5
+        text = text[:head] + " ... " + text[len(text) - (limit - head):]
+    return text
 
 
 class NoGPUError(RuntimeError):

@@ -619,3 +619,8 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
 
 
 __all__ = ["Lanes", "column_runs", "explore", "figures_lines"]
+
+# The public functions hold their arguments to their type hints (explore(t, window_ms=pd.NA) is one TraceError line).
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals(), __all__)

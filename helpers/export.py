@@ -346,3 +346,9 @@ def export(trace: Trace, path: str | os.PathLike, force: bool = False) -> Path:
             _write_all(fh, _fragments(trace))
 
     return write_output(path, write, force, [trace.source] if trace.source else [])
+
+
+# Every public function here holds its arguments to its type hints (flow_pairs(pd.NA) is one TraceError line).
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals())

@@ -110,7 +110,12 @@ def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: i
                 rank: int | None = None) -> tuple[float, float]:
     """The time window to draw: explicit, one step's, or the whole trace (microseconds)."""
     if window is not None:
-        return float(window[0]), float(window[1])
+        t0, t1 = float(window[0]), float(window[1])
+        if t0 > t1:  # a reversed window: say so, not an inverted axis
+            raise ArgumentError(f"the window ({t0:g}, {t1:g}) ends before it starts: give (start, end) with start before end")
+        return t0, t1
+    if trace.events.empty:
+        raise ArgumentError(f"{trace.source or 'the trace'}: no events to draw (the events table is empty)")
     win = m.windows(m.stepped(trace))
     if rank is not None:
         win = win[win["rank"] == rank]

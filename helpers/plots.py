@@ -45,6 +45,11 @@ from .render import change_text
 
 def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "after"), steps: int = 2):
     """Both timelines on one time scale (the first ``steps`` steps of each) and a table of what changed."""
+    for name, tr in (("before", before), ("after", after)):
+        if tr.events.empty:
+            raise ArgumentError(f"compare(): {name}={tr.source or 'the trace'} has no events to draw (its events table is empty)")
+    if steps < 1:
+        raise ArgumentError(f"compare(): steps={steps}: give 1 or more")
     plt = _plt()
     before, after = m.stepped(before), m.stepped(after)  # each over its steps (the steady state's, unmarked)
     spans = []
@@ -68,6 +73,11 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
 
 def compare_table(ax, table: pd.DataFrame, labels: tuple[str, str] = ("before", "after")):
     """:func:`helpers.metrics.comparison`'s table drawn on ``ax`` (its axes hidden), as under :func:`compare`."""
+    if not (hasattr(ax, "axis") and hasattr(ax, "table")):
+        raise ArgumentError(f"compare_table(): ax={ax!r:.40}: give a matplotlib Axes to draw on")
+    missing = {"metric", "before", "after", "better"} - set(table.columns)
+    if missing:
+        raise ArgumentError(f"compare_table(): the table has no column {sorted(missing)[0]!r}: give metrics.comparison(before, after)")
     ax.axis("off")
     cells = [[row["metric"], _fmt(row["before"]), _fmt(row["after"]), change_text(row["before"], row["after"], row["better"], row.get("noise"))] for _, row in table.iterrows()]
     tbl = ax.table(cellText=cells, colLabels=["metric", labels[0], labels[1], "change"], loc="center", cellLoc="left")
@@ -163,7 +173,13 @@ def explore(trace: Trace, window_ms: tuple[float, float] | None = None, step: in
                     overlays=overlays, critical_path=critical_path)
 
 
-# The public figures hold their arguments to their type hints (a pd.NA window is one TraceError line).
-from .arguments import check_namespace  # noqa: E402
+#: What a notebook reaches as ``plots.<name>``: the figures and the lanes' helpers they share.
+__all__ = ["COPY_COLORS", "FIGURE_WIDTH_PX", "KIND_COLORS", "MIN_BAND_PX", "PHASE_COLORS", "compare", "compare_table",
+           "explore", "gap_histogram", "pattern_colour", "pick_window", "step_breakdown", "time_origin_us", "timeline",
+           "trace_name"]
 
-check_namespace(globals(), ["timeline", "compare", "gap_histogram", "step_breakdown", "explore"])
+# Every public function here holds its arguments to its type hints: a pd.NA window is one TraceError line. (Only the
+# names above: a helper the figures call inside, change_text with a NaN noise band, is theirs to call as they need.)
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals())

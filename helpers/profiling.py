@@ -427,3 +427,9 @@ def find_syncs_live(fn: Callable[[], object]) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+# The public functions hold their arguments to their type hints (capture(fn, steps=pd.NA) is one TraceError line).
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals())

@@ -43,7 +43,10 @@ def seal(text: str, *key: str) -> str:
 def unseal(blob: str, *key: str) -> str | None:
     """The text sealed in ``blob`` when ``key`` is the key it was sealed with, else None."""
     k = "\x1f".join(key)
-    raw = base64.b64decode(blob)
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except ValueError:  # not base64 (binascii.Error): nothing was sealed in it
+        return None
     tag, body = raw[:_TAG], raw[_TAG:]
     data = bytes(a ^ b for a, b in zip(body, _stream(k, len(body))))
     if hashlib.sha256(f"{SALT}\x1ftag\x1f{k}".encode() + data).digest()[:_TAG] != tag:

@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import metrics as m
 from .. import seal as _seal
 from .. import thresholds as _th
+from ..errors import ArgumentError
 from ..model import Trace
 from ..render import plural
 from ._core import (  # noqa: F401
@@ -199,7 +200,7 @@ def parse_nsys_profile(command: list[str] | str) -> tuple[dict[str, str], list[s
     """
     tokens = shlex.split(command) if isinstance(command, str) else [str(t) for t in command]
     if tokens[:2] != ["nsys", "profile"]:
-        raise ValueError(f"it starts with {' '.join(tokens[:2])!r}, not 'nsys profile'")
+        raise ArgumentError(f"it starts with {' '.join(tokens[:2])!r:.80}, not 'nsys profile'")
     options: dict[str, str] = {}
     i = 2
     while i < len(tokens) and tokens[i].startswith("-"):
@@ -364,7 +365,7 @@ def parse_profiler_table(table: str) -> tuple[list[str], list[dict[str, str]]]:
     lines = str(table).splitlines()
     rulers = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) <= {"-", " "}]
     if len(rulers) < 2:
-        raise ValueError("it has no ruler lines of dashes")
+        raise ArgumentError("it has no ruler lines of dashes")
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rulers[0]])]
     cut = lambda line: [line[a:b].strip() for a, b in spans]  # noqa: E731
     headers = cut(lines[rulers[0] + 1])

@@ -389,7 +389,13 @@ def check_alloc_churn(answer: dict, trace: Trace) -> str:
 # --- 6. GPU metrics -------------------------------------------------------------------------------
 def gpu_metrics(path: str | Path) -> dict[str, float]:
     """The per-metric means of a recorded nsys --gpu-metrics-devices summary (data/nsight/*.gpumetrics.json)."""
-    return dict(json.loads(Path(path).read_text())["metrics"])
+    from ..errors import TraceError
+
+    try:
+        return {str(k): float(v) for k, v in dict(json.loads(Path(path).read_text())["metrics"]).items()}
+    except (ValueError, TypeError, KeyError, AttributeError):  # JSON that is not a --gpu-metrics summary
+        raise TraceError(f"{path}: not a GPU-metrics summary (a JSON object whose 'metrics' maps names to numbers, "
+                         "as data/nsight/*.gpumetrics.json)") from None
 
 
 def check_gpu_metrics_reading(answer: dict, fp32: dict, bf16: dict) -> str:

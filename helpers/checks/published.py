@@ -91,6 +91,11 @@ def check_published_job_reading(answer: dict, trace: Trace) -> str:
 def rank_table(trace: Trace) -> pd.DataFrame:
     """Per rank: when its step starts (ms from the earliest rank's), its step, compute and collective ms, and the
     collective ms no compute hid (the figures the section starts from; no reading in them)."""
+    if trace.steps.empty or trace.events.empty:
+        from ..errors import ArgumentError
+
+        raise ArgumentError(f"rank_table(): {trace.source or 'the trace'} has no steps (no ProfilerStep ranges): "
+                            "give the published job's trace")
     cs = m.comm_stats(trace).set_index("rank")
     steps = trace.steps.set_index("rank")
     t0 = float(steps["start_us"].min())

@@ -40,6 +40,10 @@ COST_HELPER: dict[str, str] = {n: s.formula for n, s in SIGNALS.items() if not s
 
 def howto(fig: str) -> str:
     """What figure ``fig`` is and the code that computes it (the labs' figure tables print this)."""
+    if fig not in FIGURE_HOWTO or fig not in FIGURE_HELPER:
+        from ..errors import ArgumentError
+
+        raise ArgumentError(f"howto(): {fig[:60]!r} is not a figure; the figures: {', '.join(sorted(FIGURE_HELPER))}")
     return f"{FIGURE_HOWTO[fig]}; compute it: {FIGURE_HELPER[fig]}"
 
 

@@ -74,6 +74,6 @@ __all__ = [
 ]
 
 # Every public metric holds its arguments to its type hints: metrics.summary(pd.NA) is one TraceError line.
-from ..arguments import check_namespace  # noqa: E402
+from ..arguments import check_namespace as _check_namespace  # noqa: E402
 
-check_namespace(globals(), __all__)
+_check_namespace(globals(), __all__)

@@ -5,6 +5,7 @@ The lowest piece of the metrics: the steady-state step and the metric cache both
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,13 +28,33 @@ def _memo(trace: Trace) -> dict[Any, Any]:
     """
     memo = trace._memo
     events = trace.events
-    if memo.get("__events__") is not events or memo.get("__arrays__") != _arrays(events):
+    if memo.get("__events__") is not events or memo.get("__arrays__") != _arrays(events) or \
+            memo.get("__metadata__") != _described(trace):
         memo.clear()
         memo["__events__"] = events
         memo["__arrays__"] = _arrays(events)
+        memo["__metadata__"] = _described(trace)
         # a view that shares the blocks: while it lives, copy-on-write must copy before any write
         memo["__view__"] = events.copy(deep=False) if isinstance(events, pd.DataFrame) else None
+        steps = trace.metadata.get("steps") if isinstance(trace.metadata, dict) else None
+        memo["__steps_view__"] = steps.copy(deep=False) if isinstance(steps, pd.DataFrame) else None
     return memo
+
+
+def stamp(trace: Trace) -> tuple:
+    """What the store's results depend on, by identity: compares equal to a later stamp only when neither the events
+    table nor the metadata (its steps table included) was replaced or edited in place since."""
+    return (_Same((trace.events,)), _arrays(trace.events), _described(trace))
+
+
+def _described(trace: Trace) -> tuple:
+    """The metadata by identity: the dict, its keys, each value, and the steps table's arrays. Setting a key, replacing
+    the dict or editing the steps in place (the analysis windows come from them) changes it; a few identity checks."""
+    md = trace.metadata
+    if not isinstance(md, dict):
+        return (_Same((md,)),)
+    steps = md.get("steps")
+    return (tuple(md), _Same((md, *md.values())), _arrays(steps) if isinstance(steps, pd.DataFrame) else None)
 
 
 class _Same:
@@ -59,7 +80,7 @@ def _arrays(events: Any) -> _Same | None:
     return _Same((*mgr.axes, *(b.values for b in mgr.blocks)))
 
 
-def name_mask(trace: Trace, key: str, predicate) -> np.ndarray:
+def name_mask(trace: Trace, key: str, predicate: Callable[[str], object]) -> np.ndarray:
     """``predicate(name)`` for every event, evaluated once per distinct name (traces repeat names a lot).
 
     Cached under ``key`` *and* the predicate itself, so two callers that reuse a key with

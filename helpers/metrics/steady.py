@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace, assign_steps, empty_steps
-from ._store import _memo, rank_events
+from ._store import _memo, rank_events, stamp
 from .intervals import merge_intervals, overlap
 
 
@@ -258,6 +258,9 @@ def stepped(trace: Trace) -> Trace:
     if (marked is not None and not marked.empty) or trace.metadata.get("steps_inferred"):
         return trace
     memo = _memo(trace)
+    kept = memo.get("__stepped__")
+    if kept is not None and kept is not trace and memo.get("__stepped_stamp__") != stamp(kept):
+        del memo["__stepped__"]  # the user edited the trace steady_state gave them: build it again from this one
     if "__stepped__" not in memo:
         steps, info = steady_steps(trace) if not trace.events.empty else (empty_steps(), {})
         if not steps.empty and _leaves_out_the_work(trace, steps):
@@ -276,6 +279,9 @@ def stepped(trace: Trace) -> Trace:
             md["steps"] = steps
             md["steps_inferred"] = info
             memo["__stepped__"] = Trace(ev, trace.source, trace.format, md)
+            memo["__stepped_stamp__"] = stamp(memo["__stepped__"])
+            # shares its blocks: an edit in place of the trace handed out must copy first (copy-on-write), so the stamp sees it
+            memo["__stepped_view__"] = memo["__stepped__"].events.copy(deep=False)
     return memo["__stepped__"]
 
 
