@@ -22,6 +22,7 @@ from .checks import CREDIT, RESULTS_FILE, SELF_CHECK, _proof
 from .checks._core import RESULTS_LIMIT
 from .checks.exercise import find
 from .errors import TraceError
+from .interrupts import temporary_dir
 from .outputs import read_regular
 
 #: Run at each kernel's start, before any cell: the signing state takes the key and hides it from the notebook.
@@ -34,6 +35,52 @@ def _key_file(folder: Path, notebook: str, key: bytes) -> Path:
     with os.fdopen(fd, "w") as fh:
         json.dump({"key": key.hex(), "notebook": notebook}, fh)
     return path
+
+
+#: What ``--run`` copies of a labs folder at most: the notebooks and what a learner keeps beside them, not a
+#: multi-GB recording or a folder linked in (each link is kept as a link to where it points, never followed).
+COPY_MAX_BYTES = 1 << 30
+COPY_MAX_ENTRIES = 20_000
+_NOT_COPIED = {RESULTS_FILE, ".seals.json", "runs", ".ipynb_checkpoints"}
+
+
+def copy_labs(labs: Path, copy: Path) -> None:
+    """Copy ``labs`` to ``copy`` for a run, within :data:`COPY_MAX_BYTES` and :data:`COPY_MAX_ENTRIES`.
+
+    Links are made again as links to the same place (absolute), so a link loop or a link to a large
+    folder costs one entry; a pipe, socket or device is left out (reading a pipe can wait forever).
+    Anything that cannot be copied, or a folder over the bounds, is one :class:`TraceError` line."""
+    copy.mkdir()
+    total, entries, todo = 0, 0, [(labs, copy)]
+    while todo:
+        src, dst = todo.pop()
+        try:
+            with os.scandir(src) as it:
+                found = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise TraceError(f"{src}: cannot be read to copy it for --run ({exc.strerror or exc})") from None
+        for e in found:
+            if e.name in _NOT_COPIED:
+                continue
+            entries += 1
+            if entries > COPY_MAX_ENTRIES:
+                raise TraceError(f"{labs}: holds over {COPY_MAX_ENTRIES:,} files and folders; --run copies the folder "
+                                 "first: keep only your lab notebooks in it")
+            target = dst / e.name
+            try:
+                if e.is_symlink():
+                    os.symlink(os.path.realpath(e.path), target)
+                elif e.is_dir(follow_symlinks=False):
+                    target.mkdir()
+                    todo.append((Path(e.path), target))
+                elif e.is_file(follow_symlinks=False):
+                    total += e.stat(follow_symlinks=False).st_size
+                    if total > COPY_MAX_BYTES:
+                        raise TraceError(f"{e.path}: the labs folder holds over {COPY_MAX_BYTES >> 20:,} MB with it, "
+                                         "too much to copy for --run; move large files out, or link to them")
+                    shutil.copyfile(e.path, target, follow_symlinks=False)
+            except OSError as exc:  # (a pipe swapped in meanwhile is shutil's SpecialFileError, an OSError)
+                raise TraceError(f"{e.path}: cannot be copied for --run ({exc.strerror or exc})") from None
 
 
 def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict[str, bytes]]:
@@ -54,8 +101,14 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict
         for nb_path in sorted(labs.glob("[0-9][0-9]_*.ipynb")):
             key = secrets.token_bytes(32)
             key_file = _key_file(Path(key_dir), nb_path.name, key)
-            nb = nbformat.read(nb_path, as_version=4)
             stopped = None
+            try:
+                nb = nbformat.read(nb_path, as_version=4)
+            except Exception as exc:  # noqa: BLE001 - half-saved, or not a notebook: say so, go on with the next one
+                key_file.unlink(missing_ok=True)
+                lines.append(f"ran {nb_path.name}: not a notebook Jupyter can open ({type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:100]}); save it again from Jupyter")
+                continue
             try:
                 NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                                extra_arguments=[KERNEL_START],
@@ -160,9 +213,9 @@ def run_selfcheck(labs: Path, run: bool = False) -> int:
         return 2
     try:
         if run:
-            with tempfile.TemporaryDirectory(prefix="selfcheck-") as scratch:
+            with temporary_dir(prefix="selfcheck-") as scratch:
                 copy = Path(scratch) / labs.name
-                shutil.copytree(labs, copy, ignore=shutil.ignore_patterns(RESULTS_FILE, ".seals.json", "runs", ".ipynb_checkpoints"))
+                copy_labs(labs, copy)
                 lines, keys = execute_notebooks(copy)
                 for line in lines:
                     print(line)

@@ -1,0 +1,79 @@
+"""Hostile cases at the command line, the file system and child processes, new shapes of families earlier
+rounds closed: a labs folder that links back into itself, a manifest no parser should hold, closed standard
+streams, a tool that floods its pipe or prints bytes a terminal cannot show, a scheduler that never answers.
+
+The promises: one line and exit 2 (or a finding) for what a user can cause; time and memory bounded by the
+mechanism, whatever the shape of the input.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import main
+from helpers.errors import TraceError
+
+posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symbolic links")
+ROOT = Path(__file__).resolve().parents[1]
+LAB00 = ROOT / "labs" / "00_tools_and_first_profile.ipynb"
+
+
+def one_line_exit_2(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+# --- selfcheck --run copies the labs folder within bounds ------------------------------------------------
+
+@posix_only
+def test_selfcheck_copy_keeps_links_as_links_and_leaves_out_pipes(tmp_path):
+    from helpers.selfcheck import copy_labs
+
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    (labs / "00_x.ipynb").write_text("{}")
+    (labs / "up").symlink_to("..")  # a loop: copied by following, it never ends
+    (labs / "self").symlink_to("self")
+    os.mkfifo(labs / "pipe")  # reading it waits forever
+    (labs / "runs").mkdir()
+    (labs / "runs" / "big.bin").write_bytes(b"x" * 100)
+    copy_labs(labs, tmp_path / "copy")
+    out = tmp_path / "copy"
+    assert sorted(p.name for p in out.iterdir()) == ["00_x.ipynb", "self", "up"]
+    assert os.readlink(out / "up") == str(tmp_path)  # points where the learner's link pointed
+    assert (out / "00_x.ipynb").read_text() == "{}"
+
+
+def test_selfcheck_copy_refuses_a_huge_labs_folder_at_once(tmp_path, monkeypatch):
+    from helpers import selfcheck
+
+    labs = tmp_path / "labs"
+    labs.mkdir()
+    with open(labs / "huge.bin", "wb") as fh:  # sparse: costs no disk here, and must not be copied
+        fh.truncate(selfcheck.COPY_MAX_BYTES + 1)
+    t0 = time.monotonic()
+    with pytest.raises(TraceError, match="huge.bin: the labs folder holds over") as info:
+        selfcheck.copy_labs(labs, tmp_path / "copy")
+    assert time.monotonic() - t0 < 5 and len(str(info.value)) < 250
+    assert not (tmp_path / "copy" / "huge.bin").exists()
+    monkeypatch.setattr(selfcheck, "COPY_MAX_ENTRIES", 50)
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(60):
+        (many / f"f{i}").write_text("")
+    with pytest.raises(TraceError, match="over 50 files"):
+        selfcheck.copy_labs(many, tmp_path / "copy2")
+
+
+def test_selfcheck_run_says_a_half_saved_notebook_is_not_one(tmp_path):
+    from helpers.selfcheck import execute_notebooks
+
+    (tmp_path / "00_tools_and_first_profile.ipynb").write_bytes(LAB00.read_bytes()[:3000])  # saved half-way
+    lines, keys = execute_notebooks(tmp_path)
+    assert keys == {} and len(lines) == 1 and "not a notebook Jupyter can open" in lines[0] and len(lines[0]) < 250
