@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TraceError
+from .outputs import read_regular
 from .procs import run_bounded
+
+#: The largest data/manifest.json read (the course's is ~0.1 MB): a larger one is not the course's.
+MANIFEST_MAX_BYTES = 16 << 20
 
 #: Python versions the course is tested on (the README's "Python 3.10–3.12").
 PYTHON_RANGE = ((3, 10), (3, 12))
@@ -177,14 +181,20 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
 
     data = Path(data) if data is not None else labs.resolve().parent / "data"
     manifest = data / "manifest.json"
-    if not manifest.is_file():
+    if not manifest.exists():
         out.append(Finding("recordings", "fail", f"{manifest} is missing", "re-clone, or git checkout data/"))
     else:
         try:
-            entries = json.loads(manifest.read_text())["traces"]
+            entries = json.loads(read_regular(manifest, MANIFEST_MAX_BYTES, "manifest"))["traces"]
             absent = [e["file"] for e in entries if not (data / e["file"]).exists()]
+        except TraceError as exc:  # a pipe, or far larger than the course's manifest: never read whole
+            out.append(Finding("recordings", "fail", str(exc), "git checkout data/"))
+        except RecursionError:  # nested deeper than the parser goes: not the course's manifest either
+            out.append(Finding("recordings", "fail", f"{manifest} is not the course's manifest (nested too deeply)",
+                               "git checkout data/"))
         except (OSError, ValueError, KeyError, TypeError) as exc:  # unreadable, or not the course's format
-            out.append(Finding("recordings", "fail", f"{manifest} is not the course's manifest ({exc})", "git checkout data/"))
+            out.append(Finding("recordings", "fail", f"{manifest} is not the course's manifest "
+                               f"({' '.join(str(exc).split())[:120]})", "git checkout data/"))
         else:
             out.append(Finding("recordings", "fail" if absent else "ok",
                                f"{len(absent)} of {len(entries)} recorded traces missing, e.g. {absent[0]}" if absent

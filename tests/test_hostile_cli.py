@@ -9,6 +9,7 @@ mechanism, whatever the shape of the input.
 from __future__ import annotations
 
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -77,3 +78,32 @@ def test_selfcheck_run_says_a_half_saved_notebook_is_not_one(tmp_path):
     (tmp_path / "00_tools_and_first_profile.ipynb").write_bytes(LAB00.read_bytes()[:3000])  # saved half-way
     lines, keys = execute_notebooks(tmp_path)
     assert keys == {} and len(lines) == 1 and "not a notebook Jupyter can open" in lines[0] and len(lines[0]) < 250
+
+
+# --- doctor reads data/manifest.json within bounds ----------------------------------------------------------
+
+@posix_only
+@pytest.mark.parametrize("shape", ["sparse", "nested", "fifo", "folder"])
+def test_doctor_reads_no_manifest_whole(tmp_path, shape):
+    from helpers import doctor
+
+    labs, data = tmp_path / "labs", tmp_path / "data"
+    labs.mkdir()
+    data.mkdir()
+    (labs / LAB00.name).write_bytes(LAB00.read_bytes())
+    manifest = data / "manifest.json"
+    if shape == "sparse":  # 3 GB that costs no disk: read whole, it is a MemoryError
+        with open(manifest, "wb") as fh:
+            fh.truncate(3 << 30)
+    elif shape == "nested":
+        manifest.write_text("[" * 100_000)  # json's RecursionError
+    elif shape == "fifo":
+        os.mkfifo(manifest)  # reading it waits forever
+    else:
+        manifest.mkdir()
+    t0, peak = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    findings = {f.name: f for f in doctor.examine(labs, data)}
+    assert time.monotonic() - t0 < 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < (500 << 10)  # KB: far less than the file
+    rec = findings["recordings"]
+    assert rec.status == "fail" and str(manifest) in rec.detail and len(rec.detail) < 250 and "\n" not in rec.detail
