@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -374,31 +376,89 @@ def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout
     except ImportError:
         raise TraceError("--scheduler needs Dask's distributed scheduler: pip install 'dask[distributed]'") from None
     _probe_scheduler(address)
-    try:
-        client = Client(address, timeout=timeout)  # the default client while it runs: as_completed needs one
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise TraceError(f"{address}: no Dask scheduler answers there ({exc}); check the address "
-                         "(tcp://HOST:8786) and that the scheduler is running") from None
-    except Exception as exc:  # something else answers there (a web server, a proxy), or Dask lacks the protocol
-        raise TraceError(f"{address}: Dask could not talk to a scheduler there ({type(exc).__name__}: "
-                         f"{str(exc)[:120]}); check the address and port, and that a Dask scheduler listens there") from None
+    with _quiet_dask():  # Dask logs its reconnection attempts on stderr: the command says what happened in one line
+        try:
+            client = Client(address, timeout=timeout)  # the default client while it runs: as_completed needs one
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise TraceError(f"{address}: no Dask scheduler answers there ({exc}); check the address "
+                             "(tcp://HOST:8786) and that the scheduler is running") from None
+        except Exception as exc:  # something else answers there (a web server, a proxy), or Dask lacks the protocol
+            raise TraceError(f"{address}: Dask could not talk to a scheduler there ({type(exc).__name__}: "
+                             f"{str(exc)[:120]}); check the address and port, and that a Dask scheduler listens there") from None
+        try:
+            return _run_on(client, address, args, progress, as_completed)
+        finally:
+            client.close(timeout=SCHEDULER_CONNECT_S)
+
+
+#: Seconds a scheduler may go without a worker (none joined yet, or all have left) before the ranks are given up:
+#: tasks on a scheduler with no workers wait for one forever.
+SCHEDULER_NO_WORKERS_S = 30.0
+
+
+def _run_on(client, address: str, args: list[tuple], progress: Progress | None, as_completed) -> list[RankSummary]:
+    """The ranks on a connected scheduler: each result as it comes, the workers checked while none comes."""
+    import concurrent.futures
+
+    lost = f"{address}: the connection to the scheduler was lost before every rank was analysed"
     try:
         futures = [client.submit(analyse_rank, *a, key=f"helpers-rank-{i}-{os.getpid()}", pure=False)
                    for i, a in enumerate(args)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: dict[int, RankSummary] = {}
-        for fut in as_completed(futures):
-            results[index[fut.key]] = fut.result()  # a worker's TraceError is raised here as itself
-            fut.release()
-            if progress:
-                progress(len(results), len(args))
+        pending = as_completed(futures, timeout=None)
+        idle_since = None
+        while len(results) < len(args):
+            batch = _next_done(pending, 1.0)
+            if not batch:  # nothing finished this second: are there workers to finish anything?
+                if client.status != "running":
+                    raise TraceError(f"{lost}; check that the scheduler is still running")
+                if client.scheduler_info(n_workers=-1).get("workers"):
+                    idle_since = None
+                else:
+                    idle_since = idle_since or time.monotonic()
+                    if time.monotonic() - idle_since >= SCHEDULER_NO_WORKERS_S:
+                        raise TraceError(f"{address}: the scheduler has had no workers for {SCHEDULER_NO_WORKERS_S:g} s, "
+                                         f"so {len(args) - len(results)} rank(s) could not be analysed; start workers "
+                                         f"(dask worker {address}) or run without --scheduler")
+                continue
+            for fut in batch:
+                results[index[fut.key]] = fut.result()  # a worker's TraceError is raised here as itself
+                fut.release()
+                if progress:
+                    progress(len(results), len(args))
         return [results[i] for i in range(len(args))]
+    except (concurrent.futures.CancelledError, OSError, TimeoutError) as exc:  # the scheduler went away, or its link
+        raise TraceError(f"{lost} ({type(exc).__name__}); check that the scheduler is still running") from None
+
+
+def _next_done(pending, wait_s: float) -> list:
+    """The futures ``as_completed`` has finished within ``wait_s`` seconds (empty when none)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        batch = pending.next_batch(block=False)
+        if batch or pending.is_empty() or time.monotonic() >= deadline:
+            return batch
+        time.sleep(0.05)
+
+
+@contextmanager
+def _quiet_dask():
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.comm", "tornado")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
     finally:
-        client.close()
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 #: Seconds to wait for a TCP connection to the scheduler before saying none answers (Dask itself retries
-#: for its whole time-out, 30 s, even when the port refuses at once).
+#: for its whole time-out, 30 s, even when the port refuses at once), and then for its first bytes.
 SCHEDULER_CONNECT_S = 5.0
 
 
@@ -418,7 +478,17 @@ def _probe_scheduler(address: str) -> None:
     if not host or port is None:
         raise TraceError(f"{address}: not a scheduler address (a host and a port are needed); write it as tcp://HOST:8786")
     try:
-        socket.create_connection((host, port), timeout=SCHEDULER_CONNECT_S).close()
+        with socket.create_connection((host, port), timeout=SCHEDULER_CONNECT_S) as conn:
+            if scheme == "tcp":  # a Dask scheduler speaks first (its handshake); Dask waits for it without a bound
+                try:
+                    said = conn.recv(1)
+                except TimeoutError:
+                    raise TraceError(f"{address}: something accepts connections there but says nothing within "
+                                     f"{SCHEDULER_CONNECT_S:g} s, as a Dask scheduler would at once; check the address "
+                                     "and port") from None
+                if not said:
+                    raise TraceError(f"{address}: something accepts connections there and closes them at once; no Dask "
+                                     "scheduler answers there: check the address and port") from None
     except socket.gaierror as exc:
         raise TraceError(f"{address}: the host {host} is not known ({exc.strerror}); check the address") from None
     except TimeoutError:

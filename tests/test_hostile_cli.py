@@ -107,3 +107,46 @@ def test_doctor_reads_no_manifest_whole(tmp_path, shape):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < (500 << 10)  # KB: far less than the file
     rec = findings["recordings"]
     assert rec.status == "fail" and str(manifest) in rec.detail and len(rec.detail) < 250 and "\n" not in rec.detail
+
+
+# --- a scheduler that never answers, or never runs anything, is given up within a stated bound --------------
+
+def _job(tmp_path: Path) -> str:
+    from synth import two_step_loop, write_json
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in range(2):
+        write_json(two_step_loop(), job / f"rank{r}.json", rank=r, world=2)
+    return str(job)
+
+
+def test_a_listener_that_never_speaks_is_not_waited_on(tmp_path, capsys):
+    import socket
+    import threading
+
+    from helpers import jobs
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list = []
+    threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        err = one_line_exit_2(capsys, ["ranks", _job(tmp_path), "--scheduler", f"tcp://127.0.0.1:{server.getsockname()[1]}"])
+        assert "says nothing within" in err and time.monotonic() - t0 < jobs.SCHEDULER_CONNECT_S + 5
+    finally:
+        server.close()
+
+
+def test_a_scheduler_without_workers_is_given_up(tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    from helpers import jobs
+
+    monkeypatch.setattr(jobs, "SCHEDULER_NO_WORKERS_S", 2.0)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        t0 = time.monotonic()
+        with pytest.raises(TraceError, match="no workers for 2 s, so 2 rank") as info:
+            jobs.analyse_job(_job(tmp_path), scheduler=cluster.scheduler_address)
+        assert time.monotonic() - t0 < 20 and len(str(info.value)) < 250
