@@ -11,6 +11,7 @@ import math
 import os
 import shlex
 import sys
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -220,18 +221,35 @@ def _positive(text: str) -> float:
     except ValueError:
         value = math.nan
     if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number")
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: give a positive number, e.g. 512")
     return value
 
 
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive whole number")
-    return int(text)
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()) or not digits.strip("0"):  # (str.isdigit also takes '²', which int refuses)
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: give a positive whole number, e.g. 4")
+    if len(digits) > 100:  # (Python refuses to read more than 4,300 digits; no count here needs 100)
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: far larger than any count a command can use; give e.g. 4")
+    return int(digits)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as every other error: one line, ``error: ...``, status 2 (not the usage block)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        text = " ".join(message.split())
+        if len(text) > 200:  # argparse repeats what it was given (an unknown option, a choice): keep it short
+            text = text[:200] + "..."
+        self.exit(2, f"error: {text} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m helpers", description=__doc__.splitlines()[0].replace("``", ""),
+    p = _Parser(prog="python -m helpers", description=__doc__.splitlines()[0].replace("``", ""),
                                 epilog=JSON_SCHEMA_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -315,7 +333,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     pipe (``| head``): quiet, status 0; stdout a full disk: one line, status 2. Text is printed as the
     terminal can show it: a file name's undecodable bytes as ``\\xNN``.
     """
+    closed = _reopen_standard_descriptors()
     out, err = sys.stdout, sys.stderr
+    if err is None or 2 in closed:  # nowhere to say anything: the exit status alone tells
+        err = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    if out is None or 1 in closed:  # checked before any work: a command that cannot print its result does nothing
+        try:
+            print("error: standard output is closed (>&-), so the command's result could not be printed; redirect it "
+                  "to a file or a pipe instead, e.g. > out.txt", file=err, flush=True)
+        except (OSError, ValueError):
+            pass
+        return 2
     sys.stdout, sys.stderr = guarded = _Stream(out, "stdout"), _Stream(err, "stderr")
     try:
         with signals_as_exceptions():  # (the try is outside: a signal may land as the handlers go in or out)
@@ -326,6 +354,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = out, err
         for stream in guarded:  # a library that kept a reference (a logging handler) gets a quiet stream
             stream.retire()
+
+
+def _reopen_standard_descriptors() -> list[int]:
+    """Descriptors 0-2 that were closed when the command started (``>&-``), each now open on the null device:
+    else the next file the command opens takes that number, and a child process (nsys) that writes to its
+    stdout or stderr would write into it."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        except OSError:  # pragma: no cover - no /dev/null: nothing better to do
+            pass
+    return closed
 
 
 def _run(argv: Sequence[str] | None) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -150,3 +152,53 @@ def test_a_scheduler_without_workers_is_given_up(tmp_path, monkeypatch):
         with pytest.raises(TraceError, match="no workers for 2 s, so 2 rank") as info:
             jobs.analyse_job(_job(tmp_path), scheduler=cluster.scheduler_address)
         assert time.monotonic() - t0 < 20 and len(str(info.value)) < 250
+
+
+# --- usage errors are one line; counts are read as a user means them ------------------------------------------
+
+@pytest.mark.parametrize("argv, says", [
+    (["ranks", "x", "--workers", "0"], "'0': give a positive whole number"),
+    (["ranks", "x", "--workers", "\u00b2"], "give a positive whole number"),  # str.isdigit takes it, int() does not
+    (["ranks", "x", "--workers", "\u0663"], "give a positive whole number"),  # an Arabic-Indic 3
+    (["ranks", "x", "--workers", "9" * 5000], "far larger than any count"),  # past Python's int() digit limit
+    (["summary", "x", "--max-events", "1e3"], "give a positive whole number"),
+    (["summary", "x", "--max-mb", "nan"], "give a positive number"),
+    (["summary"], "required: trace"),
+    (["nonsense", "x"], "invalid choice"),
+    (["summary", "x", "--bogus", "z" * 5000], "unrecognized arguments"),
+])
+def test_usage_errors_are_one_short_line(capsys, argv, says):
+    err = one_line_exit_2(capsys, argv)
+    assert says in err and len(err) < 300 and "_positive" not in err and "usage:" not in err
+
+
+# --- closed standard streams -------------------------------------------------------------------------------
+
+def _with_closed(fds: tuple[int, ...], *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    r, w = os.pipe()
+
+    def close() -> None:
+        os.dup2(w, 2) if 2 not in fds else None  # stderr to the pipe, read below
+        for fd in fds:
+            os.close(fd)
+
+    proc = subprocess.Popen([sys.executable, "-m", "helpers", *args], cwd=cwd, preexec_fn=close, pass_fds=(w,),
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        err = fh.read().decode()
+    return subprocess.CompletedProcess(args, proc.wait(timeout=120), "", err)
+
+
+@posix_only
+def test_closed_stdout_is_said_before_any_work_and_closed_stderr_keeps_the_status(tmp_path):
+    from synth import two_step_loop, write_json
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    r = _with_closed((1,), "export", str(src), "-o", "out.json", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "standard output is closed" in r.stderr and not (tmp_path / "out.json").exists()
+    r = _with_closed((2,), "summary", "missing.json", cwd=tmp_path)
+    assert r.returncode == 2
+    r = _with_closed((0, 2), "export", str(src), "-o", "out.json", cwd=tmp_path)  # stdout is fine: the work is done
+    assert r.returncode == 0 and (tmp_path / "out.json").exists()
