@@ -107,6 +107,23 @@ def _array(value: Any) -> Any:
     raise _Refused("an array of numbers (numpy.ndarray)")
 
 
+def _trace(value: Any) -> Any:
+    """A Trace whose fields the analysis can read (:func:`helpers.model.check_state`: a user may assign any of
+    them), checked once per state of the trace: the metric store is emptied whenever its events or metadata change."""
+    from .metrics._store import _memo
+    from .model import Trace, check_state
+
+    if not isinstance(value, Trace):
+        raise _Refused("a Trace (from helpers.load('trace.json'))")
+    if not isinstance(value.__dict__.get("_memo"), dict) or not isinstance(value.__dict__.get("metadata"), dict):
+        check_state(value)  # repairs the store, or says what is wrong with the metadata, before the store reads it
+    memo = _memo(value)
+    if "__state_checked__" not in memo:
+        check_state(value)
+        memo["__state_checked__"] = True
+    return value
+
+
 def _instance(cls: type, words: str) -> Check:
     def check(value: Any) -> Any:
         if isinstance(value, cls):
@@ -173,7 +190,7 @@ def check_for(hint: Any) -> Check | None:
     from .model import Trace
 
     if hint is Trace:
-        return _instance(Trace, "a Trace (from helpers.load('trace.json'))")
+        return _trace
     simple = {int: _int, float: _float, bool: _bool, str: _str}
     if hint in simple:
         return simple[hint]

@@ -34,6 +34,7 @@ first: ``events["name"] = events["name"].astype(str)``.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,6 +202,12 @@ class Trace:
         return Trace(ev[keep].reset_index(drop=True), self.source, self.format, dict(self.metadata))
 
     def __repr__(self) -> str:
+        from .errors import TraceError
+
+        try:  # a trace whose fields a user replaced still shows, with what is wrong (Jupyter shows every result)
+            check_state(self)
+        except TraceError as exc:
+            return f"Trace({self.__dict__.get('source')!r:.80}, not usable: {exc})"
         ev = self.events
         return (
             f"Trace({self.source!r}, format={self.format}, events={len(ev)}, ranks={self.ranks}, "
@@ -233,6 +240,10 @@ def conform(ev: Any) -> pd.DataFrame:
     if not isinstance(ev, pd.DataFrame):
         raise TraceError(f"trace.events is a {type(ev).__name__}, not the events table (a pandas DataFrame with the "
                          "columns of helpers.model.COLUMNS); load the trace again")
+    if isinstance(ev.columns, pd.MultiIndex) or not ev.columns.is_unique:
+        twice = sorted({str(c) for c in ev.columns[ev.columns.duplicated()]})
+        raise TraceError("trace.events has " + (f"two columns named {twice[0]!r}" if twice else "columns of several levels")
+                         + "; the events table needs one column of each name in helpers.model.COLUMNS: load the trace again")
     missing = [c for c in _ESSENTIAL if c not in ev.columns]
     if missing:
         raise TraceError(f"trace.events has no column {missing[0]!r}" + (f" (nor {', '.join(map(repr, missing[1:]))})"
@@ -252,12 +263,18 @@ def conform(ev: Any) -> pd.DataFrame:
             else:
                 out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
                             np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
-        elif dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf":
+        elif (dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf") or (
+                dtype == "int64" and out[col].dtype.kind == "f"):
             try:
-                values = pd.to_numeric(out[col], errors="raise").astype(dtype)
+                values = pd.to_numeric(out[col], errors="raise").to_numpy(dtype="float64")
             except (TypeError, ValueError):
                 raise TraceError(f"trace.events[{col!r}] holds values that are not numbers (dtype {out[col].dtype}); "
                                  "the analysis needs numbers there: load the trace again") from None
+            if dtype == "int64":  # ranks, devices, streams, ids: whole numbers, none missing (NaN is not a rank)
+                if not (np.isfinite(values).all() and (values == np.round(values)).all()):
+                    raise TraceError(f"trace.events[{col!r}] holds missing or fractional values; it holds whole numbers "
+                                     f"(default {_DEFAULTS.get(col, -1)}): fill them, or load the trace again")
+                values = values.astype("int64")
             if out is ev:
                 out = out.copy(deep=False)
             out[col] = values
@@ -265,7 +282,54 @@ def conform(ev: Any) -> pd.DataFrame:
         if out is ev:
             out = out.copy(deep=False)
         out["kind"] = pd.Categorical(out["kind"].astype(object), dtype=KIND_DTYPE)
+    unknown = out["kind"].cat.codes.to_numpy() < 0
+    if unknown.any():  # a kind the model lacks (or a missing one) would be no lane, no colour, no category
+        first = ev["kind"].to_numpy()[np.flatnonzero(unknown)[0]] if len(ev) == len(out) else None
+        raise TraceError(f"trace.events['kind'] holds {first!r:.40}, not one of the kinds {', '.join(KINDS)}: "
+                         "give each event one of them, or load the trace again")
     return out
+
+
+#: The steps table's columns (see :func:`empty_steps`) the analysis windows are read from.
+STEP_COLUMNS = ("rank", "step", "start_us", "end_us")
+
+
+def check_state(trace: Trace) -> None:
+    """:class:`~helpers.errors.TraceError` in one line when a trace's fields are not what the analysis reads:
+    ``metadata`` a dict, its ``steps`` the steps table (finite numbers, each ending after it starts),
+    ``steps_inferred`` a dict, ``source`` and ``format`` text, and the events table (:func:`conform`). A user may
+    assign any of them; the analysis would otherwise fail deep inside with an AttributeError or KeyError."""
+    from .errors import TraceError
+
+    md = trace.__dict__.get("metadata")
+    if not isinstance(md, dict):
+        raise TraceError(f"trace.metadata is a {type(md).__name__}, not a dict (of 'steps' and what the file said): "
+                         "load the trace again")
+    steps = md.get("steps")
+    if steps is not None:
+        if not isinstance(steps, pd.DataFrame):
+            raise TraceError(f"trace.metadata['steps'] is a {type(steps).__name__}, not the steps table (a DataFrame of "
+                             f"{', '.join(STEP_COLUMNS)}): load the trace again, or drop the key to have the steps found")
+        missing = [c for c in STEP_COLUMNS if c not in steps.columns]
+        if missing:
+            raise TraceError(f"trace.metadata['steps'] has no column {missing[0]!r}; the steps table has "
+                             f"{', '.join(STEP_COLUMNS)}: load the trace again")
+        if any(steps[c].dtype.kind not in "iuf" for c in STEP_COLUMNS):
+            raise TraceError("trace.metadata['steps'] holds values that are not numbers; load the trace again")
+        start, end = steps["start_us"].to_numpy(dtype="float64"), steps["end_us"].to_numpy(dtype="float64")
+        if not (np.isfinite(start).all() and np.isfinite(end).all() and (end >= start).all()):
+            raise TraceError("trace.metadata['steps'] has a step with a missing time or one that ends before it starts; "
+                             "load the trace again")
+    inferred = md.get("steps_inferred")
+    if inferred is not None and not isinstance(inferred, dict):
+        raise TraceError(f"trace.metadata['steps_inferred'] is a {type(inferred).__name__}, not a dict: load the trace again")
+    for name in ("source", "format"):
+        if not isinstance(trace.__dict__.get(name), (str, os.PathLike) if name == "source" else str):
+            raise TraceError(f"trace.{name} is a {type(trace.__dict__.get(name)).__name__}, not text: "
+                             f"give trace.{name} a str (the file it came from), or load the trace again")
+    if not isinstance(trace.__dict__.get("_memo"), dict):
+        trace.__dict__["_memo"] = {}  # the metric store, never the user's: a fresh one
+    _ = trace.events  # conforms the events table, or says what is wrong with it
 
 
 def _events_get(self: Trace) -> pd.DataFrame:

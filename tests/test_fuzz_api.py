@@ -353,3 +353,55 @@ def test_the_steady_state_a_user_edited_is_not_handed_out_again(six_steps):
     again, _ = helpers.steady_state(t)
     assert len(again.events) == n
     assert metrics.stepped(t) is again
+
+
+# --- a trace whose fields a user replaced: one line at every entry point, never an error from inside ------------
+
+FIELD_EDITS = {
+    "metadata None": lambda t: setattr(t, "metadata", None),
+    "metadata a list": lambda t: setattr(t, "metadata", [1]),
+    "steps text": lambda t: t.metadata.__setitem__("steps", "x"),
+    "steps without times": lambda t: t.metadata.__setitem__("steps", pd.DataFrame({"rank": [0]})),
+    "steps with NaN times": lambda t: t.metadata.__setitem__("steps", t.steps.assign(start_us=np.nan)),
+    "steps reversed": lambda t: t.metadata.__setitem__("steps", t.steps.assign(start_us=t.steps["end_us"],
+                                                                               end_us=t.steps["start_us"])),
+    "steps_inferred text": lambda t: t.metadata.__setitem__("steps_inferred", "x"),
+    "source a number": lambda t: setattr(t, "source", 5),
+    "rank with NaN": lambda t: t.events.__setitem__("rank", np.where(np.arange(len(t.events)) < 2, np.nan, 0.0)),
+    "rank fractional": lambda t: t.events.__setitem__("rank", 0.5),
+    "a kind the model lacks": lambda t: t.events.__setitem__("kind", "weird"),
+    "a column twice": lambda t: setattr(t, "events", pd.concat([t.events, t.events[["dur_us"]]], axis=1)),
+    "columns of two levels": lambda t: setattr(t, "events", t.events.set_axis(
+        pd.MultiIndex.from_tuples([(c, "") for c in t.events.columns]), axis=1)),
+}
+FIELD_CALLS = {
+    "diagnose": helpers.diagnose, "summary": metrics.summary, "timeline": plots.timeline, "explore": plots.explore,
+    "export": export.to_chrome_trace, "critical_path": helpers.critical_path, "windows": metrics.windows,
+    "check": lambda t: checks.check_longest_gap(1.0, t),
+}
+
+
+@pytest.mark.parametrize("edit", list(FIELD_EDITS))
+def test_a_trace_whose_fields_were_replaced_is_one_line_everywhere(trace, edit):
+    import matplotlib.pyplot as plt
+
+    for name, call in FIELD_CALLS.items():
+        t = helpers.load(str(trace.source))
+        metrics.summary(t)  # the store filled before the edit
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            FIELD_EDITS[edit](t)
+            try:
+                with pytest.raises(TraceError) as exc:
+                    call(t)
+            finally:
+                plt.close("all")
+        assert "\n" not in str(exc.value) and "trace." in str(exc.value), (edit, name)
+        assert "not usable" in repr(t)  # Jupyter shows it, with what is wrong
+
+
+def test_a_whole_number_column_held_as_floats_is_taken(trace):
+    t = helpers.load(str(trace.source))
+    want = _findings(t)
+    t.events = t.events.assign(rank=t.events["rank"].astype("float64"), device=t.events["device"].astype("float64"))
+    assert _findings(t) == want and t.events["rank"].dtype == "int64"

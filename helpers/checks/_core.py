@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pandas as pd
 from .. import metrics as m
 from ..errors import CheckFailed
 from ..model import Trace
+from ..render import plural
 from . import _proof
 
 #: The syllabus's self-check list (first six) and the course's additions.
@@ -135,34 +137,79 @@ def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type 
     def call() -> None:
         try:
             if grad is None:
-                box["value"] = fn(*copies)
+                value = fn(*copies)
             else:
                 import torch
 
                 with torch.set_grad_enabled(grad):
-                    box["value"] = fn(*copies)
+                    value = fn(*copies)
+            # made plain here, under the time limit: a returned object's own methods (its __eq__, __float__,
+            # __str__) never run in the check, where nothing bounds them
+            box["value"] = plain(value, f"what {name} returned")
         except BaseException as exc:  # reported to the learner below, whatever it was
             box["error"] = exc
+            box["error_text"] = _one_line(exc)  # its __str__ is the learner's code too: read under the limit
 
+    before = _children()
     worker = threading.Thread(target=call, daemon=True, name="learner-function")
     worker.start()
     worker.join(limit)
     if worker.is_alive():  # a thread cannot be stopped: it is left to finish on its own, unobserved
-        raise CheckFailed(f"{name} did not return within {limit:g} s; look for a loop that never ends or a wait")
+        stopped = _stop_children(before)
+        raise CheckFailed(f"{name} did not return within {limit:g} s; look for a loop that never ends or a wait"
+                          + (f" (the {plural(stopped, 'process', 'processes')} it started {'were' if stopped > 1 else 'was'} stopped)"
+                             if stopped else ""))
     if "error" in box:
+        _stop_children(before)  # what a failed call started (a pool, a server) does not outlive it
         exc = box["error"]
         if isinstance(exc, (CheckFailed, NotImplementedError)):  # a stub's "not done yet" stays what it is
             raise exc
-        raise CheckFailed(f"{name} raised {type(exc).__name__}: {_one_line(exc)}; fix it and run the check again") from None
+        raise CheckFailed(f"{name} raised {type(exc).__name__}: {box['error_text']}; fix it and run the check again") from None
     for original, given in zip(args, copies):
         if isinstance(original, Trace) and _edited(original, given):
             raise CheckFailed(f"{name} changed the trace it was given (its events table or steps): a measurement reads "
                               "the trace and leaves it as it was; work on ev = trace.events.copy() if you need new columns")
     value = box.get("value")
-    if returns is not None and (isinstance(value, bool) or not isinstance(value, returns)):
+    if returns is not None and (isinstance(value, bool) or not issubclass(type(value), returns)):  # type(): no __class__ disguise
         want = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
         raise CheckFailed(f"{name} returned {type(value).__name__} ({_one_line(value, 40)}); it should return a {want}")
     return value
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux's /proc; elsewhere none are known and none are stopped)."""
+    me = str(os.getpid())
+    out = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after the command name, which may hold spaces
+        if len(fields) > 1 and fields[1].decode() == me:
+            out.add(int(entry))
+    return out
+
+
+def _stop_children(before: set[int]) -> int:
+    """Stop the child processes started since ``before`` was taken (a learner's call that failed or never returned
+    leaves no process running); how many there were."""
+    import signal
+
+    new = _children() - before
+    for pid in new:  # not reaped here: the Popen or pool that started it reads its exit status
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+    return len(new)
 
 
 def learner_number(fn: Any, *args: Any, name: str = "your function", timeout: float | None = None) -> float:
@@ -181,15 +228,82 @@ def learner_number(fn: Any, *args: Any, name: str = "your function", timeout: fl
 def _one_line(value: Any, width: int = 160) -> str:
     try:
         text = str(value)
-    except Exception:  # noqa: BLE001 - a learner's object whose __str__ fails is still reported
+    except BaseException:  # noqa: BLE001 - a learner's object whose __str__ fails (or exits) is still reported
         text = f"<{type(value).__name__}>"
-    text = " ".join(text.split())
+    text = " ".join(text[:width * 4].split())  # a megabyte of message is cut before it is split
     return text[:width] + ("..." if len(text) > width else "")
 
 
 def _grad_mode() -> bool | None:
     torch = sys.modules.get("torch")  # not imported here: a check that never touches torch need not load it
     return None if torch is None else bool(torch.is_grad_enabled())
+
+
+#: How deep :func:`plain` follows lists and dicts (an answer is a few levels at most; a cycle would be endless).
+PLAIN_DEPTH = 16
+
+
+def plain(value: Any, what: str = "your answer", _depth: int = 0) -> Any:
+    """``value`` as plain Python values, the form every check compares: a ``str``, ``int`` or ``float`` subclass
+    becomes the exact type (read through the base type, so none of its own methods run), a dict, list, tuple or
+    set is rebuilt of plain items, a :class:`~helpers.checks.reading.Reading` of plain fields. A learner's own
+    class (defined in the notebook) is refused in one line: its ``__eq__`` could say it equals whatever a check
+    compares it with (a pattern name that "equals" every pattern passed a reading naming the wrong one). Library
+    objects (numpy, pandas, torch, the course's own) are passed on as they are. Types are read with ``type()``, never
+    ``isinstance`` (which believes a ``__class__`` property)."""
+    kind = type(value)
+    if kind in (str, int, float, bool, type(None), bytes, complex):
+        return value
+    if _depth > PLAIN_DEPTH:
+        raise CheckFailed(f"{what} is nested more than {PLAIN_DEPTH} levels deep (or holds itself): give plain numbers, text, "
+                          "lists and dicts")
+    if issubclass(kind, bool):
+        return bool(int.__int__(value))
+    if issubclass(kind, str):
+        return str.__str__(value)
+    if issubclass(kind, int):
+        return int.__int__(value)
+    if issubclass(kind, float):
+        return float.__float__(value)
+    if issubclass(kind, bytes):
+        return bytes(memoryview(value))
+    if issubclass(kind, dict):
+        return {plain(k, what, _depth + 1): plain(v, what, _depth + 1) for k, v in dict.items(value)}
+    if issubclass(kind, (list, tuple, set, frozenset)) and not hasattr(kind, "_fields"):
+        base = next(b for b in (list, tuple, frozenset, set) if issubclass(kind, b))
+        return base(plain(v, what, _depth + 1) for v in base.__iter__(value))
+    from .reading import Reading
+
+    if issubclass(kind, Reading):  # rebuilt from its fields as stored: a subclass's properties never run
+        stored = vars(value)
+        missing = [f for f in ("pattern", "window_ms", "evidence", "cost") if f not in stored]
+        if missing:
+            raise CheckFailed(f"{what} is a {kind.__name__} without its own {missing[0]}: build it as checks.Reading(...)")
+        return Reading(*(plain(stored[f], what, _depth + 1) for f in ("pattern", "window_ms", "evidence", "cost")))
+    if _own_class(kind) and not callable(value):
+        raise CheckFailed(f"{what} holds a {kind.__name__}, a class of your own: give plain numbers, text, lists and dicts "
+                          "(a class of your own can compare equal to anything, so no check can judge it)")
+    return value
+
+
+def _own_class(kind: type) -> bool:
+    """A class defined in the notebook (or script) on nothing but ``object``: no library's type behind it."""
+    def mine(k: type) -> bool:
+        module = getattr(k, "__module__", "") or ""
+        return module in ("__main__", "__mp_main__") or module.startswith("__main__.")
+    return mine(kind) and all(mine(k) for k in kind.__mro__ if k is not object)
+
+
+def plain_arguments(fn: Callable) -> Callable:
+    """``fn`` (a check) given :func:`plain` copies of its arguments: what it compares is never a learner's object."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*(plain(a) for a in args), **{k: plain(v) for k, v in kwargs.items()})
+
+    wrapper.__plain__ = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def _private_copy(value: Any) -> Any:

@@ -228,22 +228,31 @@ def window_problem(reading: Reading, trace: Trace, label: str = "window") -> str
 def _problems_with_form(reading: Any) -> str | None:
     if not isinstance(reading, Reading):
         return f"expected a checks.Reading(pattern=..., window_ms=(start, end), evidence={{...}}, cost=...), got {type(reading).__name__}"
-    if reading.pattern not in PATTERNS:
-        return f"pattern {reading.pattern!r} is not one of {', '.join(PATTERNS)}"
-    try:
-        a, b = (float(x) for x in reading.window_ms)
-    except (TypeError, ValueError):
-        return "window_ms must be two numbers, (start_ms, end_ms), read off the timeline's time axis"
+    if not isinstance(reading.pattern, str) or reading.pattern not in PATTERNS:
+        return f"pattern {reading.pattern!r:.60} is not one of {', '.join(PATTERNS)}"
+    # each field of the type it holds: text is not a window ("12" would read as (1, 2)), True is not a figure
+    window = reading.window_ms
+    if not (isinstance(window, (tuple, list)) and len(window) == 2 and all(_number(x) for x in window)):
+        return (f"window_ms must be two numbers, (start_ms, end_ms), read off the timeline's time axis; got "
+                f"{type(window).__name__} {window!r:.40}")
+    a, b = (float(x) for x in window)
     if not (math.isfinite(a) and math.isfinite(b) and a < b):
         return f"window_ms {reading.window_ms} must be (start, end) with start < end"
     if not isinstance(reading.evidence, dict) or not reading.evidence:
         return ("evidence must name at least one figure and its value, e.g. {'" + (EVIDENCE.get(reading.pattern) or ("gpu_bound_busy",))[0]
                 + "': 0.4}")
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in reading.evidence.values()):
+    if not all(isinstance(k, str) for k in reading.evidence):
+        return "evidence must name each figure by its name (text), e.g. " + repr((EVIDENCE.get(reading.pattern) or ("",))[0])
+    if not all(_number(v) and math.isfinite(float(v)) for v in reading.evidence.values()):
         return "every evidence value must be a number you measured"
-    if not (isinstance(reading.cost, (int, float)) and 0.0 <= reading.cost <= 1.0):
-        return f"cost must be a share of step time between 0 and 1, got {reading.cost!r}"
+    if not (_number(reading.cost) and 0.0 <= float(reading.cost) <= 1.0):
+        return f"cost must be a share of step time between 0 and 1, got {reading.cost!r:.40}"
     return None
+
+
+def _number(value: Any) -> bool:
+    """A real number, not True/False (a bool is an int to Python, not a figure anyone measured)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def _close_figure(name: str, got: float, want: float) -> bool:

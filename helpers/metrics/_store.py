@@ -48,13 +48,15 @@ def stamp(trace: Trace) -> tuple:
 
 
 def _described(trace: Trace) -> tuple:
-    """The metadata by identity: the dict, its keys, each value, and the steps table's arrays. Setting a key, replacing
-    the dict or editing the steps in place (the analysis windows come from them) changes it; a few identity checks."""
+    """The metadata by identity: the dict, its keys, each value, the steps table's arrays, and the trace's source and
+    format. Setting a key, replacing the dict or editing the steps in place (the analysis windows come from them)
+    changes it; a few identity checks."""
     md = trace.metadata
+    named = (trace.__dict__.get("source"), trace.__dict__.get("format"))  # the file it came from: the figures name it
     if not isinstance(md, dict):
-        return (_Same((md,)),)
+        return (_Same((md, *named)),)
     steps = md.get("steps")
-    return (tuple(md), _Same((md, *md.values())), _arrays(steps) if isinstance(steps, pd.DataFrame) else None)
+    return (tuple(md), _Same((md, *named, *md.values())), _arrays(steps) if isinstance(steps, pd.DataFrame) else None)
 
 
 class _Same:
