@@ -212,6 +212,16 @@ def _stop_children(before: set[int]) -> int:
     return len(new)
 
 
+def course_bar(given: Any, course: float, at_least: bool) -> float:
+    """The bar a fix that earns credit is held to: the caller's when it is stricter than the course's, else the
+    course's. A bar is an argument (``max_per_step=0.3``), so a learner could pass ``max_per_step=1e9`` or
+    ``min_gain=0`` (or NaN, which every comparison fails) and pass a fix that fixed nothing."""
+    value = float(given) if isinstance(given, (int, float, np.integer, np.floating)) and not isinstance(given, bool) else math.nan
+    if not math.isfinite(value):
+        return course
+    return max(value, course) if at_least else min(value, course)
+
+
 def learner_number(fn: Any, *args: Any, name: str = "your function", timeout: float | None = None) -> float:
     """:func:`run_learner` for a function that returns one figure: a finite float, or one line saying what came back."""
     value = run_learner(fn, *args, name=name, returns=NUMBER, timeout=timeout)

@@ -16,7 +16,17 @@ from .. import thresholds as th
 from ..diagnosis import diagnose
 from ..model import Trace
 from . import _core, behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem, unit_slip  # noqa: F401
+from ._core import (  # noqa: F401
+    CheckFailed,
+    _check,
+    _close,
+    _record,
+    course_bar,
+    data_wait_share,
+    learner_trace_problem,
+    own_capture_problem,
+    unit_slip,
+)
 from .speed import slower_problem, speed_note
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -298,6 +308,7 @@ def check_h2d_fixed(before: Trace, after: Trace | None, min_bandwidth_gain: floa
     ``after=None`` on a machine without a CUDA GPU: not judged (there is no copy engine to use), and
     nothing is recorded; on the CPU track the item is earned by the readings.
     """
+    min_bandwidth_gain = course_bar(min_bandwidth_gain, 3.0, at_least=True)  # a learner's bar is never looser
     if after is None:
         import torch
 

@@ -19,7 +19,7 @@ from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
 from . import behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, course_bar, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 # The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
@@ -278,6 +278,7 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
     ``min_gain`` x fewer top-level PyTorch ops per step. Last, the step may not be slower than ``before`` beyond
     the noise band of the two captures (:func:`helpers.checks.speed.slower_problem`); the speed-up is reported.
     """
+    min_gain = course_bar(min_gain, 1.5, at_least=True)  # a learner's bar is never looser than the course's
     problem = own_capture_problem(after, before)
     if problem is None and not before.has_gpu:
         if not callable(update):

@@ -20,7 +20,7 @@ from ..errors import TraceError
 from ..model import Trace
 from ..render import plural
 from . import behaviour
-from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
+from ._core import CheckFailed, _check, _close, _record, course_bar, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
@@ -71,10 +71,15 @@ def remaining_syncs(trace: Trace) -> dict[str, float]:
     return {str(k): float(v) / n for k, v in label.value_counts().items()}
 
 
-def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = 0.3) -> str:
+#: Syncs per step a fixed loop may keep (two or three reads every 10 steps): the course's bar, never loosened.
+SYNCS_PER_STEP_MAX = 0.3
+
+
+def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = SYNCS_PER_STEP_MAX) -> str:
     """The learner's trace ``after``: at most ``max_per_step`` syncs per step (two or three reads every 10 steps are fine)
     and no ``sync_stall`` finding. Names what still syncs, and where, when it fails. Last, the step may not be slower
     than ``before`` beyond the noise band of the two captures (:func:`helpers.checks.speed.slower_problem`)."""
+    max_per_step = course_bar(max_per_step, SYNCS_PER_STEP_MAX, at_least=False)  # a learner's bar is never looser
     problem = own_capture_problem(after, before)
     if problem:
         _record("sync", "check_sync_fixed", False)
