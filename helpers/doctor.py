@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import TraceError
 from .outputs import read_regular
-from .procs import run_bounded
+from .procs import last_line, run_bounded
 
 #: The largest data/manifest.json read (the course's is ~0.1 MB): a larger one is not the course's.
 MANIFEST_MAX_BYTES = 16 << 20
@@ -105,8 +105,7 @@ def _tool_version(tool: str) -> str | None:
         return "on PATH (its --version did not answer; it may be a broken install)"
     except OSError as exc:
         return f"on PATH (its --version could not be run: {exc.strerror or exc})"
-    lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
-    return lines[-1] if lines else "on PATH"
+    return last_line((out.stdout or "") + "\n" + (out.stderr or "")) or "on PATH"
 
 
 def _read(path: str) -> str | None:
@@ -289,14 +288,13 @@ def probe(timeout_s: float = 300) -> list[Finding]:
             except OSError as exc:  # on PATH but not startable (a broken install)
                 out.append(Finding(f"{tool} probe", "warn", f"could not be started ({exc.strerror or exc})"))
                 continue
-            text = r.stdout + r.stderr
+            text = (r.stdout or "") + "\n" + (r.stderr or "")
             if COUNTER_ERROR in text:
                 out.append(Finding(f"{tool} probe", "warn", f"{COUNTER_ERROR}: this user may not read GPU performance counters",
                                    "options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d/ and reboot; "
                                    "in a container, --cap-add=SYS_ADMIN"))
             elif r.returncode != 0:
-                last = next((line for line in reversed(text.splitlines()) if line.strip()), "no output")
-                out.append(Finding(f"{tool} probe", "warn", f"exit status {r.returncode}: {last.strip()[:200]}"))
+                out.append(Finding(f"{tool} probe", "warn", f"exit status {r.returncode}: {last_line(text) or 'no output'}"))
             else:
                 out.append(Finding(f"{tool} probe", "ok", "ran as this user and profiled the kernels"))
     return out

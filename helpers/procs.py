@@ -17,8 +17,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
@@ -34,41 +35,59 @@ class Hung(subprocess.TimeoutExpired):
     """The process group used no CPU time for ``idle_s`` seconds: waiting on something that never comes."""
 
 
+#: Bytes of each output pipe kept by default (the last ones): a tool that floods its pipe (300 MB of noise) is
+#: read to the end, so it never blocks on a full pipe, but costs this much memory, not what it wrote.
+KEEP_BYTES = 1 << 20
+
+
 def run_bounded(command: Sequence[str], timeout_s: float, *, stdout: int | None = subprocess.PIPE,
                 env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-                stdin_bytes: bytes | None = None, idle_s: float | None = None) -> subprocess.CompletedProcess:
+                stdin_bytes: bytes | None = None, idle_s: float | None = None, keep_bytes: int | None = KEEP_BYTES,
+                watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
     """Run ``command`` (text output, stderr captured) for at most ``timeout_s`` seconds.
 
     ``stdin_bytes`` is written to its standard input (else it reads nothing). With ``idle_s``, a
     process group that has used no CPU for that long is stopped too (Linux; elsewhere only the time-out
-    holds) and :class:`Hung` raised. Raises :class:`subprocess.TimeoutExpired` once the command and every
-    process it started are gone; :class:`OSError` when it cannot be started.
+    holds) and :class:`Hung` raised. Of each captured pipe the last ``keep_bytes`` are kept (None: all).
+    ``watch()`` is called a few times a second while the command runs: whatever it raises stops the
+    command (its whole group) and is raised here (a file the tool writes grown past a limit, say).
+    Raises :class:`subprocess.TimeoutExpired` once the command and every process it started are gone;
+    :class:`OSError` when it cannot be started.
     """
     proc = subprocess.Popen(list(command), stdout=stdout, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL if stdin_bytes is None else subprocess.PIPE, env=env, cwd=cwd,
                             start_new_session=hasattr(os, "killpg"))
     started = time.monotonic()
-    data: bytes | None = stdin_bytes
+    pipes = [_Drain(pipe, keep_bytes) if pipe is not None else None for pipe in (proc.stdout, proc.stderr)]
+    feeding = [_Feed(proc.stdin, stdin_bytes)] if stdin_bytes is not None else []
+    threads = [t for t in pipes + feeding if t is not None]
     exited_at: float | None = None
     cpu, cpu_seen_at, cpu_checked_at = -1.0, started, started
     try:
         while True:
             now = time.monotonic()
             step = min(_POLL_S, max(0.01, started + timeout_s - now))
-            try:
-                out, err = proc.communicate(data, timeout=step)
-                break
-            except subprocess.TimeoutExpired:
-                data = None  # written already; retrying communicate() loses no output
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=step)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:  # the tool is done: its pipes end when the last process holding them does
+                for t in threads:
+                    t.join(timeout=step / len(threads))
             now = time.monotonic()
-            if proc.poll() is not None:  # the tool is done; a child it left holds the pipes
+            if proc.poll() is not None:
+                if not any(t.is_alive() for t in threads):
+                    break
                 exited_at = exited_at or now
-                if now - exited_at >= PIPE_GRACE_S:
+                if now - exited_at >= PIPE_GRACE_S:  # a child it left holds the pipes: what was written is read
                     _signal_group(proc)
-                    out, err = proc.communicate(timeout=5)
+                    _join(threads)
                     break
             if now - started >= timeout_s:
                 raise subprocess.TimeoutExpired(proc.args, timeout_s)
+            if watch is not None:
+                watch()
             if idle_s is not None and exited_at is None and now - cpu_checked_at >= 1.0:
                 cpu_checked_at = now
                 used = _group_cpu_s(proc.pid)
@@ -76,10 +95,85 @@ def run_bounded(command: Sequence[str], timeout_s: float, *, stdout: int | None 
                     cpu, cpu_seen_at = (used if used is not None else cpu), now
                 elif now - cpu_seen_at >= idle_s:
                     raise Hung(proc.args, idle_s)
-    except BaseException:  # a timeout or Ctrl-C: nothing of the tool may outlive the call
-        _kill_group(proc)
+    except BaseException:  # a timeout, a watch's refusal or Ctrl-C: nothing of the tool may outlive the call
+        _signal_group(proc)
+        _join(threads)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL ignored: nothing more to do
+            pass
         raise
+    out, err = (d.data() if d is not None else None for d in pipes)
     return subprocess.CompletedProcess(proc.args, proc.returncode, _text(out), _text(err))
+
+
+class _Drain(threading.Thread):
+    """Reads a pipe to its end, keeping the last ``keep`` bytes (None: all)."""
+
+    def __init__(self, pipe, keep: int | None) -> None:
+        super().__init__(daemon=True)
+        self._pipe, self._keep, self._buf = pipe, keep, bytearray()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while chunk := self._pipe.read1(1 << 16):
+                self._buf += chunk
+                if self._keep is not None and len(self._buf) > 2 * self._keep:
+                    del self._buf[:-self._keep]
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+
+    def data(self) -> bytes:
+        if self._keep is not None and len(self._buf) > self._keep:
+            del self._buf[:-self._keep]
+        return bytes(self._buf)
+
+
+class _Feed(threading.Thread):
+    """Writes ``data`` to a pipe and closes it (a reader that stops early is not an error)."""
+
+    def __init__(self, pipe, data: bytes) -> None:
+        super().__init__(daemon=True)
+        self._pipe, self._data = pipe, data
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._pipe.write(self._data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+
+
+def _join(threads: list[threading.Thread], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.)")  # a terminal's colour, title, ...
+
+
+def last_line(text: str | None, limit: int = 120) -> str:
+    """A tool's last words as one short line a terminal shows as text: its last line with anything printable,
+    bytes that were not text and control characters (escape sequences, carriage returns) dropped, cut to
+    ``limit`` characters; empty when it said nothing."""
+    for line in reversed((text or "").splitlines()):
+        line = _ESCAPE.sub("", line.replace("\ufffd", ""))
+        shown = " ".join("".join(c if c.isprintable() else " " for c in line).split())
+        if shown:
+            return shown if len(shown) <= limit else shown[:limit] + "..."
+    return ""
 
 
 def _text(data: bytes | None) -> str | None:
@@ -114,14 +208,6 @@ def _signal_group(proc: subprocess.Popen) -> None:
         else:  # pragma: no cover - Windows has no process groups to kill
             proc.kill()
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    _signal_group(proc)
-    try:
-        proc.communicate(timeout=5)  # the pipes close once the group is gone
-    except (subprocess.TimeoutExpired, ValueError, OSError):
         pass
 
 
@@ -236,7 +322,7 @@ def search_bounded(pattern: str, names: Sequence[str], flags: int = 0, timeout_s
             rx = re.compile(pattern, flags)
             found = "".join("1" if rx.search(n) else "0" for n in todo)
         else:
-            r = run_bounded([sys.executable, "-I", "-S", "-c", _MATCHER], limit, stdin_bytes=payload)
+            r = run_bounded([sys.executable, "-I", "-S", "-c", _MATCHER], limit, stdin_bytes=payload, keep_bytes=None)
             found = r.stdout
             if r.returncode != 0 or len(found) != len(todo):
                 raise RuntimeError(f"the pattern matcher failed: {(r.stderr.strip().splitlines() or ['no output'])[-1]}")

@@ -25,7 +25,7 @@ import torch
 
 from .errors import ArgumentError, NoGPUError, TraceError
 from .model import Trace
-from .procs import run_bounded
+from .procs import KEEP_BYTES, last_line, run_bounded
 from .readers import load
 from .stamps import describe_step, events_digest, made, stamp_if_made, stamp_of, stamp_table  # noqa: F401
 
@@ -303,14 +303,14 @@ def _run_tool(command: Sequence[str], env: dict[str, str] | None = None, *, what
               stdout: int | None = None) -> subprocess.CompletedProcess:
     """Run a profiler; a failure becomes one TraceError line with the tool's last words."""
     try:
-        done = run_bounded(command, timeout_s, stdout=stdout, env=env)  # the tool's own children stopped with it
+        done = run_bounded(command, timeout_s, stdout=stdout, env=env,  # the tool's own children stopped with it
+                           keep_bytes=None if stdout == subprocess.PIPE else KEEP_BYTES)  # (a piped stdout is the result)
     except subprocess.TimeoutExpired:
         raise TraceError(f"{what} ran past {timeout_s:g} s and was stopped; profile fewer steps or raise timeout_s") from None
     except OSError as exc:
         raise TraceError(f"{what} could not be started ({exc.strerror or exc})") from None
     if done.returncode != 0:
-        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
-        raise TraceError(f"{what} failed (exit {done.returncode}): {last.strip()[:200]}")
+        raise TraceError(f"{what} failed (exit {done.returncode}): {last_line(done.stderr, 160) or 'no message'}")
     return done
 
 

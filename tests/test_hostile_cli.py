@@ -202,3 +202,67 @@ def test_closed_stdout_is_said_before_any_work_and_closed_stderr_keeps_the_statu
     assert r.returncode == 2
     r = _with_closed((0, 2), "export", str(src), "-o", "out.json", cwd=tmp_path)  # stdout is fine: the work is done
     assert r.returncode == 0 and (tmp_path / "out.json").exists()
+
+
+# --- a tool's output: bounded in memory, its last words printable, its export held to the limit -------------
+
+def _tool(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / name).write_text("#!/bin/sh\n" + body)
+    (bin_dir / name).chmod(0o755)
+
+
+@posix_only
+def test_a_tool_that_floods_its_pipes_costs_what_is_kept():
+    from helpers import procs
+
+    flood = "import sys\nfor _ in range(300): sys.stdout.buffer.write(b'x' * (1 << 20)); sys.stderr.write('y' * 9999)\n" \
+            "sys.stderr.write('\\nlast words\\n')"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = procs.run_bounded([sys.executable, "-c", flood], 60)
+    assert r.returncode == 0 and len(r.stdout) == procs.KEEP_BYTES and r.stderr.endswith("last words\n")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < (150 << 10)  # KB: not the 300 MB it wrote
+    r = procs.run_bounded([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read()[::-1])"], 60,
+                          stdin_bytes=b"abc" * 1_000_000, keep_bytes=None)  # fed and read whole where asked
+    assert r.stdout == "cba" * 1_000_000
+
+
+@pytest.mark.parametrize("said, shown", [
+    ("ok\n\x1b[31mred\x1b[0m\r\n", "red"),  # a terminal's colours
+    ("\x1b]0;title\x07said", "said"),
+    ("a\nbad \ufffd\ufffd bytes\x07 here\n\n  \n", "bad bytes here"),
+    ("x" * 3000, "x" * 120 + "..."),
+    ("", ""),
+])
+def test_a_tools_last_words_are_one_short_printable_line(said, shown):
+    from helpers.procs import last_line
+
+    assert last_line(said) == shown
+
+
+@posix_only
+def test_doctor_shows_a_tools_noise_as_one_short_line(tmp_path, monkeypatch):
+    from helpers import doctor
+
+    _tool(tmp_path / "bin", "nsys", "head -c 5000 /dev/urandom\nprintf 'nsys \\033[1m2099.1\\n' >&2\n")
+    _tool(tmp_path / "bin", "ncu", "printf '%05000d\\n' 0\nexit 3\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert doctor._tool_version("nsys") == "nsys 2099.1"
+    assert doctor._tool_version("ncu") == "0" * 120 + "..."
+
+
+@posix_only
+def test_an_nsys_export_is_stopped_once_past_the_limit(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    _tool(tmp_path / "bin", "nsys", 'out=""\nwhile [ $# -gt 0 ]; do [ "$1" = "--output" ] && out="$2"; shift; done\n'
+          'yes "an export that never ends" > "$out"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    report = tmp_path / "r.nsys-rep"
+    report.write_bytes(b"a report")
+    t0 = time.monotonic()
+    err = one_line_exit_2(capsys, ["summary", str(report), "--max-mb", "5"])
+    assert "grew past the limit of 5 MB" in err and time.monotonic() - t0 < 20 and list(temp.iterdir()) == []

@@ -29,7 +29,7 @@ from ..errors import TraceError
 from ..interrupts import temporary_dir
 from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
 from ..paths import unreachable, working_folder
-from ..procs import Hung, run_bounded, worker_pool
+from ..procs import Hung, last_line, run_bounded, worker_pool
 from . import kineto, nsys
 from .budget import Budget, charge_bytes
 
@@ -349,7 +349,8 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
         out = tmp / "trace.sqlite"
         try:
             r = run_bounded([exe, "export", "--type", "sqlite", "--output", str(out), str(p.absolute())],
-                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp, idle_s=NSYS_EXPORT_IDLE_S)
+                            NSYS_EXPORT_TIMEOUT_S, cwd=tmp, idle_s=NSYS_EXPORT_IDLE_S,
+                            watch=lambda: _export_within(p, tmp, max_bytes))  # the limit holds while it is written
         except Hung:
             raise TraceError(f"{p}: nsys export stopped working (no CPU time for {NSYS_EXPORT_IDLE_S:g} s) and was "
                              f"stopped; export it by hand to see why: nsys export --type sqlite {p}") from None
@@ -359,7 +360,7 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
         except OSError as exc:
             raise TraceError(f"{p}: nsys export failed ({exc}); export it by hand: nsys export --type sqlite {p}") from None
         if r.returncode != 0 or not out.is_file():
-            why = (r.stderr.strip().splitlines() or ["no output"])[-1][:120]
+            why = last_line(r.stderr) or "no output"
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
         size = out.stat().st_size  # what is read is the export: the limit is on it, not on the report
         if size > max_bytes:
@@ -367,6 +368,16 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
                              "if the report is really this big raise it with --max-mb (API: max_bytes=)")
         events, metadata = _renamed(lambda: nsys.read(out, max_events, max_bytes, budget=budget), out, p)
     return events, metadata, "nsys-sqlite"
+
+
+def _export_within(p: Path, tmp: Path, max_bytes: int) -> None:
+    """TraceError once what ``nsys export`` has written in ``tmp`` is past ``max_bytes``."""
+    written = 0
+    with contextlib.suppress(OSError), os.scandir(tmp) as it:
+        written = sum(e.stat(follow_symlinks=False).st_size for e in it if e.is_file(follow_symlinks=False))
+    if written > max_bytes:
+        raise TraceError(f"{p}: its SQLite export grew past the limit of {max_bytes / 2**20:,.0f} MB and was stopped; "
+                         "if the report is really this big raise it with --max-mb (API: max_bytes=)")
 
 
 @contextlib.contextmanager
