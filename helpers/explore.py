@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,8 +56,9 @@ from .lanes import (
     timeline,
     trace_name,
 )
-from .model import Trace
+from .model import MAX_STEP_PATTERN_CHARS, Trace
 from .patterns import CAUSES
+from .procs import search_bounded
 
 STATIC = Path(__file__).parent / "static"
 #: Range nesting drawn (deeper ranges are inside a phase: noise at timeline scale, as in plots.timeline).
@@ -67,6 +69,8 @@ HOVER_PX = 3
 DENSE_COLUMNS = 65_536
 #: Matches a search sends at most (the count says how many there are).
 SEARCH_LIMIT = 5000
+#: Seconds a /regex/ search may take over the drawn names before it is stopped (see procs.search_bounded).
+SEARCH_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -397,18 +401,28 @@ class Lanes:
         query = query.strip()
         if not query:
             return {"total": 0, "names": 0, "matches": []}
-        try:
-            if len(query) > 2 and query.startswith("/") and query.endswith("/"):
-                pattern = re.compile(query[1:-1], re.IGNORECASE)
-            else:
-                pattern = re.compile(re.escape(query), re.IGNORECASE)
-        except re.error as exc:
-            return {"total": 0, "names": 0, "matches": [], "error": f"not a regular expression: {exc}"}
+        regex = len(query) > 2 and query.startswith("/") and query.endswith("/")
+        if regex:
+            if len(query) > MAX_STEP_PATTERN_CHARS:
+                return {"total": 0, "names": 0, "matches": [], "error": f"a pattern of {len(query):,} characters: "
+                        f"over {MAX_STEP_PATTERN_CHARS:,}"}
+            try:
+                re.compile(query[1:-1], re.IGNORECASE)
+            except (re.error, RecursionError, OverflowError, ValueError) as exc:
+                return {"total": 0, "names": 0, "matches": [], "error": f"not a regular expression: {exc}"}
         ev = self.trace.events
         drawn = np.flatnonzero(self.lane_of_row >= 0)
         names = ev["name"].to_numpy(dtype=object)[drawn]
         uniq, inv = np.unique(names.astype(str), return_inverse=True)
-        hit = np.array([bool(pattern.search(u)) for u in uniq], dtype=bool)
+        if regex:  # a user's pattern can backtrack for hours on a long name: matched in a child under a time limit
+            try:
+                hit = np.array(search_bounded(query[1:-1], list(uniq), re.IGNORECASE, SEARCH_TIMEOUT_S), dtype=bool)
+            except subprocess.TimeoutExpired:
+                return {"total": 0, "names": 0, "matches": [], "error": f"the pattern did not finish within "
+                        f"{SEARCH_TIMEOUT_S:g} s on these names and was stopped; write a simpler one (no nested repeats)"}
+        else:
+            literal = re.compile(re.escape(query), re.IGNORECASE)  # linear in the name
+            hit = np.array([bool(literal.search(u)) for u in uniq], dtype=bool)
         rows = drawn[hit[inv]]
         start = ev["start_us"].to_numpy()[rows]
         rows = rows[np.argsort(start, kind="stable")]

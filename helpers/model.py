@@ -603,11 +603,9 @@ def _names_found(pattern: str, names: np.ndarray) -> list[str]:
         found = search_bounded(pattern, texts, re.IGNORECASE)
     except subprocess.TimeoutExpired:
         longest = max((len(t) for t in texts), default=0)
-        raise TraceError(
-            f"step pattern {_short(pattern)}: matching it against the trace's {len(texts):,} range names (the longest "
-            f"{longest:,} characters) did not finish within {PATTERN_TIMEOUT_S:g} s and was stopped; a pattern whose "
-            "repeats can match the same text in many ways (like (a|a)* or .*.*) takes exponential time on a long "
-            "name: write a simpler one, e.g. 'train_step' or 'step \\d+'") from None
+        raise TraceError(  # (kept under ~200 characters: it is read on one terminal line)
+            f"step pattern {_short(pattern, 40)} did not finish within {PATTERN_TIMEOUT_S:g} s on {len(texts):,} range "
+            f"names (longest {longest:,} characters): nested repeats like (a|a)* backtrack; try e.g. 'step \\d+'") from None
     return [n for n, hit in zip(names, found) if hit]
 
 

@@ -266,3 +266,22 @@ def test_an_nsys_export_is_stopped_once_past_the_limit(tmp_path, monkeypatch, ca
     t0 = time.monotonic()
     err = one_line_exit_2(capsys, ["summary", str(report), "--max-mb", "5"])
     assert "grew past the limit of 5 MB" in err and time.monotonic() - t0 < 20 and list(temp.iterdir()) == []
+
+
+# --- every user pattern is bounded in time: the explorer's /regex/ search too -------------------------------
+
+def test_an_explorer_regex_search_is_stopped_in_time(tmp_path, monkeypatch):
+    from synth import Ev, write_json
+
+    import helpers
+    from helpers import explore
+
+    events = [Ev("annotation", "ProfilerStep#1", 0, 100_000), Ev("cpu_op", "a" * 3000 + "!", 1000, 50_000),
+              Ev("cpu_op", "aten::mm", 60_000, 70_000)]
+    lanes = explore.Lanes(helpers.load(write_json(events, tmp_path / "t.json")))
+    monkeypatch.setattr(explore, "SEARCH_TIMEOUT_S", 1.0)
+    t0 = time.monotonic()
+    found = lanes.search("/^(a|aa)*$/")  # in-process this backtracks for hours on the 3,000-character name
+    assert time.monotonic() - t0 < 10 and found["total"] == 0 and "did not finish within 1 s" in found["error"]
+    assert "not a regular expression" in lanes.search("/(/")["error"]
+    assert lanes.search("/^a+!$/")["names"] == 1 and lanes.search("ATEN::")["names"] == 1
