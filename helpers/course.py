@@ -207,8 +207,16 @@ def banner() -> str:
             "(data/manifest.json), and the parts a CPU can show run live.")
 
 
-@lru_cache(maxsize=1)
 def manifest() -> list[dict]:
+    """The recorded traces' entries (data/manifest.json): the caller's copy, so an edit of it (an entry's file
+    changed, an entry dropped) never changes what recorded() and the checks read next."""
+    import copy
+
+    return copy.deepcopy(_manifest())
+
+
+@lru_cache(maxsize=1)
+def _manifest() -> list[dict]:
     path = DATA / "manifest.json"
     if not path.exists():
         raise TraceError(f"{path}: missing; the recorded traces ship with the repository: re-clone or git checkout data/")

@@ -48,6 +48,7 @@ from . import metrics as m
 from . import thresholds as th
 from .arguments import checked
 from .errors import ArgumentError
+from .metrics._store import handed_out
 from .metrics.activity import FREE_CALL, STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
 from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
@@ -1269,7 +1270,7 @@ def critical_path(trace: Trace) -> CriticalPath:
     stretch with one cause, the steps' milliseconds by cause, and the mean step they add up to."""
     memo = m._memo(trace)
     if "critical_path" in memo:
-        return memo["critical_path"]
+        return handed_out(memo["critical_path"])  # the caller's copy: an edit of it never reaches the store
     graphs = _graphs(trace)
     stepped = memo["critical_graphs"][1]
     names = stepped.events["name"].to_numpy()
@@ -1328,10 +1329,10 @@ def critical_path(trace: Trace) -> CriticalPath:
                             "work_ms_per_step_by_rank": {r: w[0] for r, w in work.items()},
                             "gpu_compute_ms_per_step": gpu_share[rank] / 1e3,
                             "waits_per_step_by_rank": {r: w[1] for r, w in work.items()}})
-    memo["critical_path"] = out
+    memo["critical_path"] = out  # stored before the job's path, which may ask for it
     if len(graphs) > 1:
         out.job = job_path({r: rank_steps(trace, r) for r in graphs})
-    return out
+    return handed_out(out)  # the caller's copy: an edit of it never reaches the store
 
 
 def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarray] | None = None,

@@ -185,3 +185,18 @@ def test_a_learner_function_that_never_returns_leaves_no_process(monkeypatch):
         release.set()
         for p in started:
             p.kill()
+
+
+def test_a_learner_function_that_prints_megabytes_is_capped(capsys):
+    def noisy():
+        for _ in range(20_000):
+            print("x" * 99)
+        print("y" * 1000, file=__import__("sys").stderr)
+        return 1.0
+
+    assert _core.run_learner(noisy, note=False) == 1.0
+    out, err = capsys.readouterr()
+    assert len(out) + len(err) < _core.PRINT_LIMIT + 200
+    assert f"{2_001_001 - _core.PRINT_LIMIT:,} more characters your function printed are not shown" in err
+    print("after")  # the check's own output is never capped
+    assert capsys.readouterr().out == "after\n"

@@ -405,3 +405,65 @@ def test_a_whole_number_column_held_as_floats_is_taken(trace):
     want = _findings(t)
     t.events = t.events.assign(rank=t.events["rank"].astype("float64"), device=t.events["device"].astype("float64"))
     assert _findings(t) == want and t.events["rank"].dtype == "int64"
+
+
+# --- what a function returns is the caller's: editing it never changes what the trace's store holds ------------
+
+def _scramble(v, depth: int = 0) -> None:
+    """Every edit a caller could make of a result: numbers overwritten, rows dropped, items added."""
+    if depth > 3:
+        return
+    if isinstance(v, pd.DataFrame):
+        for c in v.columns:
+            if v[c].dtype.kind in "if":
+                v[c] = v[c] * 0 + 12345
+        if len(v):
+            v.drop(v.index[:1], inplace=True)
+    elif isinstance(v, np.ndarray):
+        try:
+            v[...] = 12345  # the caller's own array, or one of the store's, which are handed out read-only
+        except ValueError as exc:
+            assert "read-only" in str(exc)
+    elif isinstance(v, dict):
+        for k in list(v):
+            if isinstance(v[k], float):
+                v[k] = 12345.0
+            else:
+                _scramble(v[k], depth + 1)
+        v["__junk__"] = 1
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _scramble(x, depth + 1)
+        if isinstance(v, list):
+            v.append("junk")
+    elif hasattr(v, "__dataclass_fields__"):
+        for x in vars(v).values():
+            _scramble(x, depth + 1)
+
+
+def _one_trace_calls() -> dict:
+    def takes_a_trace(fn) -> bool:
+        params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
+        return len(params) == 1 and params[0].name == "trace"
+
+    # stepped: a trace with step markers is its own steady state (the very trace, by design)
+    out = {n: getattr(metrics, n) for n in metrics.__all__ if inspect.isfunction(getattr(metrics, n)) and not n.startswith("_")
+           and takes_a_trace(getattr(metrics, n)) and n != "stepped"}
+    out.update({"diagnose": helpers.diagnose, "critical_path": helpers.critical_path,
+                "host_union": lambda t: metrics.host_union(t, 0, "data_wait"),
+                "gpu_work_union": lambda t: metrics.gpu_work_union(t, 0, 0),
+                "steady_state": lambda t: helpers.steady_state(t)[1]})
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_one_trace_calls()))
+def test_editing_a_result_never_reaches_the_store(six_steps, name):
+    fn = _one_trace_calls()[name]
+    want = repr(fn(helpers.load(str(six_steps))))
+    t = helpers.load(str(six_steps))
+    md = repr(t.metadata)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _scramble(fn(t))
+    assert repr(fn(t)) == want, name
+    assert repr(t.metadata) == md, name

@@ -135,6 +135,7 @@ def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type 
     grad = _grad_mode()  # torch's grad mode is per thread: the learner's thread gets the caller's
 
     def call() -> None:
+        _LEARNER.running = True  # what this thread prints is capped (_CappedOutput)
         try:
             if grad is None:
                 value = fn(*copies)
@@ -152,8 +153,11 @@ def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type 
 
     before = _children()
     worker = threading.Thread(target=call, daemon=True, name="learner-function")
-    worker.start()
-    worker.join(limit)
+    with _capped_output() as dropped:
+        worker.start()
+        worker.join(limit)
+    if dropped[0]:
+        print(f"[{dropped[0]:,} more characters your function printed are not shown]", file=sys.stderr)
     if worker.is_alive():  # a thread cannot be stopped: it is left to finish on its own, unobserved
         stopped = _stop_children(before)
         raise CheckFailed(f"{name} did not return within {limit:g} s; look for a loop that never ends or a wait"
@@ -174,6 +178,50 @@ def run_learner(fn: Any, *args: Any, name: str = "your function", returns: type 
         want = " or ".join(t.__name__ for t in (returns if isinstance(returns, tuple) else (returns,)))
         raise CheckFailed(f"{name} returned {type(value).__name__} ({_one_line(value, 40)}); it should return a {want}")
     return value
+
+
+#: Characters a learner's function may print during one call of it in a check (a notebook cell holding megabytes
+#: of output stalls the browser); the rest is counted and dropped.
+PRINT_LIMIT = 100_000
+_LEARNER = __import__("threading").local()
+
+
+class _CappedOutput:
+    """``sys.stdout`` / ``sys.stderr`` while a learner's function runs: the learner's thread writes through until
+    :data:`PRINT_LIMIT` characters, the rest is counted; every other thread writes as ever."""
+
+    def __init__(self, real: Any, dropped: list[int]) -> None:
+        self._real, self._dropped = real, dropped
+
+    def write(self, text: str) -> int:
+        if not getattr(_LEARNER, "running", False):
+            return self._real.write(text)
+        room = PRINT_LIMIT - self._dropped[1]
+        shown = text[:max(room, 0)]
+        self._dropped[1] += len(text)
+        self._dropped[0] += len(text) - len(shown)
+        if shown:
+            self._real.write(shown)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _capped_output:
+    """Install :class:`_CappedOutput` on stdout and stderr for the call; yields [dropped, written] counts."""
+
+    def __enter__(self) -> list[int]:
+        self.counts = [0, 0]
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _CappedOutput(sys.stdout, self.counts), _CappedOutput(sys.stderr, self.counts)
+        return self.counts
+
+    def __exit__(self, *exc: object) -> None:
+        if isinstance(sys.stdout, _CappedOutput):  # unless the learner's code replaced them meanwhile
+            sys.stdout = self.saved[0]
+        if isinstance(sys.stderr, _CappedOutput):
+            sys.stderr = self.saved[1]
 
 
 def _children() -> set[int]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import functools
 
-import pandas as pd
-
 from ..model import Trace
-from ._store import _memo
+from ._store import _memo, handed_out
 
 
 def _cached(fn):
@@ -24,11 +22,6 @@ def _cached(fn):
         memo = _memo(trace)
         if key not in memo:
             memo[key] = fn(trace, *args, **kwargs)
-        value = memo[key]
-        if isinstance(value, pd.DataFrame):
-            return value.copy()
-        if isinstance(value, dict):
-            return {k: (v.copy() if isinstance(v, (pd.DataFrame, dict)) else v) for k, v in value.items()}
-        return value
+        return handed_out(memo[key])  # a copy the caller may edit; the stored result stays as computed
 
     return wrapper

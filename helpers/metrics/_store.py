@@ -27,6 +27,8 @@ def _memo(trace: Trace) -> dict[Any, Any]:
     emptied. The check costs a few identity comparisons, not a pass over the events.
     """
     memo = trace._memo
+    if type(memo) is not _Store:  # the dataclass's plain dict, on first use: the store that freezes what it keeps
+        memo = trace._memo = _Store(memo)
     events = trace.events
     if memo.get("__events__") is not events or memo.get("__arrays__") != _arrays(events) or \
             memo.get("__metadata__") != _described(trace):
@@ -57,6 +59,49 @@ def _described(trace: Trace) -> tuple:
         return (_Same((md, *named)),)
     steps = md.get("steps")
     return (tuple(md), _Same((md, *named, *md.values())), _arrays(steps) if isinstance(steps, pd.DataFrame) else None)
+
+
+class _Store(dict):
+    """The metric store: every NumPy array it keeps (alone, or in a tuple or list) is made read-only as it is
+    stored. Metrics hand these arrays out as they are (an interval union, an events mask: no copy per call), so
+    a caller who writes into one (``m.sync_point_calls(t)[:] = False``) would change what every later figure, the
+    diagnosis and the checks read off this trace; now the write fails where it is made."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _freeze(value)
+        super().__setitem__(key, value)
+
+
+def _freeze(value: Any, depth: int = 0) -> None:
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, (tuple, list)) and depth < 2:
+        for v in value:
+            _freeze(v, depth + 1)
+
+
+def handed_out(value: Any, depth: int = 0) -> Any:
+    """A stored result as a caller gets it: tables as copies (under copy-on-write, cheap until written), dicts, lists
+    and tuples rebuilt, a dataclass's fields likewise; so an edit of what a caller got never reaches the store.
+    Arrays are passed as stored (read-only, :class:`_Store`)."""
+    import dataclasses
+
+    if isinstance(value, (pd.DataFrame, pd.Series)):
+        return value.copy(deep=False)
+    if depth > 4:
+        return value
+    if isinstance(value, dict):
+        return {k: handed_out(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [handed_out(v, depth + 1) for v in value]
+    if type(value) is tuple:
+        return tuple(handed_out(v, depth + 1) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: handed_out(getattr(value, f.name), depth + 1)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 class _Same:

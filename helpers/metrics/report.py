@@ -11,6 +11,7 @@ import pandas as pd
 
 from .. import thresholds as th
 from ..model import Trace
+from ._store import handed_out
 from .activity import CAUSES, host_union
 from .comm import comm_stats, rank_imbalance
 from .copies import copy_stats
@@ -77,7 +78,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         "events": int(len(trace.events)),
         "ranks": trace.ranks,
         "devices": trace.devices,
-        "device_names": trace.metadata.get("device_names") or [],
+        "device_names": list(trace.metadata.get("device_names") or []),  # the caller's list, not the trace's
         "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),
         "has_gpu": trace.has_gpu,
         "steps": int(len(steps)),
@@ -108,7 +109,7 @@ def summary(trace: Trace) -> dict[str, Any]:
         }
         imb = rank_imbalance(trace)
         out["communication"]["compute_spread"] = imb["compute_spread"]
-    return out
+    return handed_out(out)  # nothing in it (steps_inferred, the metadata's lists) is the trace's own object
 
 
 def comparison(before: Trace, after: Trace) -> pd.DataFrame:
