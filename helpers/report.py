@@ -42,6 +42,7 @@ from .diagnosis import diagnose
 from .lanes import KIND_COLORS, trace_name
 from .model import Trace
 from .overview import CATEGORIES, CATEGORY_WORDS, kernel_table, op_table, step_categories
+from .paths import printable
 from .timeline_data import DETAIL_EVENTS, timeline_payload
 from .tracks import critical_path_overlay
 
@@ -581,7 +582,7 @@ def build(inputs: Sequence[Trace], *, shapes: Sequence[dict] = (), detail_events
     tick()
     page = _page(title, "".join(body), timelines)
     tick()
-    return page
+    return printable(page)  # a file name's undecodable bytes as \xNN: the page is UTF-8
 
 
 def save(traces: Sequence[Trace], path: str | os.PathLike, force: bool = False, detail_events: int = DETAIL_EVENTS) -> Path:

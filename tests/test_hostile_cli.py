@@ -285,3 +285,28 @@ def test_an_explorer_regex_search_is_stopped_in_time(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 10 and found["total"] == 0 and "did not finish within 1 s" in found["error"]
     assert "not a regular expression" in lanes.search("/(/")["error"]
     assert lanes.search("/^a+!$/")["names"] == 1 and lanes.search("ATEN::")["names"] == 1
+
+
+# --- text written into a document is valid text, whatever bytes a file name holds ----------------------------
+
+@posix_only
+def test_a_report_of_a_file_whose_name_is_not_utf8(tmp_path, capsys):
+    from synth import two_step_loop, write_json
+
+    src = write_json(two_step_loop(), tmp_path / os.fsdecode(b"caf\xe9.json"))
+    assert main(["report", str(src), "-o", str(tmp_path / "r.html")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "r.html").read_bytes().decode("utf-8")  # valid UTF-8 throughout
+    assert "caf\\xe9.json" in page
+
+
+# --- invalid JSON is named for what is wrong with it ---------------------------------------------------------
+
+@pytest.mark.parametrize("text, says", [
+    ('{"traceEvents":[' + "[" * 200_000 + "]" * 200_000 + "]}", "nest deeper than any trace's"),
+    ('{"traceEvents":[{"ph":"X","name":"a\\ud800","pid":1,"tid":1,"ts":0,"dur":1}]}', "not valid Unicode"),
+    ('{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":0,"dur":1}', "probably truncated"),
+])
+def test_invalid_json_says_why_in_words_that_fit(tmp_path, capsys, text, says):
+    (tmp_path / "t.json").write_text(text)
+    err = one_line_exit_2(capsys, ["summary", str(tmp_path / "t.json")])
+    assert says in err and len(err) < 260

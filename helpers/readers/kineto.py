@@ -616,7 +616,19 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns, bare: bool = False) -> 
                 continue
             cols.add(events)
             return tail
-    raise TraceError(f"{path}: not valid JSON ({why}); the file is probably truncated: record or copy it again")
+    raise _not_json(path, why)
+
+
+def _not_json(path: Path, why: str) -> TraceError:
+    """Invalid JSON, with the advice that fits the parser's reason (a cut-off file is the common one)."""
+    said = why.lower()
+    if "depth" in said or "recursion" in said:
+        advice = "its brackets nest deeper than any trace's: the file is damaged or not a trace"
+    elif "surrogate" in said or "utf-8" in said or "unicode" in said:
+        advice = "it holds text that is not valid Unicode: the file is damaged, or was written by a tool that is not a profiler"
+    else:
+        advice = "the file is probably truncated: record or copy it again"
+    return TraceError(f"{path}: not valid JSON ({why}); {advice}")
 
 
 def _whole(buf: bytes | bytearray, path: Path, cols: _Columns, blocks: Iterable[bytes] = ()) -> dict:
@@ -634,9 +646,7 @@ def _whole(buf: bytes | bytearray, path: Path, cols: _Columns, blocks: Iterable[
     try:
         doc = _loads(buf)
     except _DecodeError as exc:
-        raise TraceError(
-            f"{path}: not valid JSON ({str(exc).splitlines()[0][:80]}); the file is probably truncated: record or copy it again"
-        ) from None
+        raise _not_json(path, str(exc).splitlines()[0][:80]) from None
     del buf
     if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone (streamed by _scan; here for a whole read)
         doc = {"traceEvents": doc}
