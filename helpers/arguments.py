@@ -240,10 +240,12 @@ def _words(hint: Any, plural: bool = False) -> str:
     return word + ("s" if plural else "")
 
 
-def checked(fn: Callable, only: tuple | None = None) -> Callable:
+def checked(fn: Callable, only: tuple | None = None, error: type[TraceError] = TraceError) -> Callable:
     """``fn`` with its arguments held to its type hints (see the module's doc); the checks are built on
     the first call, so decorating costs nothing at import. ``only``: hold only the arguments whose hint is
-    one of these types (or one of them or None); the others are left to ``fn``, which says more about them."""
+    one of these types (or one of them or None); of the others only the shape is held (a dict where a dict goes, a
+    list where a list goes), what they hold is left to ``fn``, which says more about it. ``error``: the TraceError
+    (sub)class a refusal raises."""
     import inspect
 
     plan: list | None = None
@@ -254,9 +256,9 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
         out = []
         for name, param in sig.parameters.items():
             hint = hints.get(name)
-            if only is not None and not _one_of(hint, only):
+            if hint is None:
                 continue
-            check = check_for(hint) if hint is not None else None
+            check = check_for(hint) if only is None or _one_of(hint, only) else _shape_of(hint)
             if check is not None and "window" in name and _is_pair(hint):
                 check = _ordered(check)
             if check is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY,
@@ -274,14 +276,14 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as exc:  # a missing or unknown argument: Python's own words, one line
-            raise TraceError(f"{fn.__name__}(): {exc}") from None
+            raise error(f"{fn.__name__}(): {exc}") from None
         arguments = bound.arguments
         for name, check in checks:
             if name in arguments:
                 try:
                     arguments[name] = check(arguments[name])
                 except _Refused as exc:
-                    raise TraceError(f"{fn.__name__}(): {name}={describe(arguments[name])}: give {exc.wants}") from None
+                    raise error(f"{fn.__name__}(): {name}={describe(arguments[name])}: give {exc.wants}") from None
         if not paths:
             return fn(*bound.args, **bound.kwargs)
         try:
@@ -291,7 +293,7 @@ def checked(fn: Callable, only: tuple | None = None) -> Callable:
             if exc.filename is None or os.fsdecode(exc.filename) not in given:
                 raise
             why = exc.strerror or type(exc).__name__
-            raise TraceError(f"{fn.__name__}(): {describe(os.fsdecode(exc.filename), 200)}: {why.lower()}; "
+            raise error(f"{fn.__name__}(): {describe(os.fsdecode(exc.filename), 200)}: {why.lower()}; "
                              "check the path") from None
 
     wrapper.__checked__ = True  # type: ignore[attr-defined]
@@ -352,6 +354,20 @@ class _Holder:
         self.__module__ = getattr(fn, "__module__", None)
 
 
+def _shape_of(hint: Any) -> Check | None:
+    """Only the container a hint names (a dict, a list), whatever it holds: what a check explains itself."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        shape = _shape_of(inner[0]) if len(inner) == 1 else None
+        return None if shape is None else (_optional(shape) if type(None) in args else shape)
+    if hint in (dict, collections.abc.Mapping) or origin in (dict, collections.abc.Mapping):
+        return _instance(collections.abc.Mapping, "a dict")
+    if hint is list or origin in (list, collections.abc.Sequence):
+        return _items(lambda v: v, "a list", None)
+    return None
+
+
 def _one_of(hint: Any, types_: tuple) -> bool:
     if hint in types_:
         return True
@@ -361,7 +377,8 @@ def _one_of(hint: Any, types_: tuple) -> bool:
     return False
 
 
-def check_namespace(namespace: dict, names: typing.Iterable[str] | None = None, only: tuple | None = None) -> None:
+def check_namespace(namespace: dict, names: typing.Iterable[str] | None = None, only: tuple | None = None,
+                    error: type[TraceError] = TraceError) -> None:
     """Replace each public function among ``names`` in ``namespace`` (a module's globals) by its checked
     form (``only``: see :func:`checked`); classes, constants and private names are left as they are.
     ``names`` None: the module's public names (its ``__all__``, else every public function defined in it or in
@@ -380,7 +397,7 @@ def check_namespace(namespace: dict, names: typing.Iterable[str] | None = None, 
             continue
         if not public_function(value):
             continue
-        namespace[name] = checked(value, only)
+        namespace[name] = checked(value, only, error)
 
 
 def public_function(value: Any, home: str = "helpers") -> bool:

@@ -43,6 +43,12 @@ class CheckFailed(AssertionError):
     course layer can show it in one line without importing the checks (which import the course)."""
 
 
+class CheckArgumentError(CheckFailed, TraceError):
+    """A check was given an argument of the wrong kind (``check_gemm_reading(pd.NA, trace)``, a list where the
+    answers' dict goes): a CheckFailed, as every check's verdict is (nbval fails the cell, the lab shows one line),
+    and a TraceError, as every error a user can cause through the API is."""
+
+
 class Interrupted(KeyboardInterrupt):
     """The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP) while it ran.
 

@@ -200,3 +200,29 @@ def test_a_learner_function_that_prints_megabytes_is_capped(capsys):
     assert f"{2_001_001 - _core.PRINT_LIMIT:,} more characters your function printed are not shown" in err
     print("after")  # the check's own output is never capped
     assert capsys.readouterr().out == "after\n"
+
+
+def _checks() -> dict:
+    return {n: getattr(checks, n) for n in dir(checks) if n.startswith("check_") and inspect.isfunction(getattr(checks, n))}
+
+
+@pytest.mark.parametrize("name", sorted(_checks()))
+def test_every_check_refuses_a_value_of_the_wrong_kind_in_one_line(name):
+    # pd.NA in every argument: the first one the check's hints hold (a trace, a number, text, a dict of answers, a
+    # list, a table) is refused before the check runs, as a CheckFailed (the lab's one line) and a TraceError
+    import pandas as pd
+
+    from helpers.errors import CheckArgumentError, TraceError
+
+    fn = _checks()[name]
+    params = [p for p in inspect.signature(fn).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    args = {p.name: pd.NA for p in params if p.default is inspect.Parameter.empty}
+    if not args:
+        return
+    try:
+        fn(**args)
+    except CheckArgumentError as exc:
+        assert isinstance(exc, TraceError) and isinstance(exc, checks.CheckFailed) and "\n" not in str(exc)
+        assert "=<NA>" in str(exc)
+    except checks.CheckFailed as exc:  # a learner's function or a form the check explains itself
+        assert "\n" not in str(exc) and "passed" not in str(exc)

@@ -48,10 +48,14 @@ exercise.bind_all(globals(), (lab00, lab01, lab02, lab03, lab04, lab05, lab06, l
 # Every check holds its traces, numbers and texts to their type hints: check_longest_gap(pd.NA, trace) or a path where a
 # Trace goes is one TraceError line naming the check and the argument (helpers.arguments), not an error from
 # inside it. A learner's reading, dict of answers or function is left to the check, which explains its form.
+from pandas import DataFrame as _DataFrame  # noqa: E402
+
 from ..arguments import check_namespace as _check_namespace  # noqa: E402
+from ..errors import CheckArgumentError as _CheckArgumentError  # noqa: E402
 from ..model import Trace as _Trace  # noqa: E402
 
-_check_namespace(globals(), [_name for _name in list(globals()) if _name.startswith("check_")], only=(_Trace, float, int, str))
+_check_namespace(globals(), [_name for _name in list(globals()) if _name.startswith("check_")], only=(_Trace, float, int, str, _DataFrame),
+                error=_CheckArgumentError)
 # ... and every check compares plain values: a str subclass whose __eq__ says yes to every pattern, or an answer of a
 # class of the learner's own, is made plain or refused before the check sees it (_core.plain).
 for _name in [_n for _n in list(globals()) if _n.startswith("check_") and callable(globals()[_n])]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
+
 from ..diagnosis import diagnose
 from ..model import Trace
 from ._core import CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem  # noqa: F401
@@ -111,7 +113,7 @@ def _memory_units(row) -> str:  # noqa: ANN001 - a row of read_ncu's table
     return " (memory is the busiest unit's figure; by unit: " + ", ".join(f"{k} {v:.1f}%" for k, v in known.items()) + ")"
 
 
-def check_kernel_limiter(answer: str, ncu_table) -> str:
+def check_kernel_limiter(answer: str, ncu_table: pd.DataFrame) -> str:
     """What limits the profiled kernel, from its ncu speed-of-light figures (first launch)."""
     want = _kernel_limiter(ncu_table.iloc[0])
     row = ncu_table.iloc[0]

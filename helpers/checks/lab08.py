@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from .. import metrics as m
@@ -149,7 +150,11 @@ def check_precision_speedup(fp32_ms: float, fast_ms: float, live: bool, fp32_tra
 # --- 3. torch.compile -----------------------------------------------------------------------------
 def check_graph_breaks(answer: dict, explain_output) -> str:
     """``{"graphs": n, "breaks": n}`` as torch._dynamo.explain counted them."""
-    want = {"graphs": int(explain_output.graph_count), "breaks": int(explain_output.graph_break_count)}
+    try:
+        want = {"graphs": int(explain_output.graph_count), "breaks": int(explain_output.graph_break_count)}
+    except (AttributeError, TypeError, ValueError):
+        raise CheckFailed(f"explain_output is a {type(explain_output).__name__}: give what torch._dynamo.explain(model)(x) "
+                          "returned (it has graph_count and graph_break_count)") from None
     got = {k: answer.get(k) for k in want}
     return _check("gpu_bound", "check_graph_breaks", got == want,
                   f"{got} is not what explain reported: read its graph_count and graph_break_count (a break "
@@ -279,7 +284,7 @@ def _metric(table, name: str) -> float:
     return float(hit["value"].iloc[0]) if len(hit) else float("nan")
 
 
-def check_ncu_reading(answer: dict, gemm_table, ln_table) -> str:
+def check_ncu_reading(answer: dict, gemm_table: pd.DataFrame, ln_table: pd.DataFrame) -> str:
     """``{"gemm": limiter, "layernorm": limiter, "gemm_busiest_memory": "L1"|"L2"|"DRAM"}`` from the two reports."""
     from ..thresholds import NCU_LATENCY_BOUND_PCT
 
@@ -298,7 +303,7 @@ def check_ncu_reading(answer: dict, gemm_table, ln_table) -> str:
                   "not what the reports say for " + "; ".join(f"{k} ({hints[k]})" for k in wrong))
 
 
-def check_clock_ratio(answer: float, base_table, free_table) -> str:
+def check_clock_ratio(answer: float, base_table: pd.DataFrame, free_table: pd.DataFrame) -> str:
     """The GEMM's ncu duration at ncu's locked base clock over its duration with --clock-control none (5%)."""
     want = _metric(base_table, "Duration") / _metric(free_table, "Duration")
     return _check("gpu_bound", "check_clock_ratio", _close(float(answer), want, 0.05),
