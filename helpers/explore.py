@@ -56,6 +56,7 @@ from .lanes import (
     timeline,
     trace_name,
 )
+from .metrics._store import stamp
 from .model import MAX_STEP_PATTERN_CHARS, Trace
 from .patterns import CAUSES
 from .procs import search_bounded
@@ -236,6 +237,13 @@ class Lanes:
     def __init__(self, trace: Trace, ranks: Sequence[int] | None = None, max_lanes: int = 24):
         ev = trace.events
         self.trace = trace
+        # The rows the lanes index are this table's: a snapshot (copy-on-write keeps it as it is now, cheaply), so a
+        # hover, search or selection after the user edits trace.events in place reads the events the view drew,
+        # never other rows (or none) at the same positions.
+        self.events = ev = ev.copy(deep=False)
+        self._stamp = stamp(trace)
+        self._stamp_metadata = dict(trace.metadata)
+        self._snapshot: Trace | None = None
         self.origin_us = time_origin_us(trace)
         self.origin_text = time_origin_text(trace)
         t0 = float(ev["start_us"].min()) if not ev.empty else 0.0
@@ -297,9 +305,18 @@ class Lanes:
                         for c in np.unique(ln.colour[ln.colour >= 0]).tolist()})
         return [[k, COPY_COLORS.get(k, KIND_COLORS.get(k, "#999999"))] for k in shown]
 
+    def drawn(self) -> Trace:
+        """The trace as the view drew it: the trace itself while unchanged, else a trace of the snapshot."""
+        if stamp(self.trace) == self._stamp:
+            return self.trace
+        if self._snapshot is None:
+            t = self.trace
+            self._snapshot = Trace(self.events, t.source, t.format, dict(self._stamp_metadata))
+        return self._snapshot
+
     def phase_legend(self) -> list[list[str]]:
         """The range colours drawn, with what they stand for (forward, backward, ...)."""
-        names = self.trace.events["name"].to_numpy(dtype=object)
+        names = self.events["name"].to_numpy(dtype=object)
         return phase_legend(str(n) for ln in self.lanes if ln.is_ranges for n in set(names[ln.rows].tolist()))
 
     def to_ms(self, us: np.ndarray | float) -> Any:
@@ -319,7 +336,7 @@ class Lanes:
         t0, t1 = self.to_us(t0_ms), self.to_us(t1_ms)
         width = max(int(width_px), 1)
         px = max(t1 - t0, 1e-6) / width
-        name = self.trace.events["name"].to_numpy(dtype=object)
+        name = self.events["name"].to_numpy(dtype=object)
         out = []
         for lane in self.lanes:
             pos = lane.overlapping(t0, t1)
@@ -353,7 +370,7 @@ class Lanes:
 
     def linked(self, row: int) -> list[int]:
         """Rows linked to ``row`` by its correlation id: a launch call's GPU work, or a kernel's launch call."""
-        ev = self.trace.events
+        ev = self.events
         corr = int(ev["correlation"].iat[row])
         if corr < 0:
             return []
@@ -368,7 +385,7 @@ class Lanes:
         return [int(r) for r in order[lo:hi] if r != row and rank[r] == rank[row] and (ev["device"].iat[r] >= 0) != on_gpu]
 
     def _brief(self, row: int) -> dict[str, Any]:
-        ev = self.trace.events
+        ev = self.events
         return {"name": str(ev["name"].iat[row]), "kind": str(ev["kind"].iat[row]), "row": int(row),
                 "lane": int(self.lane_of_row[row]), "start_ms": float(self.to_ms(ev["start_us"].iat[row])),
                 "end_ms": float(self.to_ms(ev["end_us"].iat[row])), "dur_us": float(ev["dur_us"].iat[row]),
@@ -377,7 +394,7 @@ class Lanes:
     def describe(self, row: int) -> dict[str, Any]:
         """What a tooltip or the pinned panel shows of one event: name, kind, start, end and duration, where it
         ran, its lane, step and rank, bytes of a copy, and what it links to (with their lanes, for the arrows)."""
-        ev = self.trace.events
+        ev = self.events
         info = self._brief(row)
         info["rank"] = int(ev["rank"].iat[row])
         info["step"] = int(ev["step"].iat[row])
@@ -410,7 +427,7 @@ class Lanes:
                 re.compile(query[1:-1], re.IGNORECASE)
             except (re.error, RecursionError, OverflowError, ValueError) as exc:
                 return {"total": 0, "names": 0, "matches": [], "error": f"not a regular expression: {exc}"}
-        ev = self.trace.events
+        ev = self.events
         drawn = np.flatnonzero(self.lane_of_row >= 0)
         names = ev["name"].to_numpy(dtype=object)[drawn]
         uniq, inv = np.unique(names.astype(str), return_inverse=True)
@@ -434,7 +451,7 @@ class Lanes:
 
     def figures(self, t0_ms: float, t1_ms: float) -> dict[str, Any]:
         """:func:`helpers.metrics.window_stats` of the stretch, with its window in ms on the trace's axis."""
-        stats = m.window_stats(self.trace, self.to_us(t0_ms), self.to_us(t1_ms))
+        stats = m.window_stats(self.drawn(), self.to_us(t0_ms), self.to_us(t1_ms))
         stats["window_ms"] = [float(t0_ms), float(t1_ms)]
         return stats
 
@@ -584,7 +601,7 @@ def _widget_class():
             data = dict(data)
             data["text/plain"] = repr(self)  # deterministic: no model id, no trait dump
             if self._fallback:
-                data["image/png"] = _png(self._lanes.trace, self._lanes, tuple(self.view_ms), self.title)
+                data["image/png"] = _png(self._lanes.drawn(), self._lanes, tuple(self.view_ms), self.title)
             return data, meta
 
     return Explorer

@@ -467,3 +467,25 @@ def test_editing_a_result_never_reaches_the_store(six_steps, name):
         _scramble(fn(t))
     assert repr(fn(t)) == want, name
     assert repr(t.metadata) == md, name
+
+
+@pytest.mark.parametrize("edit", ["drop rows in place", "a kernel made shorter", "filter"])
+def test_an_interactive_view_reads_the_events_it_drew(trace, edit):
+    # the explorer's lanes index rows by position: after an edit of the trace's table its hover, search and
+    # selection once read other rows (or past the end: IndexError)
+    from helpers.explore import Lanes
+
+    t = helpers.load(str(trace.source))
+    lanes = Lanes(t)
+    last = len(t.events) - 1
+
+    def seen() -> tuple:
+        return lanes.describe(last), lanes.search("k"), lanes.figures(0.0, 5.0)
+
+    before = seen()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = EDITS[edit](t.events)
+    if out is not None:
+        t.events = out
+    assert seen() == before
