@@ -452,7 +452,9 @@ def _one_trace_calls() -> dict:
     out.update({"diagnose": helpers.diagnose, "critical_path": helpers.critical_path,
                 "host_union": lambda t: metrics.host_union(t, 0, "data_wait"),
                 "gpu_work_union": lambda t: metrics.gpu_work_union(t, 0, 0),
-                "steady_state": lambda t: helpers.steady_state(t)[1]})
+                "steady_state": lambda t: helpers.steady_state(t)[1], "signals": helpers.diagnosis.signals,
+                "locate": lambda t: helpers.diagnosis.locate(t, "sync_stall"),
+                "pattern_intervals": lambda t: checks.pattern_intervals(t, "host_bound")})
     return out
 
 

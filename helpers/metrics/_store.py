@@ -75,11 +75,20 @@ class _Store(dict):
 
 
 def _freeze(value: Any, depth: int = 0) -> None:
+    """Arrays made read-only, alone or in a tuple, list, dict or dataclass (a located pattern's starts and ends)."""
     if isinstance(value, np.ndarray):
         value.flags.writeable = False
-    elif isinstance(value, (tuple, list)) and depth < 2:
+    elif depth >= 3:
+        return
+    elif isinstance(value, (tuple, list)):
         for v in value:
             _freeze(v, depth + 1)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _freeze(v, depth + 1)
+    elif hasattr(type(value), "__dataclass_fields__"):
+        for name in type(value).__dataclass_fields__:
+            _freeze(getattr(value, name, None), depth + 1)
 
 
 def handed_out(value: Any, depth: int = 0) -> Any:
