@@ -197,6 +197,10 @@ class Trace:
 
     def window(self, start_us: float, end_us: float) -> Trace:
         """The events that overlap ``[start_us, end_us)``, as a new Trace (same metadata)."""
+        if start_us > end_us:
+            from .errors import ArgumentError
+
+            raise ArgumentError(f"window(): start_us={start_us:g} is after end_us={end_us:g}: give the start first")
         ev = self.events
         keep = (ev["end_us"] > start_us) & (ev["start_us"] < end_us)
         return Trace(ev[keep].reset_index(drop=True), self.source, self.format, dict(self.metadata))
@@ -349,6 +353,18 @@ def _events_set(self: Trace, value: pd.DataFrame) -> None:
     self.__dict__["_events"] = value
     self.__dict__.pop("_events_stamp", None)
 
+
+def _checked_methods() -> None:
+    """Trace's public methods hold their arguments to their hints as the module functions do (helpers.arguments):
+    ``trace.window(pd.NA, 5)`` is one TraceError line, not a TypeError from a comparison deep in pandas."""
+    from .arguments import checked
+
+    for name, value in list(vars(Trace).items()):
+        if not name.startswith("_") and callable(value) and not isinstance(value, property):
+            setattr(Trace, name, checked(value))
+
+
+_checked_methods()
 
 Trace.events = property(_events_get, _events_set, doc="The events table (see the module's doc); checked "  # type: ignore[assignment]
                         "against the model whenever it is replaced or edited in place.")

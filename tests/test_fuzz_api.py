@@ -203,6 +203,8 @@ ENUMERATED = _enumerated()
 
 def test_every_public_function_is_held_to_its_hints():
     assert len(ENUMERATED) > 150  # the enumeration reaches the labs' helpers, not only the figures
+    methods = [n for n, v in vars(helpers.Trace).items() if not n.startswith("_") and inspect.isfunction(v)]
+    assert "window" in methods and all(getattr(getattr(helpers.Trace, n), "__checked__", False) for n in methods)
     loose = sorted(n for n, fn in ENUMERATED.items()
                    if not getattr(fn, "__checked__", False) and f"{fn.__module__}.{fn.__name__}" not in OWN_CHECKS)
     assert not loose, f"public functions not held to their type hints: {loose}"
@@ -491,3 +493,11 @@ def test_an_interactive_view_reads_the_events_it_drew(trace, edit):
     if out is not None:
         t.events = out
     assert seen() == before
+
+
+@pytest.mark.parametrize("bounds", [(pd.NA, 5.0), (None, 5.0), ("x", 5.0), (float("nan"), 5.0), (5.0, 1.0), (b"1", 2.0),
+                                    (10**400, 1.0)])
+def test_a_trace_window_of_unusable_bounds_is_one_line(trace, bounds):
+    with pytest.raises(TraceError) as exc:
+        trace.window(*bounds)
+    assert "\n" not in str(exc.value) and "window()" in str(exc.value)
