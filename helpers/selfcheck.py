@@ -10,18 +10,22 @@ the learner's check cells recorded, as unverified progress that earns nothing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import secrets
 import shutil
+import subprocess
 import sys
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from . import interrupts
 from .checks import CREDIT, RESULTS_FILE, SELF_CHECK, _proof
 from .checks._core import RESULTS_LIMIT
 from .checks.exercise import find
-from .errors import TraceError
+from .errors import Interrupted, TraceError
 from .interrupts import temporary_dir
 from .outputs import read_regular
 
@@ -97,7 +101,7 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict
     ansi = re.compile(r"\x1b\[[0-9;]*m")
     lines: list[str] = []
     keys: dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory(prefix="selfcheck-keys-") as key_dir:
+    with temporary_dir(prefix="selfcheck-keys-") as key_dir, temporary_dir(prefix="selfcheck-tmp-") as kernel_tmp:
         for nb_path in sorted(labs.glob("[0-9][0-9]_*.ipynb")):
             key = secrets.token_bytes(32)
             key_file = _key_file(Path(key_dir), nb_path.name, key)
@@ -109,13 +113,14 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict
                 lines.append(f"ran {nb_path.name}: not a notebook Jupyter can open ({type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:100]}); save it again from Jupyter")
                 continue
+            noted: list[int] = []
             try:
-                NotebookClient(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True,
-                               extra_arguments=[KERNEL_START],
-                               resources={"metadata": {"path": str(labs)}}).execute(
-                    env={**os.environ, _proof.RUN_KEY_ENV: str(key_file)})
-            except Exception as exc:  # a dead kernel or a timeout: say so, go on with the next notebook
+                with _signals_noted(noted):
+                    _execute(NotebookClient, nb, labs, timeout_s, key_file, kernel_tmp)
+            except (Exception, asyncio.CancelledError) as exc:  # a dead kernel or a timeout: say so, go on
+                _stop_if_signalled(noted)  # (a signal that landed in the client's event loop comes out as another error)
                 stopped = f"ran {nb_path.name}: stopped ({type(exc).__name__}: {ansi.sub('', str(exc)).strip()[:120]})"
+            _stop_if_signalled(noted)  # the client stopped its kernel and carried on: this command stops here
             taken = not key_file.exists()  # helpers.checks took it at the kernel's start, before any cell
             key_file.unlink(missing_ok=True)
             if taken:
@@ -133,6 +138,47 @@ def execute_notebooks(labs: Path, timeout_s: int = 900) -> tuple[list[str], dict
                 first = ansi.sub("", f"{errors[0].get('ename', '')}: {errors[0].get('evalue', '')}").strip()
                 lines.append(f"ran {nb_path.name}: {len(errors)} cell(s) failed, the first: {first[:160]}")
     return lines, keys
+
+
+def _execute(client_class, nb, labs: Path, timeout_s: int, key_file: Path, kernel_tmp: Path) -> None:
+    # The kernel's own log (its start-up warnings; a traceback when it is stopped mid-message) is not the
+    # command's to print, and what it leaves in $TMPDIR (compile caches) goes with the scratch folder.
+    client_class(nb, timeout=timeout_s, kernel_name="python3", allow_errors=True, extra_arguments=[KERNEL_START],
+                 resources={"metadata": {"path": str(labs)}}).execute(
+        env={**os.environ, _proof.RUN_KEY_ENV: str(key_file), "TMPDIR": str(kernel_tmp)}, stderr=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def _signals_noted(noted: list[int]) -> Iterator[None]:
+    """While a notebook runs, nbclient takes SIGINT and SIGTERM for its event loop (they stop the kernel, and the
+    run goes on as if nothing happened) and leaves Python's defaults behind (a later SIGTERM then kills this
+    command before it cleans up). Here each such signal is appended to ``noted``, and this command's own
+    handlers are put back afterwards."""
+    loop_class = asyncio.SelectorEventLoop
+    original = loop_class.add_signal_handler
+
+    def add_signal_handler(loop, sig, callback, *args):
+        def note(*a):
+            noted.append(sig)
+            callback(*a)
+        return original(loop, sig, note, *args)
+
+    loop_class.add_signal_handler = add_signal_handler
+    try:
+        yield
+    finally:
+        loop_class.add_signal_handler = original
+        if interrupts._state["active"]:
+            interrupts.install()
+            interrupts._state["active"] -= 1  # (install counts itself in; this only puts the handlers back)
+
+
+def _stop_if_signalled(noted: list[int]) -> None:
+    """Raise :class:`Interrupted` if a signal reached this command: noted by the notebook client's handlers, or
+    raised in its event loop and swallowed there (the command then went on as if nothing happened)."""
+    signum = noted[0] if noted else interrupts.received()
+    if signum is not None:
+        raise Interrupted(signum)
 
 
 def read_results(path: Path) -> dict[str, dict]:

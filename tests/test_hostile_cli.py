@@ -310,3 +310,55 @@ def test_invalid_json_says_why_in_words_that_fit(tmp_path, capsys, text, says):
     (tmp_path / "t.json").write_text(text)
     err = one_line_exit_2(capsys, ["summary", str(tmp_path / "t.json")])
     assert says in err and len(err) < 260
+
+
+# --- selfcheck --run: a signal while a notebook runs stops the command ----------------------------------------
+
+class _ClientLikeNbclient:
+    """What nbclient does with signals: its event loop takes SIGINT and SIGTERM (they stop the kernel) and
+    gives them back to Python's defaults at the end. A signal arrives while it runs."""
+
+    outcome = "returns"
+
+    def __init__(self, nb, **kwargs) -> None:
+        pass
+
+    def execute(self, **kwargs) -> None:
+        import asyncio
+        import signal
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, lambda: None)  # nbclient's: stop the kernel, carry on
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(0.2)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            if self.outcome == "cancelled":
+                raise asyncio.CancelledError
+
+        asyncio.run(run())
+
+
+@posix_only
+@pytest.mark.parametrize("outcome", ["returns", "cancelled"])
+def test_a_signal_during_a_notebook_stops_selfcheck_and_the_handlers_come_back(tmp_path, monkeypatch, outcome):
+    import signal
+
+    import nbclient
+
+    from helpers import interrupts
+    from helpers.errors import Interrupted
+    from helpers.selfcheck import execute_notebooks
+
+    monkeypatch.setattr(nbclient, "NotebookClient", _ClientLikeNbclient)
+    monkeypatch.setattr(_ClientLikeNbclient, "outcome", outcome)
+    (tmp_path / "00_a.ipynb").write_bytes(LAB00.read_bytes())
+    (tmp_path / "01_b.ipynb").write_bytes(LAB00.read_bytes())
+    with interrupts.signals_as_exceptions():
+        with pytest.raises(Interrupted) as info:  # not the next notebook, not a report as if nothing happened
+            execute_notebooks(tmp_path)
+        assert info.value.signum == signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is interrupts._handler  # a later SIGTERM still cleans up
+        assert signal.getsignal(signal.SIGINT) is interrupts._handler

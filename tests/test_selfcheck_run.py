@@ -173,7 +173,7 @@ def test_a_notebook_whose_kernel_never_took_its_key_counts_for_nothing(tmp_path,
         def __init__(self, nb, **kwargs):
             pass
 
-        def execute(self, env):
+        def execute(self, env, **kwargs):  # (kwargs: what the kernel is started with, stderr)
             seen["key_file"] = env[_proof.RUN_KEY_ENV]
 
     monkeypatch.setattr(nbclient, "NotebookClient", NoImport)
