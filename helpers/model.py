@@ -34,6 +34,8 @@ first: ``events["name"] = events["name"].astype(str)``.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import re
 from dataclasses import dataclass, field
@@ -197,9 +199,18 @@ class Trace:
 
     def window(self, start_us: float, end_us: float) -> Trace:
         """The events that overlap ``[start_us, end_us)``, as a new Trace (same metadata)."""
-        if start_us > end_us:
-            from .errors import ArgumentError
+        from .errors import ArgumentError
 
+        # held here, not by helpers.arguments (which imports this module): pd.NA, text or 10**400 would otherwise be a
+        # TypeError or OverflowError from a comparison deep in pandas
+        for name, value in (("start_us", start_us), ("end_us", end_us)):
+            try:
+                ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+            except (TypeError, ValueError, OverflowError):
+                ok = False
+            if not ok:
+                raise ArgumentError(f"window(): {name}={value!r:.40}: give a finite number (microseconds)")
+        if start_us > end_us:
             raise ArgumentError(f"window(): start_us={start_us:g} is after end_us={end_us:g}: give the start first")
         ev = self.events
         keep = (ev["end_us"] > start_us) & (ev["start_us"] < end_us)
@@ -353,18 +364,6 @@ def _events_set(self: Trace, value: pd.DataFrame) -> None:
     self.__dict__["_events"] = value
     self.__dict__.pop("_events_stamp", None)
 
-
-def _checked_methods() -> None:
-    """Trace's public methods hold their arguments to their hints as the module functions do (helpers.arguments):
-    ``trace.window(pd.NA, 5)`` is one TraceError line, not a TypeError from a comparison deep in pandas."""
-    from .arguments import checked
-
-    for name, value in list(vars(Trace).items()):
-        if not name.startswith("_") and callable(value) and not isinstance(value, property):
-            setattr(Trace, name, checked(value))
-
-
-_checked_methods()
 
 Trace.events = property(_events_get, _events_set, doc="The events table (see the module's doc); checked "  # type: ignore[assignment]
                         "against the model whenever it is replaced or edited in place.")

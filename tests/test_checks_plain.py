@@ -226,3 +226,22 @@ def test_every_check_refuses_a_value_of_the_wrong_kind_in_one_line(name):
         assert "=<NA>" in str(exc)
     except checks.CheckFailed as exc:  # a learner's function or a form the check explains itself
         assert "\n" not in str(exc) and "passed" not in str(exc)
+
+
+def test_a_learner_call_that_never_returns_leaves_no_scratch_folder(monkeypatch):
+    import os
+
+    monkeypatch.setattr(_core, "LEARNER_TIMEOUT_S", 0.3)
+    release = threading.Event()
+
+    def writes_then_hangs(folder: str) -> None:
+        with open(os.path.join(folder, "t.json"), "w") as fh:
+            fh.write("{}")
+        release.wait(30)
+
+    try:
+        with _core.scratch_dir("check-scratch-") as folder, pytest.raises(checks.CheckFailed, match="did not return"):
+            _core.run_learner(writes_then_hangs, folder, note=False)
+        assert not os.path.exists(folder)
+    finally:
+        release.set()

@@ -224,6 +224,25 @@ class _capped_output:
             sys.stderr = self.saved[1]
 
 
+class scratch_dir:
+    """A temporary folder for a check's files, made and removed by the check's own thread: where learner code runs
+    in it (a profiler writing its trace there), a call that raises or never returns still leaves no folder behind."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __enter__(self) -> str:
+        import tempfile
+
+        self.path = tempfile.mkdtemp(prefix=self.prefix)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        import shutil
+
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 def _children() -> set[int]:
     """This process's child processes (Linux's /proc; elsewhere none are known and none are stopped)."""
     me = str(os.getpid())
@@ -330,14 +349,18 @@ def plain(value: Any, what: str = "your answer", _depth: int = 0) -> Any:
     if issubclass(kind, (list, tuple, set, frozenset)) and not hasattr(kind, "_fields"):
         base = next(b for b in (list, tuple, frozenset, set) if issubclass(kind, b))
         return base(plain(v, what, _depth + 1) for v in base.__iter__(value))
-    from .reading import Reading
+    record = next((k for k in kind.__mro__ if (getattr(k, "__module__", "") or "").startswith("helpers.checks")
+                   and "__dataclass_fields__" in vars(k)), None)
+    if record is not None:  # a check's record (checks.Reading): rebuilt from its fields as stored, no property runs
+        import dataclasses
 
-    if issubclass(kind, Reading):  # rebuilt from its fields as stored: a subclass's properties never run
-        stored = vars(value)
-        missing = [f for f in ("pattern", "window_ms", "evidence", "cost") if f not in stored]
+        stored = getattr(value, "__dict__", {})
+        names = [f.name for f in dataclasses.fields(record) if f.init]
+        missing = [n for n in names if n not in stored]
         if missing:
-            raise CheckFailed(f"{what} is a {kind.__name__} without its own {missing[0]}: build it as checks.Reading(...)")
-        return Reading(*(plain(stored[f], what, _depth + 1) for f in ("pattern", "window_ms", "evidence", "cost")))
+            raise CheckFailed(f"{what} is a {kind.__name__} without its own {missing[0]}: build it as "
+                              f"checks.{record.__name__}(...)")
+        return record(**{n: plain(stored[n], what, _depth + 1) for n in names})
     if _own_class(kind) and not callable(value):
         raise CheckFailed(f"{what} holds a {kind.__name__}, a class of your own: give plain numbers, text, lists and dicts "
                           "(a class of your own can compare equal to anything, so no check can judge it)")
