@@ -89,6 +89,8 @@ def _path(value: Any) -> Any:
             raise _Refused("a file path (str or pathlib.Path)") from None
         if "\0" in text:
             raise _Refused("a file path (str or pathlib.Path) without a NUL character")
+        if not text:  # '' is the current folder to pathlib: never the file a user meant
+            raise _Refused("a file path (str or pathlib.Path), not empty text")
         return text if isinstance(value, bytes) else value  # bytes as text: pathlib.Path takes no bytes
     raise _Refused("a file path (str or pathlib.Path)")
 

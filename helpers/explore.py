@@ -121,6 +121,10 @@ def _range_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return depth
 
 
+#: Most pixel columns column_runs draws a lane into (a microsecond a column over a year's capture fits).
+MAX_COLUMNS = 2**52
+
+
 def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: float, px: float,
                 ncols: int) -> dict[str, np.ndarray]:
     """A lane drawn as pixel columns ``[t0 + i*px, t0 + (i+1)*px)``, ``0 <= i < ncols``: for each column the
@@ -133,6 +137,11 @@ def column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t0: floa
     overlap in a column their shares are added, capped at 100%.
     """
     empty = {k: np.zeros(0, dtype=np.int64) for k in ("x", "n", "c", "f")}
+    if not (start.shape == end.shape == colour.shape):
+        raise ArgumentError(f"column_runs(): start, end and colour hold {start.size}, {end.size} and {colour.size} values: "
+                            "give one of each per event")
+    if ncols > MAX_COLUMNS:  # a column index must fit 64 bits with room for the arithmetic
+        raise ArgumentError(f"column_runs(): ncols={ncols}: give at most {MAX_COLUMNS:,} columns")
     if start.size == 0 or ncols <= 0 or not px > 0:
         return empty
     if ncols <= DENSE_COLUMNS:
@@ -214,6 +223,8 @@ def _dense_column_runs(start: np.ndarray, end: np.ndarray, colour: np.ndarray, t
     total = np.clip(share.sum(axis=0), 0.0, 1.0)
     best = np.asarray(keys, dtype=np.int64)[np.argmax(share, axis=0)]
     cols = np.flatnonzero(total > 1e-9)
+    if cols.size == 0:  # the lane's events all lie outside the view: nothing to draw (np.r_[False] below would index 0)
+        return {k: np.zeros(0, dtype=np.int64) for k in ("x", "n", "c", "f")}
     pct = np.clip(np.round(total[cols] * 100), 1, 100).astype(np.int64)
     c = best[cols]
     same = np.r_[False, (cols[1:] == cols[:-1] + 1) & (c[1:] == c[:-1]) & (pct[1:] == pct[:-1])]
@@ -459,6 +470,10 @@ class Lanes:
 def figures_lines(f: dict[str, Any], causes: bool = True) -> list[str]:
     """A selected stretch's figures as short lines (what the widget's panel prints); ``causes=False`` leaves
     out what the host was doing while the GPU idled (a lab's view before the learner's own reading)."""
+    missing = [k for k in ("window_ms", "has_gpu") if k not in f]
+    if missing:
+        raise ArgumentError(f"figures_lines(): the figures have no {missing[0]!r}: give what Lanes.figures(t0_ms, t1_ms) "
+                            "returns")
     a, b = f["window_ms"]
     lines = [f"{a:.3f}-{b:.3f} ms ({(b - a):.3f} ms)"]
     if f["has_gpu"]:

@@ -503,3 +503,22 @@ def test_a_trace_window_of_unusable_bounds_is_one_line(trace, bounds):
     with pytest.raises(TraceError) as exc:
         trace.window(*bounds)
     assert "\n" not in str(exc.value) and "window()" in str(exc.value)
+
+
+def test_an_empty_path_is_refused_not_read_as_the_current_folder():
+    for fn in (checks.ncu_long, checks.gpu_metrics, checks.ncu_stalls):
+        with pytest.raises(TraceError, match="not empty"):
+            fn("")
+
+
+def test_column_runs_of_a_lane_outside_the_view_and_bad_shapes():
+    from helpers.explore import column_runs, figures_lines
+
+    out = column_runs(np.array([100.0]), np.array([110.0]), np.array([0]), 0.0, 1.0, 10)  # was IndexError
+    assert all(v.size == 0 for v in out.values())
+    with pytest.raises(TraceError, match="one of each per event"):
+        column_runs(np.array([1.0, 2.0]), np.array([3.0]), np.array([0]), 0.0, 1.0, 10)
+    with pytest.raises(TraceError, match="at most"):
+        column_runs(np.array([1.0]), np.array([3.0]), np.array([0]), 0.0, 1.0, 10**30)
+    with pytest.raises(TraceError, match="no 'window_ms'"):
+        figures_lines({})
