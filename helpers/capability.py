@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -205,7 +205,9 @@ def device_profile(device: object = None) -> DeviceProfile:
     d = torch.device(device if device is not None else "cuda")
     if d.type == "cuda" and d.index is None and torch.cuda.is_available():
         d = torch.device("cuda", torch.cuda.current_device())
-    return _probe_cached(str(d))
+    probed = _probe_cached(str(d))
+    # the caller's copy of the figures: an edit of its dict never changes what the precision checks read next
+    return replace(probed, gemm_tflops=dict(probed.gemm_tflops))
 
 
 # --- the figures other devices give (tests, the CPU track) -----------------------------------------

@@ -522,3 +522,16 @@ def test_column_runs_of_a_lane_outside_the_view_and_bad_shapes():
         column_runs(np.array([1.0]), np.array([3.0]), np.array([0]), 0.0, 1.0, 10**30)
     with pytest.raises(TraceError, match="no 'window_ms'"):
         figures_lines({})
+
+
+def test_the_probed_device_figures_are_the_callers_copy(monkeypatch):
+    from helpers import capability
+
+    fake = capability.DeviceProfile("Fake GPU", (9, 0), {"bf16": 100.0, "fp32": 10.0}, 1000.0)
+    monkeypatch.setattr(capability, "probe", lambda device: fake)
+    capability._probe_cached.cache_clear()
+    try:
+        capability.device_profile("cpu").gemm_tflops["bf16"] = 1e9  # an edit of what the caller got ...
+        assert capability.device_profile("cpu").gemm_tflops["bf16"] == 100.0  # ... never reaches the cache
+    finally:
+        capability._probe_cached.cache_clear()
