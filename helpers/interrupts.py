@@ -45,8 +45,8 @@ _state: dict = {"active": 0, "deferring": 0, "pending": None, "first": None, "co
 
 
 def _handler(signum: int, frame) -> None:
-    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
-        _send_again(signum)  # raising inside the import machinery's own locks corrupts them (a KeyError later)
+    if _importing(frame):  # raised in an import, it is not ours to catch: the import machinery's locks are
+        _send_again(signum)  # corrupted (a KeyError later), or a C extension's import fails and says "bad install"
         return
     _state["count"] += 1
     if _state["first"] is None:
@@ -59,6 +59,16 @@ def _handler(signum: int, frame) -> None:
         _state["pending"] = signum
         return
     raise Interrupted(signum)
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import: the import machinery itself, or a module's body it runs (numpy
+    importing datetime from C, say, where an exception becomes numpy's "your installation is broken" error)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _unraisable(hook_args) -> None:

@@ -625,7 +625,7 @@ def _not_json(path: Path, why: str) -> TraceError:
     if "depth" in said or "recursion" in said:
         advice = "its brackets nest deeper than any trace's: the file is damaged or not a trace"
     elif "surrogate" in said or "utf-8" in said or "unicode" in said:
-        advice = "it holds text that is not valid Unicode: the file is damaged, or was written by a tool that is not a profiler"
+        advice = "it holds text that is not valid Unicode: the file is damaged or not a trace"
     else:
         advice = "the file is probably truncated: record or copy it again"
     return TraceError(f"{path}: not valid JSON ({why}); {advice}")
