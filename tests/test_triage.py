@@ -9,6 +9,7 @@ without clobbering.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,8 @@ def test_truthful_reading_passes(trace_id, source):
 def test_the_recorded_truth_agrees_with_the_trace_or_the_check_says_why():
     for trace_id, case in TRIAGE_KEY.items():
         truth, patterns, note = case["recorded_patterns"], case["patterns"], case["note"]
-        assert patterns[0] == truth[0], trace_id
+        # the costliest problem is the one the loop was built to show, unless the note says which the trace shows instead
+        assert patterns[0] == truth[0] or (note and truth[0] in note and patterns[0] in note), trace_id
         if patterns != truth:
             assert note and all(p in note for p in set(truth) - set(patterns)), trace_id
         for source in lab05.SOURCES:
@@ -123,8 +125,9 @@ def _eager(trace_id: str) -> tuple:
         c = t.events[t.events["kind"] == "memcpy"].iloc[0]
         return (checks.Reading("h2d_copy", _ms(t, c["start_us"], c["end_us"]), {"h2d_ms_per_step": sg["h2d_ms_per_step"]}, 0.3),), \
             "costs only the time no kernel hides it"
-    if trace_id == "t7":
-        return (_truthful(t, "sync_stall"),), "not the costliest"
+    if trace_id == "t7":  # the 'report' range's sync every step: it costs nothing on this recording
+        return (checks.Reading("sync_stall", w, {"sync_points_per_step": sg["sync_points_per_step"]}, 0.2),), \
+            "not what holds this loop back"
     if trace_id == "t9":
         return (checks.Reading("gpu_bound", w, {"gpu_bound_busy": sg["gpu_bound_busy"]}, 0.97),), "Busy with copies"
     if trace_id == "t10":
@@ -144,7 +147,7 @@ def test_two_problems_need_both_readings():
     first = _readings("t7", "profiler")[0]
     with pytest.raises(checks.CheckFailed, match="this loop has two"):
         checks.check_triage("t7", first)
-    with pytest.raises(checks.CheckFailed, match="named data_stall twice"):
+    with pytest.raises(checks.CheckFailed, match=f"named {first.pattern} twice"):
         checks.check_triage("t7", [first, first])
     assert checks.check_triage("t7", _readings("t7", "profiler")).startswith("passed")  # a list, as the lab hands it in
 
@@ -250,17 +253,18 @@ def test_t7_figures_are_what_the_lab_named_helpers_compute():
     from helpers.checks.reading import FIGURE_HELPER
 
     t = lab05.triage_trace("t7")
-    sync_share = float(eval(FIGURE_HELPER["sync_stall_share"], {"metrics": m, "t": t}))
-    assert sync_share == pytest.approx(signals(t)["sync_stall_share"], rel=1e-9)
-    data, sync = _readings("t7", "profiler")
-    by_gaps = m.idle_gaps(t)  # the per-gap blame, summed: another figure, and the check names the helper it wants
-    gap_share = float(by_gaps.loc[by_gaps["cause"] == "sync", "dur_us"].sum() / m.windows(t)["dur_us"].sum())
-    assert abs(gap_share - sync_share) > 0.05
-    wrong = checks.Reading("sync_stall", sync.window_ms, {"sync_stall_share": gap_share}, sync.cost)
-    with pytest.raises(checks.CheckFailed, match=r"idle_cost_by_cause\(t\)\[\"sync\"\]"):
-        checks.check_triage("t7", [data, wrong])
-    right = checks.Reading("sync_stall", sync.window_ms, {"sync_stall_share": round(sync_share, 3)}, round(sync_share, 2))
-    assert checks.check_triage("t7", [data, right]).startswith("passed")
+    readings = _readings("t7", "profiler")
+    for r in readings:
+        fig = checks.EVIDENCE[r.pattern][0]
+        value = float(eval(FIGURE_HELPER[fig], {"metrics": m, "t": t}))
+        assert value == pytest.approx(signals(t)[fig], rel=1e-9), fig
+    first, second = readings
+    fig = checks.EVIDENCE[first.pattern][0]
+    wrong = checks.Reading(first.pattern, first.window_ms, {fig: first.evidence[fig] * 1.5}, first.cost)
+    with pytest.raises(checks.CheckFailed, match=re.escape(FIGURE_HELPER[fig].split(" / ")[0])):
+        checks.check_triage("t7", [wrong, second])
+    right = checks.Reading(first.pattern, first.window_ms, {fig: round(first.evidence[fig], 3)}, round(first.cost, 2))
+    assert checks.check_triage("t7", [right, second]).startswith("passed")
 
 
 def test_t7_window_over_the_whole_capture_is_refused():
@@ -268,7 +272,7 @@ def test_t7_window_over_the_whole_capture_is_refused():
     data = _readings("t7", "profiler")[0]
     whole = _ms(t, t.steps["start_us"].min(), t.steps["end_us"].max())
     with pytest.raises(checks.CheckFailed, match="not inside one step"):
-        checks.check_triage("t7", [checks.Reading("data_stall", whole, data.evidence, data.cost), _readings("t7", "profiler")[1]])
+        checks.check_triage("t7", [checks.Reading(data.pattern, whole, data.evidence, data.cost), _readings("t7", "profiler")[1]])
 
 
 def test_t1_cost_must_be_within_the_stated_band():

@@ -128,12 +128,13 @@ def _steps(trace: Trace) -> int:
     return max(int((m.windows(trace)["step"] >= 0).sum()), 1)
 
 
-def _busiest_range(trace: Trace, cause: str | None = None) -> str:
-    """The host range (NVTX / annotation, not a step marker) that overlaps the GPU's idle time most."""
+def _busiest_range(trace: Trace, *causes: str) -> str:
+    """The host range (NVTX / annotation, not a step marker) that overlaps the GPU's idle time most (the idle gaps
+    blamed on one of ``causes``, if given)."""
     ev = trace.events
     g = m.idle_gaps(trace)
-    if cause:
-        g = g[g["cause"] == cause]
+    if causes:
+        g = g[g["cause"].isin(causes)]
     ann = ev[(ev["kind"] == "annotation") & ~ev["name"].str.startswith("ProfilerStep") & (ev["device"] < 0)]
     if g.empty or ann.empty:
         return "?"
@@ -210,9 +211,9 @@ def _not_the_costliest(trace: Trace, sg: dict, reading: Reading) -> str:
 
 def _blocked_little(trace: Trace, sg: dict, reading: Reading) -> str:
     return (f"a sync returns once a step and the GPU idles after it, but the host was blocked in it only "
-            f"{sg['host_blocked_ms_per_step']:.3f} ms a step ({sg['sync_blocked_share']:.1%}): the "
+            f"{sg['host_blocked_ms_per_step']:.3f} ms a step ({sg['sync_blocked_share']:.2%} of the step): the "
             f"{sg['gpu_idle_ms_per_step'].get('sync', 0) + sg['gpu_idle_ms_per_step'].get('other', 0):.1f} ms "
-            f"of idle GPU after it the host spends in its own code (the '{_busiest_range(trace, 'sync')}' range). Removing the "
+            f"of idle GPU after it the host spends in its own code (the '{_busiest_range(trace, 'sync', 'other')}' range). Removing the "
             "sync saves at most the time the host waits in it")
 
 
