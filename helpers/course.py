@@ -261,6 +261,30 @@ def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, T
     return {side: load(DATA / f) for side, f in files.items()}
 
 
+def recording(workload: str, variant: str, fmt: str, tag: str = "h200") -> dict:
+    """The entry of a recording listed under data/manifest.json's "recordings" in format ``fmt`` (a measurements
+    file, a memory snapshot, a profiler trace with no step time of its own...): the caller's copy, with how it was
+    made (device, torch, date, command)."""
+    import copy
+
+    recordings = json.loads((DATA / "manifest.json").read_text()).get("recordings", [])
+    for e in recordings:
+        if (e.get("workload"), e.get("variant"), e.get("format"), e.get("tag")) == (workload, variant, fmt, tag):
+            return copy.deepcopy(e)
+    known = sorted({(e.get("workload"), e.get("variant"), e.get("format")) for e in recordings
+                    if e.get("workload") == workload and e.get("tag") == tag})
+    raise TraceError(f"no recording of {workload[:60]}:{variant[:60]} in format {fmt[:60]!r} ({tag[:20]}); "
+                     f"of {workload[:60]}: {known or 'none'}")
+
+
+def recording_path(workload: str, variant: str, fmt: str, tag: str = "h200") -> Path:
+    """The file in data/ of :func:`recording`'s entry (it ships with the repository)."""
+    path = DATA / recording(workload, variant, fmt, tag)["file"]
+    if not path.is_file():
+        raise TraceError(f"{path}: listed in data/manifest.json but missing; re-clone or git checkout data/")
+    return path
+
+
 def steps_line(trace: Trace, label: str) -> str:
     """One line on a trace's steps: how many, and how long one lasts as the analysis counts it.
 

@@ -15,8 +15,12 @@ import os
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import TraceError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SYNCING_METHODS = {
     "item": "copies one value to the host and waits for the GPU",
@@ -119,3 +123,35 @@ def _compares_values(test: ast.AST) -> bool:
         has_arith = any(isinstance(o, ast.BinOp) for o in operands)
         return bool(names) and not has_arith and not set(names) <= loopish
     return False
+
+
+def backtrace_sites(summary: dict) -> pd.DataFrame:
+    """Each synchronizing CUDA call of an Nsight Systems backtrace summary (``{"calls": [{"call", "frames"}]}``, the
+    JSON ``tools/record_callsites.py`` writes from a report taken with ``--cudabacktrace=sync``), by the PyTorch
+    operator it ran in and who called that operator: one row per (call, operator, caller) with its count.
+
+    The frames are native, innermost first. The operator is the outermost ``at::_ops::NAME::call`` frame (the one
+    Python or autograd asked for; the ops inside it are its own steps); the caller is autograd's engine (a backward
+    function, no Python frame above it), the Python binding that entered PyTorch (``THPVariable_item``...), or
+    ``"(native)"``. The summary holds no Python file:line: the sync debug mode gives that.
+    """
+    import re
+
+    import pandas as pd
+
+    calls = summary.get("calls") if isinstance(summary, dict) else None
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("frames"), list) for c in calls):
+        raise TraceError("backtrace_sites(): give the backtrace summary's dict: {'calls': [{'call': ..., 'frames': [...]}]}")
+    rows = []
+    for c in calls:
+        frames = [str(f) for f in c["frames"]]
+        ops = [m.group(1) for f in frames if (m := re.match(r"at::_ops::(\w+)::call\b", f))]
+        backward = next((m.group(1) for f in frames if (m := re.search(r"generated::(\w+Backward\d*)", f))), None)
+        binding = next((m.group(1) for f in frames
+                        if (m := re.match(r"(?:torch::autograd::)?(THP\w+|THCP\w+)\(", f))), None)
+        caller = f"autograd engine ({backward})" if backward else (binding or "(native)")
+        rows.append({"call": str(c.get("call", "?")), "operator": ops[-1] if ops else "(none)", "caller": caller})
+    if not rows:
+        return pd.DataFrame(columns=["call", "operator", "caller", "count"])
+    table = pd.DataFrame(rows).value_counts(sort=False).rename("count").reset_index()
+    return table.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)

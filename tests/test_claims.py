@@ -239,3 +239,52 @@ def test_wording_claims_stay_corrected():
     lab01 = _text("solutions/01_data_loading_stall.ipynb")
     assert "`with_stack=True` does help" in lab01 and "cannot see is worker processes" in lab01
     assert "That is a lower bound" in lab01 and "need n + 1 cores" in lab01
+
+
+# --- labs 09-11's H200 recordings (tools/record_kernels.py, record_memory.py, record_callsites.py) ------------
+LAB09, LAB10, LAB11 = "solutions/09_kernel_efficiency.ipynb", "solutions/10_gpu_memory.ipynb", "solutions/11_call_sites_and_environment.ipynb"
+
+
+def test_lab09_shapes_attention_and_ncu_figures():
+    k = _claims().kernels09()
+    assert (k["vocab_50257_step_ms"], k["vocab_50304_step_ms"]) == (14.717, 7.508)
+    assert (k["conv_nchw_step_ms"], k["conv_channels_last_step_ms"]) == (20.734, 12.265)
+    assert (k["conv_nchw_transposes"], k["conv_channels_last_transposes"]) == (50.0, 0.0)
+    assert (k["eager_step_ms"], k["sdpa_step_ms"], k["eager_peak_mib"], k["sdpa_peak_mib"]) == (10.361, 1.072, 4228.0, 353.0)
+    assert (k["ncu_eager_sm_pct"], k["ncu_eager_memory_pct"], k["ncu_sdpa_dram_pct"], k["ncu_sdpa_occupancy_pct"]) == (66.3, 24.3, 11.1, 14.1)
+    text = _text(LAB09)
+    for quote in ("50257 outputs: 14.72 ms a step; 50304: 7.51 ms", "NCHW: 20.73 ms a step, channels_last: 12.27 ms",
+                  "50 layout transposes a step", "Eager: 10.36 ms a step and 4228 MiB", "SDPA: 1.07 ms and 353 MiB",
+                  "24% of the memory throughput and 66% of the SM's", "DRAM 11%", "14% achieved occupancy"):
+        assert quote in text, quote
+    assert "no ncu report of attention is shipped yet" not in text
+
+
+def test_lab10_optimizer_fragmentation_and_oom_figures():
+    m_ = _claims().memory10()
+    assert (m_["foreach_peak_mib"], m_["fused_peak_mib"], m_["in_backward_peak_mib"]) == (768.9, 736.1, 736.1)
+    assert (m_["foreach_step_ms"], m_["fused_step_ms"], m_["in_backward_step_ms"]) == (5.565, 4.397, 12.048)
+    assert (m_["expandable_False_reserved_mib"], m_["expandable_True_reserved_mib"]) == (1984.0, 200.0)
+    assert (m_["expandable_False_cudamalloc"], m_["expandable_True_cudamalloc"]) == (16, 7)
+    assert (m_["oom_allocated_mib"], m_["oom_request_mib"]) == (2722, 128) and "layer_norm" in m_["oom_frame"]
+    text = _text(LAB10)
+    for quote in ("Foreach Adam: 768.9 MiB above the step's start, 5.57 ms", "Fused Adam: 736.1 MiB, 4.40 ms",
+                  "736.1 MiB, 12.05 ms", "1984 MiB reserved with the default allocator, after 16", "200 MiB after 7",
+                  "asking 128 MiB (8192 x 4096 fp32) with 2722 MiB allocated"):
+        assert quote in text, quote
+    assert "no recording of it ships yet" not in text
+
+
+def test_lab11_sync_debug_backtraces_and_launch_blocking_figures():
+    c = _claims().callsites11()
+    assert c["warnings"] == 7
+    assert c["backtrace_ops"] == {"index_Tensor": 14, "is_nonzero": 14, "to_dtype_layout": 8, "_index_put_impl_": 7,
+                                  "item": 6, "(none)": 1}
+    assert (c["default_step_ms"], c["launch_blocking_step_ms"]) == (5.589, 11.278)
+    assert (c["default_launch_call_us"], c["blocking_launch_call_us"]) == (6.4, 37.6)
+    assert (c["default_launch_to_start_us"], c["blocking_launch_to_start_us"]) == (163.9, 8.7)
+    assert (c["default_busy"], c["blocking_busy"]) == (0.78, 0.42)
+    text = _text(LAB11)
+    for quote in ("5.59 ms a step by default, 11.28 ms with `CUDA_LAUNCH_BLOCKING=1`", "from 6.4 us to 37.6 us",
+                  "from 164 us to 8.7 us", "drops from 78% to 42%", "The eight `to_dtype_layout` rows"):
+        assert quote in text, quote

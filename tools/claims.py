@@ -206,7 +206,76 @@ def pinning() -> dict:
     return {v: entry("h2d_copy", v)["step_ms"] for v in ("broken", "pinned_blocking", "fixed")}
 
 
-GROUPS = {f.__name__: f for f in (device, checkpoint, memory, recompiles, ncu, fp16, idle, launches, pinning)}
+def kernels09() -> dict:
+    """Lab 09 §5-6: the H200 recordings of tools/record_kernels.py: step times without a profiler, layout
+    transposes a step, the attention peaks above a step's start, and the two ncu reports' throughputs."""
+    from helpers import checks
+    from helpers.course import DATA, entry, recorded
+
+    out: dict = {}
+    for w, v in (("shapes", "vocab_50257"), ("shapes", "vocab_50304"), ("shapes", "conv_nchw"),
+                 ("shapes", "conv_channels_last"), ("attention", "eager"), ("attention", "sdpa")):
+        out[f"{v}_step_ms"] = entry(w, v)["step_ms"]
+        if w == "attention":
+            out[f"{v}_peak_mib"] = entry(w, v)["peak_above_start_mb"]
+        else:
+            names = recorded(w, v).events.query("kind == 'kernel'")["name"].astype(str)
+            out[f"{v}_transposes"] = round(names.str.contains("nchwToNhwc|nhwcToNchw", case=False).sum()
+                                           / len(recorded(w, v).steps), 1)
+    for v in ("eager", "sdpa"):
+        t = checks.ncu_long(DATA / "nsight" / f"attention__{v}__h200.ncu.csv").drop_duplicates("metric").set_index("metric")
+        for key, metric in (("sm", "Compute (SM) Throughput"), ("memory", "Memory Throughput"),
+                            ("dram", "DRAM Throughput"), ("occupancy", "Achieved Occupancy")):
+            out[f"ncu_{v}_{key}_pct"] = round(float(t.loc[metric, "value"]), 1)
+    return out
+
+
+def memory10() -> dict:
+    """Lab 10 §4-6: the H200 recordings of tools/record_memory.py (optimizer peaks at full size, the fragmenting
+    buffer both ways, the out-of-memory history up to its failure)."""
+    import pandas as pd
+
+    from helpers import memory as mem
+    from helpers.course import recording_path
+
+    opt = json.loads(recording_path("memory", "optimizers", "measurements").read_text())
+    out: dict = {f"{r['adam']}_peak_mib": r["peak_above_start_mib"] for r in opt["variants"]}
+    out.update({f"{r['adam']}_step_ms": r["step_ms"] for r in opt["variants"]})
+    frag = json.loads(recording_path("memory", "fragmentation", "measurements").read_text())["runs"]
+    out.update({f"expandable_{r['expandable_segments']}_reserved_mib": r["reserved_mib"] for r in frag})
+    out.update({f"expandable_{r['expandable_segments']}_cudamalloc": r["cudamalloc_calls"] for r in frag})
+    ev = mem.snapshot_events(mem.load_snapshot(recording_path("memory", "oom", "torch-memory-snapshot")))
+    failed = ev[ev["action"] == "oom"].iloc[0]
+    before = ev[ev.index < failed.name]
+    delta = before["size"].where(before["action"] == "alloc", 0) - before["size"].where(before["action"] == "free_completed", 0)
+    out["oom_allocated_mib"] = round(float(pd.Series(delta).sum()) / MIB)
+    out["oom_request_mib"] = round(int(failed["size"]) / MIB)
+    out["oom_frame"] = str(failed["frame"])
+    return out
+
+
+def callsites11() -> dict:
+    """Lab 11 §1, §2 and §4: the H200 recordings of tools/record_callsites.py (the sync debug warnings, the nsys
+    backtraces by operator, CUDA_LAUNCH_BLOCKING's step time and launch figures)."""
+    from helpers import metrics, syncscan
+    from helpers.course import recorded, recording_path
+    from helpers.readers import load
+
+    out: dict = {"warnings": len(json.loads(recording_path("callsite", "sync_debug", "sync-debug-warnings").read_text())["warnings"])}
+    sites = syncscan.backtrace_sites(json.loads(recording_path("callsite", "nsys_backtraces", "nsys-backtrace-summary").read_text()))
+    out["backtrace_ops"] = {r.operator: int(r.count) for r in sites.itertuples()}
+    blocking = json.loads(recording_path("env", "launch_blocking", "measurements").read_text())["step_ms"]
+    out.update({f"{k}_step_ms": v for k, v in blocking.items()})
+    for label, t in (("default", recorded("gpu_bound", "bf16")), ("blocking", load(recording_path("env", "launch_blocking", "torch-json")))):
+        s = metrics.launch_stats(t)
+        out[f"{label}_launch_call_us"] = round(s["median_launch_call_us"], 1)
+        out[f"{label}_launch_to_start_us"] = round(s["median_launch_to_start_us"], 1)
+        out[f"{label}_busy"] = round(metrics.gpu_utilization(t), 2)
+    return out
+
+
+GROUPS = {f.__name__: f for f in (device, checkpoint, memory, recompiles, ncu, fp16, idle, launches, pinning,
+                                  kernels09, memory10, callsites11)}
 
 
 def main(argv: list[str] | None = None) -> int:

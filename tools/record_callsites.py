@@ -2,6 +2,7 @@
 
     python tools/record_callsites.py --out OUT           # a few minutes on an H100/H200
     python tools/record_callsites.py --out OUT --quick   # CPU dry run of the parts a CPU can run
+    python tools/record_callsites.py --out OUT --merge   # list OUT's files in data/manifest.json ("recordings")
 
 Writes into OUT (copy its contents over data/ afterwards; the nsys report is large: keep its SQLite export only if
 the repository's size budget allows, else the JSON summary of its backtraces):
@@ -146,12 +147,58 @@ def launch_blocking(tag: str, out: Path) -> dict:
                   "CUDA_LAUNCH_BLOCKING=1 python -m helpers.workloads.gpu_bound --variant bf16 --steps 3 --profile DIR", True)
 
 
+#: The format each kind of file is listed under in data/manifest.json's "recordings".
+FORMATS = {".json.gz": "torch-json", ".nsys-rep": "nsys-rep", "sync_debug": "sync-debug-warnings",
+           "backtraces": "nsys-backtrace-summary", "env__launch_blocking": "measurements"}
+
+
+def _format(file: str) -> str:
+    for key in ("sync_debug", "backtraces", ".json.gz", ".nsys-rep", "env__launch_blocking"):
+        if key in file:
+            return FORMATS[key]
+    return "measurements"
+
+
+def merge(src: Path) -> int:
+    """List OUT/callsites.manifest.json's files in data/manifest.json's "recordings" (replacing earlier "callsite" and
+    "env" entries), with the two JSON summaries it does not list: the backtraces read from the nsys export, and the
+    launch-blocking step times. None of them has a step time measured without a profiler, so none is a "traces" entry.
+    The SQLite export is left out unless it was copied into data/nsight/ (the summary holds what the lab reads)."""
+    entries = json.loads((src / "callsites.manifest.json").read_text())["traces"]
+    new = []
+    for e in entries:
+        new.append({**e, "format": _format(e["file"])})
+        tag = e["tag"]
+        if e["variant"] == "nsys_backtraces":
+            sq = f"nsight/callsite__broken__{tag}.sqlite.gz"
+            if (ROOT / "data" / sq).exists():
+                new.append({**e, "file": sq, "format": "nsys-sqlite-export", "command": e["command"] + "; nsys export --type sqlite"})
+            if (src / f"callsite__backtraces__{tag}.json").exists():
+                new.append({**e, "variant": "nsys_backtraces", "file": f"callsite__backtraces__{tag}.json",
+                            "format": "nsys-backtrace-summary",
+                            "command": e["command"] + "; nsys export --type sqlite; tools/record_callsites.py's "
+                            "_backtrace_summary (CUDA_CALLCHAINS of each synchronizing runtime call, the first 50)"})
+        if e["workload"] == "env" and (src / f"env__launch_blocking__{tag}.json").exists():
+            new.append({**e, "file": f"env__launch_blocking__{tag}.json", "format": "measurements",
+                        "command": "python -m helpers.workloads.gpu_bound --variant bf16 --steps 20, with "
+                        "CUDA_LAUNCH_BLOCKING unset and =1, each in a fresh process (tools/record_callsites.py)"})
+    path = ROOT / "data" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["recordings"] = [e for e in doc.get("recordings", []) if e.get("workload") not in ("callsite", "env")] + new
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"merged {len(new)} entries into {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="a new or empty folder for the recordings")
     p.add_argument("--quick", action="store_true", help="a CPU dry run of the parts a CPU can run")
+    p.add_argument("--merge", action="store_true", help="list OUT's files in data/manifest.json")
     args = p.parse_args(argv)
     out = Path(args.out)
+    if args.merge:
+        return merge(out)
     if out.exists() and any(out.iterdir()):
         print(f"error: {out} exists and is not empty; give a new folder", file=sys.stderr)
         return 2

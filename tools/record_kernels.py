@@ -2,7 +2,7 @@
 
     python tools/record_kernels.py --out OUT            # a few minutes on an H100/H200
     python tools/record_kernels.py --out OUT --quick    # CPU dry run of the same code paths (no ncu)
-    python tools/record_kernels.py --merge OUT          # fold OUT/kernels.manifest.json into data/manifest.json
+    python tools/record_kernels.py --out OUT --merge    # fold OUT/kernels.manifest.json into data/manifest.json
 
 Writes into OUT (copy its contents over data/ afterwards):
   shapes__VARIANT__TAG.json.gz       a PyTorch-profiler trace of 3 steady steps of each helpers.workloads.shapes

@@ -2,6 +2,7 @@
 
     python tools/record_memory.py --out OUT           # about a minute on an H100/H200
     python tools/record_memory.py --out OUT --quick   # CPU dry run of the parts a CPU can run (the optimizer peaks)
+    python tools/record_memory.py --out OUT --merge   # list OUT's files in data/manifest.json ("recordings")
 
 Writes into OUT (copy its contents over data/ afterwards):
   memory__fragmentation__TAG.json     helpers.workloads.fragmentation both ways (default allocator, then
@@ -123,13 +124,43 @@ def oom_snapshot(out: Path, tag: str) -> dict:
     return {"oom": bool(message), "fraction": OOM_FRACTION, "batch": OOM_BATCH, "message": message[:400]}
 
 
+def merge(src: Path) -> int:
+    """List OUT's recordings in data/manifest.json's "recordings" (replacing earlier "memory" entries). The files
+    carry no manifest of their own: device and torch come from the optimizer peaks' file, written in the same run."""
+    opt = next(src.glob("memory__optimizers__*.json"), None)
+    if opt is None:
+        print(f"error: {src} has no memory__optimizers__TAG.json; give the folder record_memory.py wrote", file=sys.stderr)
+        return 2
+    tag = opt.name.split("__")[2].removesuffix(".json")
+    head = json.loads(opt.read_text())
+    base = {"workload": "memory", "tag": tag, "device": head["device"], "torch": head["torch"], "date": head["date"]}
+    oom = (f"python tools/record_memory.py --out OUT  (its child process: the bf16 step at batch {OOM_BATCH} under "
+           f"torch.cuda.set_per_process_memory_fraction({OOM_FRACTION}), memory history on, until it fails)")
+    plan = [(f"memory__optimizers__{tag}.json", "optimizers", "measurements", head["command"]),
+            (f"memory__fragmentation__{tag}.json", "fragmentation", "measurements",
+             "python tools/record_memory.py --out OUT  (helpers.workloads.fragmentation.compare(): each way in a fresh process)"),
+            (f"memory__oom__{tag}.memsnap.pickle.gz", "oom", "torch-memory-snapshot", oom),
+            (f"memory__oom__{tag}.txt", "oom", "oom-message", oom)]
+    new = [{**base, "variant": variant, "file": name, "format": fmt, "command": command}
+           for name, variant, fmt, command in plan if (src / name).exists()]
+    path = ROOT / "data" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["recordings"] = [e for e in doc.get("recordings", []) if e.get("workload") != "memory"] + new
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"merged {len(new)} entries into {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="a new or empty folder for the recordings")
     p.add_argument("--quick", action="store_true", help="a CPU dry run of the parts a CPU can run")
+    p.add_argument("--merge", action="store_true", help="list OUT's files in data/manifest.json")
     p.add_argument("--oom-only", action="store_true", help=argparse.SUPPRESS)  # the child process of the OOM recording
     args = p.parse_args(argv)
     out = Path(args.out)
+    if args.merge:
+        return merge(out)
     cuda = torch.cuda.is_available() and not args.quick
     if args.oom_only:
         print(json.dumps(oom_snapshot(out, _tag(device_name()))))
