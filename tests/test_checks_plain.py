@@ -245,3 +245,12 @@ def test_a_learner_call_that_never_returns_leaves_no_scratch_folder(monkeypatch)
         assert not os.path.exists(folder)
     finally:
         release.set()
+
+
+def test_a_window_of_two_numbers_in_any_sequence_is_taken():
+    import numpy as np
+
+    from helpers.checks.reading import _problems_with_form
+
+    for window in ((1.0, 2.0), [1, 2], np.array([1.0, 2.0]), (np.float32(1.0), np.int64(2))):
+        assert _problems_with_form(checks.Reading("data_stall", window, {"data_wait_share": 0.4}, 0.5)) is None

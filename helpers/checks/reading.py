@@ -232,7 +232,8 @@ def _problems_with_form(reading: Any) -> str | None:
         return f"pattern {reading.pattern!r:.60} is not one of {', '.join(PATTERNS)}"
     # each field of the type it holds: text is not a window ("12" would read as (1, 2)), True is not a figure
     window = reading.window_ms
-    if not (isinstance(window, (tuple, list)) and len(window) == 2 and all(_number(x) for x in window)):
+    if not (isinstance(window, (tuple, list, np.ndarray)) and np.ndim(window) == 1 and len(window) == 2
+            and all(_number(x) for x in window)):
         return (f"window_ms must be two numbers, (start_ms, end_ms), read off the timeline's time axis; got "
                 f"{type(window).__name__} {window!r:.40}")
     a, b = (float(x) for x in window)
