@@ -22,7 +22,7 @@ from .errors import Interrupted, TraceError
 from .interrupts import signals_as_exceptions, stopped
 from .model import check_step_pattern
 from .outputs import check_output, write_output
-from .paths import os_error_text, printable, working_folder
+from .paths import os_error_text, terminal_safe, working_folder
 from .readers import MAX_BYTES, MAX_EVENTS
 from .readers import load as _load
 
@@ -413,7 +413,8 @@ class OutputLost(Exception):
 
 class _Stream:
     """``sys.stdout`` / ``sys.stderr`` while a command runs: text made printable (see
-    :func:`helpers.paths.printable`; a character the stream's encoding lacks is escaped), and a failed
+    :func:`helpers.paths.terminal_safe`: no name a trace holds can drive the terminal; a character the stream's
+    encoding lacks is escaped), and a failed
     write raised as :class:`OutputLost`, so it is told apart from every other OSError."""
 
     def __init__(self, stream, name: str) -> None:
@@ -423,7 +424,7 @@ class _Stream:
         self._retired = True
 
     def write(self, text: str) -> int:
-        text = printable(text)
+        text = terminal_safe(text)
         if self._retired:
             try:
                 return self._stream.write(text)

@@ -30,6 +30,17 @@ def printable(text: str) -> str:
     return _SURROGATE.sub(_escape, text)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """:func:`printable`, and every control character but a tab, a line break or a carriage return shown as
+    ``\\xNN``: a name in a trace or a file name (``\\x1b]0;...`` retitles the terminal, ``\\x1b[2J`` clears it)
+    is printed as text, never obeyed by the terminal."""
+    text = printable(text)
+    return text if text.isprintable() else _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def shown(path: str | os.PathLike | bytes) -> str:
     """A path as it is printed in a message (see :func:`printable`)."""
     if isinstance(path, bytes):

@@ -388,3 +388,18 @@ def test_a_signal_inside_a_module_being_imported_is_raised_after_the_import(tmp_
         time.sleep(2)  # the signal, sent again, lands here
     sys.modules.pop("slow_module_for_signals", None)
     assert signal.getsignal(signal.SIGINT) is not interrupts._handler
+
+
+# --- names are printed as text: a terminal never obeys a control sequence a trace or a file name holds ---------
+
+@posix_only
+def test_control_characters_in_names_are_printed_escaped(tmp_path, capsys):
+    from synth import Ev, write_json
+
+    events = [Ev("annotation", "ProfilerStep#1", 0, 100_000), Ev("cpu_op", "op\x1b]0;owned\x07\x1b[2J", 1000, 90_000)]
+    src = write_json(events, tmp_path / "t\x1b[31m.json")
+    assert main(["diagnose", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[31m.json" in out
+    err = one_line_exit_2(capsys, ["summary", str(src), "--max-events", "1"])
+    assert "\x1b" not in err and "t\\x1b[31m.json" in err
