@@ -38,9 +38,11 @@ def _window(text: str | None) -> tuple[float, float] | None:
     try:
         a, b = (float(x) for x in text.split(":"))
     except ValueError:
-        raise TraceError(f"--window {text!r}: write it as START:END in milliseconds, e.g. 10:25") from None
+        raise TraceError(f"--window {_shown(text)}: write it as START:END in milliseconds, e.g. 10:25") from None
+    if not all(math.isfinite(x) for x in (a, b, (b - a) * 1e3, a * 1e3, b * 1e3)):  # (the timeline is in us)
+        raise TraceError(f"--window {_shown(text)}: START and END must be finite numbers of milliseconds, e.g. 10:25")
     if b <= a:
-        raise TraceError(f"--window {text!r}: END must be after START")
+        raise TraceError(f"--window {_shown(text)}: END must be after START")
     return a, b
 
 

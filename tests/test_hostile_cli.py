@@ -403,3 +403,12 @@ def test_control_characters_in_names_are_printed_escaped(tmp_path, capsys):
     assert "\x1b" not in out and "\x07" not in out and "\\x1b[31m.json" in out
     err = one_line_exit_2(capsys, ["summary", str(src), "--max-events", "1"])
     assert "\x1b" not in err and "t\\x1b[31m.json" in err
+
+
+@pytest.mark.parametrize("window", ["0:inf", "nan:5", "1e308:1.7e308", "-1.7e308:1.7e308"])
+def test_a_window_that_is_not_finite_milliseconds_is_said_so(tmp_path, capsys, window):
+    from synth import two_step_loop, write_json
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    err = one_line_exit_2(capsys, ["plot", str(src), "-o", str(tmp_path / "p.png"), f"--window={window}"])
+    assert f"--window '{window}': START and END must be finite" in err and not (tmp_path / "p.png").exists()
