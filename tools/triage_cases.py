@@ -9,8 +9,8 @@ sealed form (helpers/checks/_triage_key.py, tools/seal_answers.py). Several case
 reader gets wrong: a GPU-bound loop with harmless syncs, pinned copies that already overlap compute,
 two streams whose white space is not idle time, a loop held up by NumPy/Python work on the host, a
 CUDA-Graph replay of many small kernels, two problems at once. No case is a course loop: each has a model, data
-and host code of its own, so its event names match no labelled recording (tests/test_triage_names.py; the
-recordings of eight cases predate this and are to be made again: docs/instructors/07_blind_triage.md).
+and host code of its own, so its event names match no labelled recording (tests/test_triage_names.py; the recordings
+in data/ are of these shapes, made on the H200 on 2026-12-05: docs/instructors/07_blind_triage.md).
 """
 
 from __future__ import annotations
@@ -364,8 +364,8 @@ def copies_step(device: torch.device, overlapped: bool) -> StepFn:
     return step
 
 
-#: Which course loop each case's recording in data/ was made from, before the cases had shapes of their own
-#: (recorded 2026-12-02); the re-recording of these cases on a GPU replaces them (tests/test_triage_names.py).
+#: Which course loop each case's first recording (2026-12-02) was made from, before the cases had shapes of their own;
+#: the recordings of 2026-12-05 replaced them, and no longer match these loops' names (tests/test_triage_names.py).
 RECORDED_FROM = {
     "t2": "host_bound:broken", "t3": "launch_overhead:graphs", "t4": "data_stall:broken", "t6": "h2d_copy:fixed",
     "t7": "mystery:broken", "t8": "launch_overhead:broken", "t9": "h2d_copy:broken", "t10": "host_bound:synced",
