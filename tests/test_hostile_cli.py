@@ -412,3 +412,17 @@ def test_a_window_that_is_not_finite_milliseconds_is_said_so(tmp_path, capsys, w
     src = write_json(two_step_loop(), tmp_path / "t.json")
     err = one_line_exit_2(capsys, ["plot", str(src), "-o", str(tmp_path / "p.png"), f"--window={window}"])
     assert f"--window '{window}': START and END must be finite" in err and not (tmp_path / "p.png").exists()
+
+
+@posix_only
+@pytest.mark.parametrize("body", ["(sleep 120 &)\necho 'NVIDIA H200, 1980, 1980, 0x0'\n",  # a child holds the pipe
+                                  "echo 'not, the, answer'\n", "echo 'a,b,c,d,e'\n", "head -c 3000 /dev/urandom\n"])
+def test_an_nvidia_smi_that_hangs_or_babbles_is_no_gpu(tmp_path, monkeypatch, body):
+    from helpers import environment
+
+    _tool(tmp_path / "bin", "nvidia-smi", body)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    t0 = time.monotonic()
+    gpu = environment._gpu()
+    assert time.monotonic() - t0 < 15
+    assert gpu is None or gpu == {"name": "NVIDIA H200", "sm_clock_mhz": 1980, "max_sm_clock_mhz": 1980, "clock_reasons": []}

@@ -50,6 +50,12 @@ def sqlite_counts(path: Path) -> dict:
     return counts
 
 
+def _merged(kept: list[dict], updated: dict[str, dict], key) -> list[dict]:
+    """``kept`` in its own order, each entry replaced by its update (same file); the new files' entries after it, sorted."""
+    files = {e["file"] for e in kept}
+    return [updated[e["file"]] for e in kept] + sorted((e for f, e in updated.items() if f not in files), key=key)
+
+
 def main(argv: list[str]) -> int:
     from helpers import load, metrics
 
@@ -59,9 +65,11 @@ def main(argv: list[str]) -> int:
     traces = {e["file"]: e for e in manifest["traces"]}
     (DATA / "nsys").mkdir(exist_ok=True)
     (DATA / "pairs").mkdir(exist_ok=True)
+    ncu_copied = False
     for d in map(Path, argv):
         for f in d.glob("*.ncu.csv"):
             shutil.copyfile(f, DATA / "nsys" / f.name)
+            ncu_copied |= f.name == "sync_stall__fixed__h200.ncu.csv"
         for meta_path in sorted(d.glob("*.meta.json")):
             meta = json.loads(meta_path.read_text())
             name = meta["name"]
@@ -107,16 +115,20 @@ def main(argv: list[str]) -> int:
                 if meta["workload"] == "communication":
                     entry["pair_note"] = GLOO_NOTE
                 recordings[rel] = entry
-    if (DATA / "nsys" / "sync_stall__fixed__h200.ncu.csv").exists():
-        manifest["ncu"] = [{
+    if ncu_copied:  # this session's ncu CSV: its entry replaces the one of that file, the others stay
+        ncu = {e["file"]: e for e in manifest.get("ncu", [])}
+        ncu["nsys/sync_stall__fixed__h200.ncu.csv"] = {
             "file": "nsys/sync_stall__fixed__h200.ncu.csv", "workload": "sync_stall", "variant": "fixed", "tag": "h200",
             "device": "NVIDIA H200", "date": "2026-12-02",
             "command": "ncu --csv --page details --set basic -k regex:<top kernel of its nsys export> -c 3 "
                        "--clock-control none --log-file FILE python -m helpers.workloads.sync_stall --variant fixed "
                        "--steps 3 --warmup 2  (tools/nsys_session.sh)",
-        }]
-    manifest["traces"] = sorted(traces.values(), key=lambda e: (e["tag"], e["workload"], e["variant"]))
-    manifest["recordings"] = sorted(recordings.values(), key=lambda e: (e["workload"], e["variant"], e["format"]))
+        }
+        manifest["ncu"] = _merged(manifest.get("ncu", []), ncu, key=lambda e: e["file"])
+    # A re-recording replaces its files' entries where they stand; nothing else in the manifest moves.
+    manifest["traces"] = _merged(manifest["traces"], traces, key=lambda e: (e["tag"], e["workload"], e["variant"]))
+    manifest["recordings"] = _merged(manifest.get("recordings", []), recordings,
+                                     key=lambda e: (e["workload"], e["variant"], e["format"]))
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"{len(recordings)} recordings, {len(traces)} traces in {manifest_path}")
     return 0
