@@ -75,6 +75,11 @@ def _figure_path(text: str, force: bool, inputs: Sequence[str] = ()) -> Path:
     return check_output(p, force, inputs)
 
 
+def _one_line(path: str | os.PathLike) -> str:
+    """A written file's name as the one line the command prints: a line break or tab in it shown as ``\\xNN``."""
+    return os.fspath(path).replace("\n", "\\x0a").replace("\r", "\\x0d").replace("\t", "\\x09")
+
+
 def _save_figure(fig: Any, out: Path, force: bool) -> Path:
     fmt = out.suffix[1:].lower()
     return write_output(out, lambda fh: fig.savefig(fh, format=fmt), force)
@@ -130,7 +135,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              findings=diagnose(trace) if args.findings else (), title=str(args.trace))
     except ValueError as exc:  # plots' way of saying a --step or --window is not in the trace
         raise TraceError(f"{args.trace}: {exc}; pick a step or window the trace has") from None
-    print(_save_figure(fig, out, args.force))
+    print(_one_line(_save_figure(fig, out, args.force)))
     return 0
 
 
@@ -145,7 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if out is not None:
         from . import plots
 
-        print(_save_figure(plots.compare(before, after), out, args.force))
+        print(_one_line(_save_figure(plots.compare(before, after), out, args.force)))
     return 0
 
 
@@ -172,7 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     page = report.build(traces, shapes=shapes, detail_events=args.detail_events, command=command,
                         progress=(lambda done, n: progress(total + done * 6 // max(n, 1), total + 6)) if progress else None)
     written = write_output(out, lambda fh: fh.write(page.encode("utf-8")), args.force)
-    print(f"{written} ({len(page.encode('utf-8')) / 1e6:.1f} MB)")
+    print(f"{_one_line(written)} ({len(page.encode('utf-8')) / 1e6:.1f} MB)")
     return 0
 
 
@@ -180,7 +185,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .export import export
 
     check_output(args.output, args.force, [args.trace])
-    print(export(load(args.trace, args), args.output, force=args.force))
+    print(_one_line(export(load(args.trace, args), args.output, force=args.force)))
     return 0
 
 

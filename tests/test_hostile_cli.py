@@ -426,3 +426,15 @@ def test_an_nvidia_smi_that_hangs_or_babbles_is_no_gpu(tmp_path, monkeypatch, bo
     gpu = environment._gpu()
     assert time.monotonic() - t0 < 15
     assert gpu is None or gpu == {"name": "NVIDIA H200", "sm_clock_mhz": 1980, "max_sm_clock_mhz": 1980, "clock_reasons": []}
+
+
+@posix_only
+@pytest.mark.parametrize("command, ext", [("plot", "png"), ("export", "json"), ("report", "html")])
+def test_a_written_name_with_a_line_break_is_printed_on_one_line(tmp_path, capsys, command, ext):
+    from synth import two_step_loop, write_json
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    out = tmp_path / f"a\nb.{ext}"
+    assert main([command, str(src), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert out.exists() and printed.count("\n") == 1 and "a\\x0ab." in printed
