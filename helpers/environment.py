@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 
+from .procs import run_bounded
+
 #: Environment variables worth seeing before a timeline is trusted.
 VARIABLES = ("CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
              "CUDA_VISIBLE_DEVICES", "TORCH_NCCL_BLOCKING_WAIT", "NCCL_DEBUG", "TORCH_LOGS")
@@ -31,17 +33,17 @@ def _gpu() -> dict | None:
     if not shutil.which("nvidia-smi"):
         return None
     for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):  # the name changed in 2023
-        try:
-            res = subprocess.run(["nvidia-smi", "-i", "0", f"--query-gpu=name,clocks.sm,clocks.max.sm,{field}",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        try:  # bounded: a hung nvidia-smi, or a child of it holding its pipe, stops here (subprocess.run waits)
+            res = run_bounded(["nvidia-smi", "-i", "0", f"--query-gpu=name,clocks.sm,clocks.max.sm,{field}",
+                               "--format=csv,noheader,nounits"], 20, idle_s=5)
         except (OSError, subprocess.TimeoutExpired):
             return None
         if res.returncode == 0 and res.stdout.strip():
-            name, sm, max_sm, mask = [p.strip() for p in res.stdout.strip().splitlines()[0].split(",")]
-            try:
+            try:  # (anything but the four fields asked for is not an answer)
+                name, sm, max_sm, mask = [p.strip() for p in res.stdout.strip().splitlines()[0].split(",")]
                 return {"name": name, "sm_clock_mhz": int(float(sm)), "max_sm_clock_mhz": int(float(max_sm)),
                         "clock_reasons": clock_reasons(int(mask, 16))}
-            except ValueError:
+            except (ValueError, OverflowError):
                 return None
     return None
 
