@@ -241,6 +241,13 @@ def _positive_int(text: str) -> int:
     return int(digits)
 
 
+def _name(text: str) -> str:
+    """A file or folder name as given; an empty one is refused (pathlib reads it as the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name; give a file or folder")
+    return text
+
+
 def _shown(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
 
@@ -262,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_trace(name: str, help_text: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_text)
-        sp.add_argument("trace", help="trace file, folder of per-rank traces, or nsys SQLite export")
+        sp.add_argument("trace", type=_name, help="trace file, folder of per-rank traces, or nsys SQLite export")
         sp.add_argument("--steps", metavar="REGEX", help="annotation ranges that mark steps (default: ProfilerStep#N)")
         _limits(sp)
         return sp
@@ -282,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="machine-readable output (schema below)")
     sp.set_defaults(func=cmd_diagnose)
     sp = with_trace("plot", "draw the timeline")
-    sp.add_argument("-o", "--output", default="timeline.png")
+    sp.add_argument("-o", "--output", type=_name, default="timeline.png")
     sp.add_argument("--window", metavar="START:END",
                     help="milliseconds on the timeline's axis (0 = the first profiled step's start, as the plot labels it)")
     sp.add_argument("--step", type=int, help="draw one step (0 = first profiled step)")
@@ -290,29 +297,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_plot)
     sp = sub.add_parser("compare", help="before/after table (and figure with -o)")
-    sp.add_argument("before")
-    sp.add_argument("after")
-    sp.add_argument("-o", "--output")
+    sp.add_argument("before", type=_name)
+    sp.add_argument("after", type=_name)
+    sp.add_argument("-o", "--output", type=_name)
     sp.add_argument("--steps", metavar="REGEX")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     _limits(sp)
     sp.set_defaults(func=cmd_compare)
     sp = with_trace("report", "one self-contained HTML file: overview, diagnosis, tables, the interactive timeline "
                     "(and the diff with a second trace)")
-    sp.add_argument("after", nargs="?", help="a second trace (the after of a before/after): the report adds the diff")
-    sp.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    sp.add_argument("after", nargs="?", type=_name, help="a second trace (the after of a before/after): the report adds the diff")
+    sp.add_argument("-o", "--output", type=_name, default="report.html", help="the HTML file to write (default report.html)")
     sp.add_argument("--detail-events", type=_positive_int, default=2_000_000, metavar="N",
                     help="events stored one by one for hover, search and the finest zoom (default 2,000,000); "
                          "beyond them the timeline is drawn from columns laid out per zoom level")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_report)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
-    sp.add_argument("-o", "--output", required=True)
+    sp.add_argument("-o", "--output", type=_name, required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_export)
     sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "
                         "exposed communication per rank")
-    sp.add_argument("folder", help="folder with one trace per rank")
+    sp.add_argument("folder", type=_name, help="folder with one trace per rank")
     sp.add_argument("--workers", type=_positive_int, metavar="N",
                     help="processes (default: one per core; 1 = one by one; never more than one per core or per file)")
     sp.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask distributed scheduler, e.g. tcp://host:8786")
@@ -321,11 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     _limits(sp)
     sp.set_defaults(func=cmd_ranks)
     sp = sub.add_parser("selfcheck", help="the syllabus's self-check list, from your lab notebooks")
-    sp.add_argument("labs", nargs="?", default="labs")
+    sp.add_argument("labs", nargs="?", type=_name, default="labs")
     sp.add_argument("--run", action="store_true", help="execute the notebooks first (takes minutes)")
     sp.set_defaults(func=cmd_selfcheck)
     sp = sub.add_parser("doctor", help="what this machine gives the labs: the track, torch, nsys/ncu, counter permissions")
-    sp.add_argument("labs", nargs="?", default="labs", help="the folder of lab notebooks (default: labs)")
+    sp.add_argument("labs", nargs="?", type=_name, default="labs", help="the folder of lab notebooks (default: labs)")
     sp.add_argument("--probe", action="store_true", help="on a GPU, run nsys and ncu once each as this user")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_doctor)

@@ -438,3 +438,10 @@ def test_a_written_name_with_a_line_break_is_printed_on_one_line(tmp_path, capsy
     assert main([command, str(src), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert out.exists() and printed.count("\n") == 1 and "a\\x0ab." in printed
+
+
+@pytest.mark.parametrize("argv", [["summary", ""], ["export", "t.json", "-o", ""], ["compare", "t.json", ""],
+                                  ["ranks", ""], ["doctor", ""], ["report", "t.json", "-o", ""]])
+def test_an_empty_name_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert "an empty name" in one_line_exit_2(capsys, argv)
