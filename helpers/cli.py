@@ -7,6 +7,7 @@ an Nsight Systems SQLite export. Bad input prints one line on stderr and exits w
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import shlex
@@ -348,6 +349,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     terminal can show it: a file name's undecodable bytes as ``\\xNN``.
     """
     closed = _reopen_standard_descriptors()
+    # Matplotlib warns in several lines when $HOME or MPLCONFIGDIR cannot be written (it then caches in a temporary
+    # folder it removes at exit): a successful command says nothing on stderr.
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     out, err = sys.stdout, sys.stderr
     if err is None or 2 in closed:  # nowhere to say anything: the exit status alone tells
         err = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process

@@ -445,3 +445,16 @@ def test_a_written_name_with_a_line_break_is_printed_on_one_line(tmp_path, capsy
 def test_an_empty_name_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)
     assert "an empty name" in one_line_exit_2(capsys, argv)
+
+
+def test_a_config_folder_that_cannot_be_written_leaves_stderr_quiet(tmp_path):
+    from synth import two_step_loop, write_json
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    r = subprocess.run([sys.executable, "-m", "helpers", "plot", str(src), "-o", str(tmp_path / "p.png")],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "MPLCONFIGDIR": str(not_a_folder),
+                            "HOME": str(not_a_folder)})
+    assert r.returncode == 0 and r.stderr == "" and (tmp_path / "p.png").exists()
