@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import TraceError
 from .outputs import read_regular
-from .procs import last_line, run_bounded
+from .procs import Hung, last_line, run_bounded
 
 #: The largest data/manifest.json read (the course's is ~0.1 MB): a larger one is not the course's.
 MANIFEST_MAX_BYTES = 16 << 20
@@ -249,6 +249,11 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
     return out
 
 
+#: Seconds a probed tool may go without using CPU (its whole process group) before it is taken as hung: a profiler
+#: running three small GEMMs is never idle that long.
+PROBE_IDLE_S = 30.0
+
+
 def probe(timeout_s: float = 300) -> list[Finding]:
     """Measure the GPU (:func:`helpers.capability.probe`: what lab 08 judges by), then run nsys and ncu once each on a
     few CUDA kernels, as this user, and say what happened.
@@ -267,7 +272,7 @@ def probe(timeout_s: float = 300) -> list[Finding]:
     try:
         measured = capability.probe()
     except Exception as exc:  # noqa: BLE001 - a GPU that fails its own probe is a finding, not a crash
-        out = [Finding("device probe", "warn", f"the GEMM probe failed: {type(exc).__name__}: {exc}")]
+        out = [Finding("device probe", "warn", f"the GEMM probe failed: {type(exc).__name__}: {last_line(str(exc))}")]
     else:
         gain = measured.gemm_gain(measured.lowp)
         out = [Finding("device probe", "ok", f"{measured.describe()}; {measured.lowp} GEMMs {gain:.1f}x fp32's: what lab 08 "
@@ -280,8 +285,12 @@ def probe(timeout_s: float = 300) -> list[Finding]:
             if shutil.which(tool) is None:
                 out.append(Finding(f"{tool} probe", "note", "not on PATH: not run"))
                 continue
-            try:
-                r = run_bounded(cmd, timeout_s, cwd=tmp)  # nsys is a wrapper: its children are stopped with it
+            try:  # nsys is a wrapper: its children are stopped with it
+                r = run_bounded(cmd, timeout_s, cwd=tmp, idle_s=PROBE_IDLE_S)
+            except Hung:
+                out.append(Finding(f"{tool} probe", "warn", f"stopped: it used no CPU for {PROBE_IDLE_S:g} s, waiting on "
+                                   "something that never came (a prompt, a lock, a daemon)"))
+                continue
             except subprocess.TimeoutExpired:
                 out.append(Finding(f"{tool} probe", "warn", f"did not finish in {timeout_s:.0f} s"))
                 continue

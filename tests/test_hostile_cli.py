@@ -458,3 +458,21 @@ def test_a_config_folder_that_cannot_be_written_leaves_stderr_quiet(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT), "MPLCONFIGDIR": str(not_a_folder),
                             "HOME": str(not_a_folder)})
     assert r.returncode == 0 and r.stderr == "" and (tmp_path / "p.png").exists()
+
+
+@posix_only
+def test_doctor_probe_does_not_wait_out_a_hung_tool(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from helpers import capability, doctor
+
+    for tool in ("nsys", "ncu"):
+        _tool(tmp_path / "bin", tool, "(sleep 120 &)\nsleep 120\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(capability, "probe", lambda: (_ for _ in ()).throw(RuntimeError("no GPU\\nhere" * 50)))
+    monkeypatch.setattr(doctor, "PROBE_IDLE_S", 1.0)
+    t0 = time.monotonic()
+    found = {f.name: f for f in doctor.probe()}
+    assert time.monotonic() - t0 < 20
+    assert all("used no CPU for 1 s" in found[f"{t} probe"].detail for t in ("nsys", "ncu"))
+    assert len(found["device probe"].detail) < 200
