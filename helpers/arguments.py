@@ -331,9 +331,13 @@ def _ordered(inner: Check) -> Check:
 
 def resolved_hints(fn: Callable) -> dict[str, Any]:
     """``fn``'s argument hints, each resolved on its own: one that does not resolve (a return type from a module
-    imported only inside the function, ``pd.DataFrame``) leaves that one unchecked, not every argument."""
+    imported only inside the function, ``pd.DataFrame``) leaves that one unchecked, not every argument. ``Trace``
+    resolves even where a module imports it only for type checkers (to keep its imports free of cycles)."""
+    from .model import Trace
+
+    names = {} if "Trace" in getattr(fn, "__globals__", {}) else {"Trace": Trace}  # the module's own name first
     try:
-        return typing.get_type_hints(fn)
+        return typing.get_type_hints(fn, localns=names)
     except Exception:  # noqa: BLE001 - resolved one by one below
         pass
     out = {}
@@ -341,7 +345,7 @@ def resolved_hints(fn: Callable) -> dict[str, Any]:
         if name == "return":
             continue
         try:
-            out[name] = typing.get_type_hints(_Holder(fn, name, hint))[name]
+            out[name] = typing.get_type_hints(_Holder(fn, name, hint), localns=names)[name]
         except Exception:  # noqa: BLE001 - a hint that does not resolve: that argument goes unchecked
             pass
     return out

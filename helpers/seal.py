@@ -283,3 +283,9 @@ def _reset() -> None:
     _OPEN.clear()
     _FILE.update(key=None, seals=[], open=frozenset())
 
+
+
+# The seal's functions hold their arguments to their hints like every public function (seal(pd.NA, "x") is one line).
+from .arguments import check_namespace as _check_namespace  # noqa: E402
+
+_check_namespace(globals())

@@ -171,9 +171,9 @@ def test_edits_in_any_order(trace, edits):
 # --- the whole public API, enumerated: a function added later is held to its hints without a list to edit ------
 
 def _modules() -> list:
-    from helpers import course, critical, diagnosis, explore, profiling
+    from helpers import course, critical, diagnosis, explore, profiling, seal
 
-    return [metrics, plots, checks, export, explore, diagnosis, critical, course, profiling]
+    return [metrics, plots, checks, export, explore, diagnosis, critical, course, profiling, seal]
 
 
 #: Public functions that check their own arguments (helpers.load: the readers' words for a path and the limits).
@@ -535,3 +535,14 @@ def test_the_probed_device_figures_are_the_callers_copy(monkeypatch):
         assert capability.device_profile("cpu").gemm_tflops["bf16"] == 100.0  # ... never reaches the cache
     finally:
         capability._probe_cached.cache_clear()
+
+
+def test_the_seal_functions_hold_their_arguments(trace):
+    # seal.py imports Trace for type checkers only: its hints resolve all the same
+    from helpers import seal
+
+    for call in (lambda: seal.fingerprint(pd.NA), lambda: seal.sketch(trace.events), lambda: seal.seal(None, "x"),
+                 lambda: seal.gate(trace, 5), lambda: seal.open_seal(b"x"), lambda: seal.sealed_by(trace, scope=None)):
+        with pytest.raises(TraceError) as exc:
+            call()
+        assert "\n" not in str(exc.value)
