@@ -476,3 +476,16 @@ def test_doctor_probe_does_not_wait_out_a_hung_tool(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 20
     assert all("used no CPU for 1 s" in found[f"{t} probe"].detail for t in ("nsys", "ncu"))
     assert len(found["device probe"].detail) < 200
+
+
+@pytest.mark.parametrize("codec", ["utf-32", "utf-32-le", "utf-32-be", "utf-16", "utf-8-sig"])
+def test_a_trace_saved_as_utf32_reads_as_its_utf8_self(tmp_path, codec):
+    from synth import two_step_loop, write_json
+
+    import helpers
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    other = tmp_path / f"{codec}.json"
+    other.write_bytes(src.read_text().encode(codec))
+    a, b = helpers.load(src).events, helpers.load(other).events
+    assert len(a) == len(b) and list(a["name"]) == list(b["name"])

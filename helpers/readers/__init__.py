@@ -264,6 +264,12 @@ def _as_utf8(first: bytes, blocks: Iterator[bytes], p: Path) -> tuple[bytes, Ite
     """
     if first.startswith(b"\xef\xbb\xbf"):
         return first[3:], blocks
+    if first.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")) or (len(first) >= 4 and (
+            first[1:4] == b"\x00\x00\x00" or first[:3] == b"\x00\x00\x00")):  # UTF-32 (before UTF-16: its BOM starts so)
+        codec = "utf-32" if first.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")) else (
+            "utf-32-be" if first[0] == 0 else "utf-32-le")
+        utf8 = _utf16_as_utf8(itertools.chain((first,), blocks), codec, p)
+        return _take(utf8, 4), utf8
     if first.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(first) > 1 and (first[0] == 0) != (first[1] == 0)):
         codec = "utf-16" if first.startswith((b"\xff\xfe", b"\xfe\xff")) else ("utf-16-be" if first[0] == 0 else "utf-16-le")
         utf8 = _utf16_as_utf8(itertools.chain((first,), blocks), codec, p)
@@ -272,7 +278,7 @@ def _as_utf8(first: bytes, blocks: Iterator[bytes], p: Path) -> tuple[bytes, Ite
 
 
 def _utf16_as_utf8(blocks: Iterator[bytes], codec: str, p: Path) -> Iterator[bytes]:
-    """UTF-16 blocks re-encoded as UTF-8 block by block (a character split between two blocks is kept
+    """UTF-16 (or UTF-32) blocks re-encoded as UTF-8 block by block (a character split between two blocks is kept
     for the next), so a UTF-16 trace streams like any other and is never held whole."""
     decoder = codecs.getincrementaldecoder(codec)()
     try:
@@ -282,7 +288,7 @@ def _utf16_as_utf8(blocks: Iterator[bytes], codec: str, p: Path) -> Iterator[byt
         if text := decoder.decode(b"", final=True):
             yield text.encode("utf-8")
     except UnicodeError:
-        raise TraceError(f"{p}: looks like UTF-16 text but does not decode as such; save it as UTF-8") from None
+        raise TraceError(f"{p}: looks like {codec[:6].upper()} text but does not decode as such; save it as UTF-8") from None
 
 
 def _gunzip_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Iterator[bytes]:
