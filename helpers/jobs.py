@@ -400,6 +400,8 @@ def _run_on(client, address: str, args: list[tuple], progress: Progress | None, 
     """The ranks on a connected scheduler: each result as it comes, the workers checked while none comes."""
     import concurrent.futures
 
+    from distributed.comm import CommClosedError
+
     lost = f"{address}: the connection to the scheduler was lost before every rank was analysed"
     try:
         futures = [client.submit(analyse_rank, *a, key=f"helpers-rank-{i}-{os.getpid()}", pure=False)
@@ -413,7 +415,11 @@ def _run_on(client, address: str, args: list[tuple], progress: Progress | None, 
             if not batch:  # nothing finished this second: are there workers to finish anything?
                 if client.status != "running":
                     raise TraceError(f"{lost}; check that the scheduler is still running")
-                if client.scheduler_info(n_workers=-1).get("workers"):
+                try:
+                    workers = client.scheduler_info(n_workers=-1).get("workers")
+                except (OSError, TimeoutError) as exc:  # asking the scheduler itself failed: it is gone
+                    raise TraceError(f"{lost} ({type(exc).__name__}); check that the scheduler is still running") from None
+                if workers:
                     idle_since = None
                 else:
                     idle_since = idle_since or time.monotonic()
@@ -428,7 +434,8 @@ def _run_on(client, address: str, args: list[tuple], progress: Progress | None, 
                 if progress:
                     progress(len(results), len(args))
         return [results[i] for i in range(len(args))]
-    except (concurrent.futures.CancelledError, OSError, TimeoutError) as exc:  # the scheduler went away, or its link
+    except (concurrent.futures.CancelledError, CommClosedError) as exc:  # the scheduler went away, or its link
+        # (a worker's own error, an OSError reading a rank say, is raised as itself by fut.result() above)
         raise TraceError(f"{lost} ({type(exc).__name__}); check that the scheduler is still running") from None
 
 
