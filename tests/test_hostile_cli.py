@@ -489,3 +489,13 @@ def test_a_trace_saved_as_utf32_reads_as_its_utf8_self(tmp_path, codec):
     other.write_bytes(src.read_text().encode(codec))
     a, b = helpers.load(src).events, helpers.load(other).events
     assert len(a) == len(b) and list(a["name"]) == list(b["name"])
+
+
+@posix_only
+def test_an_nsys_export_that_fails_is_quoted_from_wherever_it_spoke(tmp_path, monkeypatch, capsys):
+    _tool(tmp_path / "bin", "nsys", "yes 'license check failed' | head -n 1500000\nexit 1\n")  # 31 MB, on stdout
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    report = tmp_path / "r.nsys-rep"
+    report.write_bytes(b"a report")
+    err = one_line_exit_2(capsys, ["summary", str(report)])
+    assert "nsys export failed (license check failed)" in err

@@ -366,7 +366,7 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
         except OSError as exc:
             raise TraceError(f"{p}: nsys export failed ({exc}); export it by hand: nsys export --type sqlite {p}") from None
         if r.returncode != 0 or not out.is_file():
-            why = last_line(r.stderr) or "no output"
+            why = last_line(r.stderr, 80) or last_line(r.stdout, 80) or "no output"  # (its words may be on stdout)
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
         size = out.stat().st_size  # what is read is the export: the limit is on it, not on the report
         if size > max_bytes:
