@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .errors import TraceError
 from .outputs import read_regular
+from .paths import unreachable
 from .procs import Hung, last_line, run_bounded
 
 #: The largest data/manifest.json read (the course's is ~0.1 MB): a larger one is not the course's.
@@ -133,7 +134,8 @@ def examine(labs: str | os.PathLike = "labs", data: str | os.PathLike | None = N
     when ``labs`` is not a folder of lab notebooks (bad input, not a finding)."""
     labs = Path(labs)
     if not labs.is_dir():
-        raise TraceError(f"{labs}: not a folder; give the folder of lab notebooks, e.g. python -m helpers doctor labs/")
+        why = unreachable(labs) or "not a folder; give the folder of lab notebooks, e.g. python -m helpers doctor labs/"
+        raise TraceError(f"{labs}: {why}")
     notebooks = sorted(labs.glob("[0-9][0-9]_*.ipynb"))
     if not notebooks:
         raise TraceError(f"{labs}: holds no lab notebooks (NN_name.ipynb); give the course's labs/ folder")

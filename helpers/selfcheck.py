@@ -28,6 +28,7 @@ from .checks.exercise import find
 from .errors import Interrupted, TraceError
 from .interrupts import temporary_dir
 from .outputs import read_regular
+from .paths import unreachable
 
 #: Run at each kernel's start, before any cell: the signing state takes the key and hides it from the notebook.
 KERNEL_START = "--IPKernelApp.exec_lines=from helpers.checks import _proof; _proof.start_run()"
@@ -255,7 +256,8 @@ def item_status(item: str, result: dict | None) -> tuple[bool, list[str]]:
 
 def run_selfcheck(labs: Path, run: bool = False) -> int:
     if not labs.is_dir():
-        print(f"error: {labs}: not a folder; pass the folder that holds your lab notebooks", file=sys.stderr)
+        print(f"error: {labs}: {unreachable(labs) or 'not a folder; pass the folder that holds your lab notebooks'}",
+              file=sys.stderr)
         return 2
     try:
         if run:

@@ -499,3 +499,13 @@ def test_an_nsys_export_that_fails_is_quoted_from_wherever_it_spoke(tmp_path, mo
     report.write_bytes(b"a report")
     err = one_line_exit_2(capsys, ["summary", str(report)])
     assert "nsys export failed (license check failed)" in err
+
+
+@posix_only
+@pytest.mark.parametrize("command", ["doctor", "selfcheck"])
+def test_a_labs_link_that_loops_is_named_as_one(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "labs").symlink_to("labs")
+    assert main([command, "labs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "symbolic link that points back at itself" in err and "\n" not in err
