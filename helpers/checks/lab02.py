@@ -267,7 +267,12 @@ def torch_optimizer_problem(after: Trace) -> str | None:
             "your update")
 
 
-def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, update: Callable | None = None) -> str:
+#: On the CPU track, how many times fewer top-level PyTorch ops a step the fixed loop makes at least: the course's
+#: bar, never loosened (a learner's own bar may only be stricter).
+MIN_OP_GAIN = 1.5
+
+
+def check_launch_fixed(before: Trace, after: Trace, min_gain: float = MIN_OP_GAIN, update: Callable | None = None) -> str:
     """Judge the learner's fix from their own trace ``after`` (``before``: their capture of the broken loop).
 
     GPU: a CUDA Graph replays the whole step (cudaGraphLaunch present, at most
@@ -278,7 +283,7 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = 1.5, updat
     ``min_gain`` x fewer top-level PyTorch ops per step. Last, the step may not be slower than ``before`` beyond
     the noise band of the two captures (:func:`helpers.checks.speed.slower_problem`); the speed-up is reported.
     """
-    min_gain = course_bar(min_gain, 1.5, at_least=True)  # a learner's bar is never looser than the course's
+    min_gain = course_bar(min_gain, MIN_OP_GAIN, at_least=True)  # a learner's bar is never looser than the course's
     problem = own_capture_problem(after, before)
     if problem is None and not before.has_gpu:
         if not callable(update):

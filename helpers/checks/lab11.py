@@ -18,6 +18,7 @@ from .. import metrics as m
 from ..model import Trace
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, course_bar, own_capture_problem, run_learner
+from .lab03 import SYNCS_PER_STEP_MAX  # the same bar: syncs a step a fixed loop may keep
 
 run_learner = behaviour.watching(run_learner, "function (lab 11)")  # the course's answers refused wherever they run
 
@@ -215,14 +216,14 @@ def _small_setup():
     return callsite.setup(torch.device("cpu"), seed=0, sizes=(4, 24, 32))
 
 
-def check_callsites_fixed(fn: Callable, before: Trace, after: Trace, max_per_step: float = 0.3) -> str:
+def check_callsites_fixed(fn: Callable, before: Trace, after: Trace, max_per_step: float = SYNCS_PER_STEP_MAX) -> str:
     """The learner's ``fn(model, opt, xs, ys, log)`` (returning ``step(i)``) trains as the loop as written does
     (same batches, same parameters after two log periods, the same logged losses), and their capture of it syncs
     at most ``max_per_step`` times a step."""
     from ..workloads import callsite
 
     name = "check_callsites_fixed"
-    max_per_step = course_bar(max_per_step, 0.3, at_least=False)  # a learner's bar is never looser than the course's
+    max_per_step = course_bar(max_per_step, SYNCS_PER_STEP_MAX, at_least=False)  # a learner's bar is never looser than the course's
     _learners(fn, "my_step(model, opt, xs, ys, log)", name)
     problem = own_capture_problem(after, before)
     if problem:
