@@ -124,10 +124,7 @@ class _Drain(threading.Thread):
         except (OSError, ValueError):
             pass
         finally:
-            try:
-                self._pipe.close()
-            except OSError:
-                pass
+            _close_quietly(self._pipe)
 
     def data(self) -> bytes:
         if self._keep is not None and len(self._buf) > self._keep:
@@ -149,10 +146,15 @@ class _Feed(threading.Thread):
         except (OSError, ValueError):
             pass
         finally:
-            try:
-                self._pipe.close()
-            except OSError:
-                pass
+            _close_quietly(self._pipe)
+
+
+def _close_quietly(pipe) -> None:
+    """Close one end of a child's pipe; the other end gone already is not an error."""
+    try:
+        pipe.close()
+    except OSError:
+        pass
 
 
 def _join(threads: list[threading.Thread], timeout_s: float = 5.0) -> None:
