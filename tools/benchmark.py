@@ -653,6 +653,41 @@ def tiny_ranks(ranks: int) -> None:
             _job_command(command, tmp, f"{ranks:,} tiny ranks ({size / 1e6:.1f} MB)")
 
 
+#: The documents --second-process reads: the recorded 28.6 MB trace, then synthetic ones of these many events
+#: (54, 111, 222 and 447 MB of JSON).
+SECOND_PROCESS_EVENTS = (250_000, 500_000, 1_000_000, 2_000_000)
+
+
+def second_process(repeat: int) -> None:
+    """``helpers.load`` with the reader's second process forced on and off, alternately, on documents of growing
+    size: where it pays (``kineto.PARALLEL_FROM_BYTES``). Wall time only means something on a quiet machine."""
+    import helpers
+    import helpers.readers.kineto as kineto
+
+    saved, limit = kineto.core_to_spare, kineto.PARALLEL_FROM_BYTES
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [BENCH_TRACE]
+        for n in SECOND_PROCESS_EVENTS:
+            paths.append(Path(tmp) / f"steps_{n}.json")
+            training_steps_like(n, paths[-1])
+        try:
+            kineto.PARALLEL_FROM_BYTES = 0  # every size may take the second process: core_to_spare alone decides
+            for path in paths:
+                helpers.load(path)
+                runs: dict[bool, list[float]] = {True: [], False: []}
+                for i in range(repeat):
+                    for on in ((True, False) if i % 2 == 0 else (False, True)):
+                        kineto.core_to_spare = lambda on=on: on
+                        t0 = time.perf_counter()
+                        helpers.load(path)
+                        runs[on].append(time.perf_counter() - t0)
+                size = len(gzip.decompress(path.read_bytes())) if path.name.endswith(".gz") else path.stat().st_size
+                print(f"  {size / 1e6:6.1f} MB  with it best {min(runs[True]):.3f} s, median {statistics.median(runs[True]):.3f} s; "
+                      f"without best {min(runs[False]):.3f} s, median {statistics.median(runs[False]):.3f} s   ({_load()})")
+        finally:
+            kineto.core_to_spare, kineto.PARALLEL_FROM_BYTES = saved, limit
+
+
 def series(ranks: list[int], events_per_rank: int, sizes: list[int]) -> None:
     """Time and memory against input size: jobs of growing rank counts, single traces of growing size."""
     print(f"jobs of {events_per_rank:,} events a rank: python -m helpers ranks DIR (default workers)")
@@ -1020,6 +1055,8 @@ def main() -> int:
                         help="lab 00's script: start-up seconds and step ms from outside the process")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--ranks", type=int, help="a synthetic job of this many ranks through python -m helpers ranks and diagnose")
+    parser.add_argument("--second-process", action="store_true",
+                        help="helpers.load with the reader's second process on and off, by document size")
     parser.add_argument("--tiny", type=int, help="a job of this many tiny ranks through python -m helpers ranks and diagnose")
     parser.add_argument("--events-per-rank", type=int, default=50_000, help="events in each rank's trace (--ranks, --series)")
     parser.add_argument("--workers", type=int, help="with --ranks: processes (default one per core)")
@@ -1053,6 +1090,9 @@ def main() -> int:
             print(json.dumps(first_timeline(args.source, args.install, args.pip_arg, args.chromium, args.out, 300)))
         return 0
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {_load()}")
+    if args.second_process:
+        second_process(max(args.repeat, 2))
+        return 0
     if args.tiny:
         for _ in range(args.repeat):
             tiny_ranks(args.tiny)

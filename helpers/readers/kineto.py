@@ -259,7 +259,8 @@ def parse_stream(blocks: Iterable[bytes], path: Path, max_events: int | None = N
 #: A document at least this large (its JSON bytes) is read by two processes when a second core is free.
 #: Below it, starting the second process costs more than it saves: on 2 cores (5 December 2026, best wall of 6
 #: alternate reads each way) 0.157 s against 0.140 s in one process at 28.6 MB, 0.34 against 0.26 s at 54 MB,
-#: 0.88 against 0.54 s at 111 MB, even at 222 MB; at 447 MB 2.42 against 2.54 s (docs/benchmarks.md).
+#: 0.88 against 0.54 s at 111 MB, even at 222 MB; at 447 MB 2.42 against 2.54 s (docs/benchmarks.md;
+#: ``python tools/benchmark.py --second-process``).
 PARALLEL_FROM_BYTES = 256 << 20
 #: Largest single event (bytes of the events list without a place where one event ends and the next begins):
 #: Kineto's events are under a kilobyte, a kernel with its full template name a few; one of 64 MB is damage, and
