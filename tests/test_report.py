@@ -103,6 +103,17 @@ def test_the_page_is_self_contained(page):
     assert meta[0]["title"] == "data_stall__broken__h200" and meta[0]["overlays"][0]["name"] == "critical path"
 
 
+def test_the_pages_regex_search_runs_bounded_in_a_worker(page):
+    # a /regex/ from the search box can backtrack for hours: the page matches it in a Web Worker it terminates at a
+    # time limit (driven for real in test_report_browser.py); in the page's own thread it is only parsed
+    js = page[page.index('<script type="module">'):]
+    assert "new Worker(" in js and ".terminate()" in js and "SEARCH_TIMEOUT_MS" in js
+    assert "did not finish within" in js
+    body = js[js.index("  search(q) {"):js.index("  matchesOf(hit)")]
+    assert "new RegExp(q.slice(1, -1)" in body and "this.matcher.run(q.slice(1, -1))" in body
+    assert ".test(" not in body.split("matcher.run")[0].split("new RegExp(q.slice(1, -1)")[1]
+
+
 def test_the_page_has_every_section(page):
     for heading in ("The trace", "Step overview", "Diagnosis", "Timeline", "Operators and kernels"):
         assert f">{heading}</h2>" in page, heading

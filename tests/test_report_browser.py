@@ -264,3 +264,41 @@ def test_report_of_2m_events_draws_within_2_s(tmp_path, browser, shots):
     page.wait_for_function("() => /op17/.test(document.querySelector('.gtl-pinned').innerText)", timeout=60_000)
     page.screenshot(path=str(shots / "big-2-search.png"))
     assert errors == []
+
+
+def test_report_search_stops_a_catastrophic_pattern(tmp_path, browser, shots):
+    # a /regex/ that backtracks for hours on a long name (^(a|a)*$ on 3,000 a's and a b) is matched in a worker the
+    # page stops at its time limit, saying so in one line; the tab stays responsive and a plain search still works
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synth import host_bound_loop, write_json
+
+    events = host_bound_loop()
+    long_name = "a" * 3000 + "b"
+    events[2].name = long_name  # the first kernel
+    trace = write_json(events, tmp_path / "long_name.json")
+    path = _report(tmp_path, trace)
+    page, errors = _open(browser, path)
+    root = page.locator(".gtl-explore")
+    root.scroll_into_view_if_needed()
+    search = root.locator(".gtl-search")
+    t0 = time.monotonic()
+    search.fill("/^(a|a)*$/")
+    page.wait_for_function("() => /did not finish within/.test(document.querySelector('.gtl-count').innerText)",
+                           timeout=20_000)
+    assert time.monotonic() - t0 < 10
+    assert page.evaluate("() => 1 + 1") == 2  # the page's thread answers: not frozen
+    page.screenshot(path=str(shots / "search-catastrophic-pattern-stopped.png"))
+    line = root.locator(".gtl-count").inner_text()
+    assert "\n" not in line and "stopped" in line
+    # a sound pattern and a plain text search answer after it (a fresh worker)
+    kernel = next(e.name for e in events if e.kind == "kernel" and e.name != long_name)
+    n = sum(e.name == kernel for e in events)
+    search.fill("/^" + re.escape(kernel) + "$/")
+    page.wait_for_function(f"() => document.querySelector('.gtl-count').innerText.endsWith('/ {n}')", timeout=20_000)
+    search.fill(kernel)
+    page.wait_for_function(f"() => document.querySelector('.gtl-count').innerText.endsWith('/ {n}')", timeout=20_000)
+    search.fill("/a(/")
+    page.wait_for_function("() => /not a regular expression/.test(document.querySelector('.gtl-count').innerText)",
+                           timeout=20_000)
+    page.screenshot(path=str(shots / "search-after-stopped-pattern.png"))
+    assert errors == []

@@ -5,6 +5,84 @@
 const ROW_BITS = 2 ** 26;  // an event's id: lane * ROW_BITS + its index on the lane
 const COPY_KINDS = new Set(["H2D", "D2H", "D2D", "H2H", "P2P"]);
 const SEARCH_MAX = 5000;
+// A /regex/ search runs in a Web Worker stopped after this long (plus a second per 32 MB of names), as the
+// explorer's does in a child process: a pattern like ^(a|a)*$ backtracks for hours on a long name, and a page's own
+// thread cannot be interrupted, so matching there would freeze the tab.
+const SEARCH_TIMEOUT_MS = 3000;
+const PATTERN_MAX = 10000;  // characters, as helpers.model.MAX_STEP_PATTERN_CHARS
+const MATCHER_JS = `
+let names = [];
+onmessage = (ev) => {
+  const m = ev.data;
+  if (m.names) { names = m.names; return; }
+  let re;
+  try { re = new RegExp(m.source, "i"); } catch (err) { postMessage({ seq: m.seq, error: "not a regular expression: " + err.message }); return; }
+  const hit = new Uint8Array(names.length);
+  for (let i = 0; i < names.length; i++) if (re.test(names[i])) hit[i] = 1;
+  postMessage({ seq: m.seq, hit }, [hit.buffer]);
+};`;
+
+class BoundedMatcher {
+  // the names tested against a user's pattern in a worker that is terminated at the time limit (and started
+  // again, the names sent again, for the next pattern); a newer pattern stops one still running
+  constructor(names) {
+    this.names = names;
+    this.worker = null;
+    this.pending = null;
+    this.seq = 0;
+    const chars = names.reduce((n, s) => n + s.length, 0);
+    this.timeoutMs = SEARCH_TIMEOUT_MS + (chars / (32 << 20)) * 1000;
+  }
+
+  kill() {
+    if (this.worker) this.worker.terminate();
+    this.worker = null;
+  }
+
+  settle(ok, value) {
+    const p = this.pending;
+    if (!p) return;
+    this.pending = null;
+    clearTimeout(p.timer);
+    if (ok) p.resolve(value); else p.reject(new Error(value));
+  }
+
+  run(source) {
+    if (this.pending) { this.settle(false, "stopped: a newer search replaced it"); this.kill(); }
+    if (typeof Worker === "undefined") {
+      return Promise.reject(new Error("this browser cannot stop a pattern search that runs too long (no Web Workers): search by plain text"));
+    }
+    return new Promise((resolve, reject) => {
+      const seq = ++this.seq;
+      const timer = setTimeout(() => {
+        this.kill();
+        this.settle(false, `the pattern did not finish within ${(this.timeoutMs / 1000).toFixed(0)} s on these names and was stopped; write a simpler one (no nested repeats)`);
+      }, this.timeoutMs);
+      this.pending = { resolve, reject, timer };
+      try {
+        if (!this.worker) {
+          const url = URL.createObjectURL(new Blob([MATCHER_JS], { type: "text/javascript" }));
+          this.worker = new Worker(url);
+          URL.revokeObjectURL(url);
+          this.worker.postMessage({ names: this.names });
+        }
+        this.worker.onmessage = (ev) => {
+          if (ev.data.seq !== seq) return;
+          if (ev.data.error) this.settle(false, ev.data.error); else this.settle(true, ev.data.hit);
+        };
+        this.worker.onerror = (ev) => {
+          ev.preventDefault();
+          this.kill();
+          this.settle(false, "the pattern search failed in this browser: " + (ev.message || "no reason given"));
+        };
+        this.worker.postMessage({ seq, source });
+      } catch (err) {
+        this.kill();
+        this.settle(false, "this browser cannot stop a pattern search that runs too long (" + err.message + "): search by plain text");
+      }
+    });
+  }
+}
 
 function base64Bytes(text) {
   const s = atob(text.trim());
@@ -283,18 +361,28 @@ class Timeline {
   }
 
   search(q) {
+    // a plain text search answers at once (an escaped literal cannot backtrack); a /regex/ one as a promise, from
+    // the bounded matcher
     q = (q || "").trim();
-    if (!q) return { total: 0, names: 0, matches: [] };
-    let re;
-    try {
-      re = q.length > 2 && q.startsWith("/") && q.endsWith("/") ? new RegExp(q.slice(1, -1), "i")
-        : new RegExp(q.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "i");
-    } catch (err) {
-      return { total: 0, names: 0, matches: [], error: "not a regular expression: " + err.message };
+    const none = { total: 0, names: 0, matches: [] };
+    if (!q) return none;
+    if (!(q.length > 2 && q.startsWith("/") && q.endsWith("/"))) {
+      const re = new RegExp(q.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "i");
+      return this.matchesOf(Uint8Array.from(this.meta.names, (nm) => (re.test(nm) ? 1 : 0)));
     }
-    const hit = new Uint8Array(this.meta.names.length);
+    if (q.length > PATTERN_MAX) return { ...none, error: `a pattern of ${q.length.toLocaleString()} characters: over ${PATTERN_MAX.toLocaleString()}` };
+    try {
+      new RegExp(q.slice(1, -1), "i");  // only parsed here: a syntax error is answered without a worker
+    } catch (err) {
+      return { ...none, error: "not a regular expression: " + err.message };
+    }
+    if (!this.matcher) this.matcher = new BoundedMatcher(this.meta.names);
+    return this.matcher.run(q.slice(1, -1)).then((hit) => this.matchesOf(hit), (err) => ({ ...none, error: err.message }));
+  }
+
+  matchesOf(hit) {  // hit[name id] = 1 for a matched name: its events, in time order
     let names = 0;
-    this.meta.names.forEach((nm, id) => { if (re.test(nm)) { hit[id] = 1; names++; } });
+    for (let id = 0; id < hit.length; id++) names += hit[id];
     const all = [];
     this.lanes.forEach((ln, i) => {
       for (let k = 0; k < ln.n; k++) if (hit[ln.name[k]]) all.push([i, ln.start[k], ln.end[k], i * ROW_BITS + k]);
@@ -391,8 +479,10 @@ class LocalModel {
       this.reply("pinned", { seq: p.seq || 0, ...(at ? this.tl.describe(at[0], at[1]) : {}) });
     }
     if (keys.has("search_query")) {
-      const q = s.search_query || {};
-      this.reply("search_result", { seq: q.seq || 0, q: q.q || "", ...this.tl.search(q.q) });
+      const q = s.search_query || {}, seq = q.seq || 0;
+      Promise.resolve(this.tl.search(q.q)).then((res) => {
+        if (((this.state.search_query || {}).seq || 0) === seq) this.reply("search_result", { seq, q: q.q || "", ...res });
+      });
     }
     if (keys.has("selection_ms")) {
       const sel = s.selection_ms || [];
