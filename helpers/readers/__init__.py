@@ -410,6 +410,53 @@ def _is_trace_file(f: Path) -> bool:
     return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
 
 
+def _not_a_file(f: Path) -> str | None:
+    """Why an entry named like a trace file cannot be read as one (None: a regular file this process may read).
+    Only examined, never opened: opening a named pipe waits for a writer."""
+    try:
+        mode = f.stat().st_mode
+    except OSError as exc:
+        if f.is_symlink():
+            return "a link to nothing (its target is missing or loops)"
+        return f"cannot be examined ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None if os.access(f, os.R_OK) else "a file this user may not read"
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
+def trace_files(d: Path) -> list[Path]:
+    """The trace files of folder ``d`` (by name: *.json, *.json.gz, *.sqlite, ...; hidden files and manifest.json
+    aside), sorted: every command that reads a folder lists it here. An entry so named that cannot be read as a
+    file (a named pipe, socket, folder, device, dangling link or unreadable file) is refused in one line naming
+    it, never skipped: a job read without its rank 3 would be diagnosed as a different job."""
+    try:
+        named = sorted(f for f in d.iterdir()
+                       if f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json")
+    except OSError as exc:
+        raise TraceError(f"{d}: the folder cannot be listed ({exc.strerror}); check its permissions") from None
+    bad = [(f, why) for f in named if (why := _not_a_file(f))]
+    if bad:
+        f, why = bad[0]
+        more = (f"; {len(bad) - 1:,} more entries named like traces are not readable files either "
+                f"({', '.join(g.name for g, _ in bad[1:4])}{', ...' if len(bad) > 4 else ''})") if len(bad) > 1 else ""
+        raise TraceError(f"{d}: {f.name} is named like a rank's trace but is {why}{more}; every such entry is read "
+                         "as a rank (skipping one would diagnose a different job): make it a readable file or move "
+                         "it out of the folder")
+    if not named:
+        raise TraceError(
+            f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
+            "point at the folder your profiler wrote into"
+        )
+    if (d / "manifest.json").is_file() and len(named) > 1:
+        # The course's data/ folder: separate recordings, not the ranks of one run.
+        names = ", ".join(f.name for f in named[:4]) + (", ..." if len(named) > 4 else "")
+        raise TraceError(f"{d}: a folder of {len(named)} separate traces described by manifest.json ({names}), "
+                         f"not the ranks of one run; pass one of them, e.g. {named[0]}")
+    return named
+
+
 #: The counters a folder's reading processes share (set in each of them by :func:`_reader_process`).
 _SHARED: tuple | None = None
 
@@ -483,20 +530,7 @@ def _concat(parts: list) -> np.ndarray | pd.Categorical:
 
 
 def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_events: int) -> Trace:
-    try:
-        files = sorted(f for f in d.iterdir() if _is_trace_file(f))
-    except OSError as exc:
-        raise TraceError(f"{d}: the folder cannot be listed ({exc.strerror}); check its permissions") from None
-    if not files:
-        raise TraceError(
-            f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
-            "point at the folder your profiler wrote into"
-        )
-    if (d / "manifest.json").is_file() and len(files) > 1:
-        # The course's data/ folder: separate recordings, not the ranks of one run.
-        names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
-        raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json ({names}), "
-                         f"not the ranks of one run; pass one of them, e.g. {files[0]}")
+    files = trace_files(d)
     sizes = _sizes(d, files)
     _refuse_folder_size(d, files, sizes, max_bytes)
     # Ranks are independent files: parse them in parallel processes (the parse holds the GIL).
