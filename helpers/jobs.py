@@ -60,22 +60,15 @@ class RankSummary:
 
 def job_files(folder: str | os.PathLike) -> list[Path]:
     """The trace files of a folder of per-rank traces, in the order :func:`helpers.load` reads them."""
-    from .readers import _is_trace_file
+    from .readers import trace_files
 
     d = Path(folder)
     try:
         if not d.is_dir():
             raise TraceError(f"{d}: not a folder; pass the folder that holds one trace per rank")
-        files = sorted(f for f in d.iterdir() if _is_trace_file(f))
     except OSError as exc:
-        raise TraceError(f"{d}: the folder cannot be listed ({exc.strerror}); check its permissions") from None
-    if not files:
-        raise TraceError(f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
-                         "point at the folder your profiler wrote into")
-    if (d / "manifest.json").is_file() and len(files) > 1:
-        raise TraceError(f"{d}: a folder of {len(files)} separate traces described by manifest.json, "
-                         f"not the ranks of one run; pass one of them, e.g. {files[0]}")
-    return files
+        raise TraceError(f"{d}: the folder cannot be examined ({exc.strerror}); check its permissions") from None
+    return trace_files(d)
 
 
 #: ``diagnose FOLDER`` reads a folder as one timeline up to this many ranks and bytes of trace text together;
