@@ -406,10 +406,6 @@ def _renamed(read, tmp: Path, original: Path):
         raise TraceError(str(exc).replace(str(tmp), str(original))) from None
 
 
-def _is_trace_file(f: Path) -> bool:
-    return f.name.endswith(_TRACE_SUFFIXES) and not f.name.startswith(".") and f.name != "manifest.json" and f.is_file()
-
-
 def _not_a_file(f: Path) -> str | None:
     """Why an entry named like a trace file cannot be read as one (None: a regular file this process may read).
     Only examined, never opened: opening a named pipe waits for a writer."""
