@@ -46,3 +46,16 @@ def test_a_rerecording_replaces_its_entries_in_place_and_keeps_the_rest(tmp_path
     assert got["ncu"] == ncu  # no ncu CSV in this session: the list is untouched
     assert got["recorded_elsewhere"] == {"x": 1}
     assert (data / "triage__t2__h200.json.gz").read_bytes() == (session / "triage__t2__h200.json.gz").read_bytes()
+
+
+def test_an_ncu_csv_is_dated_by_the_recording_made_beside_it(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import collect_nsys
+
+    csv = tmp_path / "sync_stall__fixed__h200.ncu.csv"
+    csv.write_text('"ID","Kernel Name"\n')
+    made = collect_nsys._ncu_made(csv)  # alone: the CSV's own date, not a fixed one
+    assert len(made["date"]) == 10 and made["date"] != "2026-12-02"
+    (tmp_path / "sync_stall__fixed__h200.meta.json").write_text(json.dumps({"device": "NVIDIA H200 NVL",
+                                                                          "date": "2027-01-09"}))
+    assert collect_nsys._ncu_made(csv) == {"device": "NVIDIA H200 NVL", "date": "2027-01-09"}

@@ -12,6 +12,7 @@ workloads' twins also under "traces" (the key helpers.course reads).
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import json
 import shutil
@@ -56,6 +57,18 @@ def _merged(kept: list[dict], updated: dict[str, dict], key) -> list[dict]:
     return [updated[e["file"]] for e in kept] + sorted((e for f, e in updated.items() if f not in files), key=key)
 
 
+def _ncu_made(csv: Path) -> dict[str, str]:
+    """The device and date of an ncu CSV: those of the nsys recording of the same loop made beside it
+    (``nsys_session.sh`` runs ncu right after it), else the CSV's own UTC modification date on the tag's device."""
+    meta_path = csv.with_name(csv.name.replace(".ncu.csv", ".meta.json"))
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("device") and meta.get("date"):
+            return {"device": meta["device"], "date": meta["date"]}
+    made = datetime.datetime.fromtimestamp(csv.stat().st_mtime, datetime.timezone.utc)
+    return {"device": "NVIDIA H200", "date": made.date().isoformat()}
+
+
 def main(argv: list[str]) -> int:
     from helpers import load, metrics
 
@@ -65,11 +78,12 @@ def main(argv: list[str]) -> int:
     traces = {e["file"]: e for e in manifest["traces"]}
     (DATA / "nsys").mkdir(exist_ok=True)
     (DATA / "pairs").mkdir(exist_ok=True)
-    ncu_copied = False
+    ncu_made: dict[str, str] | None = None  # where and when the ncu CSV of this collection was taken
     for d in map(Path, argv):
         for f in d.glob("*.ncu.csv"):
             shutil.copyfile(f, DATA / "nsys" / f.name)
-            ncu_copied |= f.name == "sync_stall__fixed__h200.ncu.csv"
+            if f.name == "sync_stall__fixed__h200.ncu.csv":
+                ncu_made = _ncu_made(f)
         for meta_path in sorted(d.glob("*.meta.json")):
             meta = json.loads(meta_path.read_text())
             name = meta["name"]
@@ -115,11 +129,11 @@ def main(argv: list[str]) -> int:
                 if meta["workload"] == "communication":
                     entry["pair_note"] = GLOO_NOTE
                 recordings[rel] = entry
-    if ncu_copied:  # this session's ncu CSV: its entry replaces the one of that file, the others stay
+    if ncu_made:  # the collected ncu CSV: its entry replaces the one of that file, the others stay
         ncu = {e["file"]: e for e in manifest.get("ncu", [])}
         ncu["nsys/sync_stall__fixed__h200.ncu.csv"] = {
             "file": "nsys/sync_stall__fixed__h200.ncu.csv", "workload": "sync_stall", "variant": "fixed", "tag": "h200",
-            "device": "NVIDIA H200", "date": "2026-12-02",
+            **ncu_made,
             "command": "ncu --csv --page details --set basic -k regex:<top kernel of its nsys export> -c 3 "
                        "--clock-control none --log-file FILE python -m helpers.workloads.sync_stall --variant fixed "
                        "--steps 3 --warmup 2  (tools/nsys_session.sh)",
