@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -127,8 +127,12 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     counts what is read against the job's limits together (:mod:`helpers.readers.budget`). Without
     ``findings`` the rank's own diagnosis is left out (its figures only).
     """
-    from . import metrics
-    from .diagnosis import diagnose
+    return _analyse_read(_read_rank(path, index, max_bytes, max_events, budget), step_pattern, findings)
+
+
+def _read_rank(path: str | os.PathLike, index: int, max_bytes: int | None, max_events: int | None,
+               budget: Budget | None) -> tuple:
+    """One rank's file read: (path, its columns labelled with its rank, metadata, format, rank)."""
     from .readers import MAX_BYTES, MAX_EVENTS, read_file
 
     p = Path(path)
@@ -139,6 +143,14 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
     columns = {c: v for c, v in columns.items() if c not in ("step", "end_us")}  # labelled again below
     rank = _rank_of(p, meta, index)
     columns["rank"] = np.full(len(columns["name"]), rank, dtype=np.int64)  # as the folder reader labels a file
+    return p, columns, meta, fmt, rank
+
+
+def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> RankSummary:
+    from . import metrics
+    from .diagnosis import diagnose
+
+    p, columns, meta, fmt, rank = read
     trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
@@ -153,6 +165,78 @@ def analyse_rank(path: str | os.PathLike, index: int = 0, step_pattern: str | No
 
     path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
     return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path)
+
+
+def analyse_figures(args: list[tuple], budget: Budget | None = None) -> list[RankSummary]:
+    """The figures of a few ranks (no diagnosis), as :func:`analyse_rank` gives each with ``findings=False``,
+    worked out on one table of them all: a rank's figures are its own rows' (every metric here takes one rank at a
+    time), and a table, its steps and the figures' frames cost about 5 ms a rank however few its events, which
+    a job of 10,000 tiny ranks paid 10,000 times. ``args`` are :func:`analyse_rank`'s. Ranks without step
+    markers (whose steps are the steady state's repeats, found rank by rank), large ranks and a rank claimed
+    twice are analysed on their own."""
+    reads = [_read_rank(a[0], a[1], a[3], a[4], budget) for a in args]
+    step_pattern = args[0][2] if args else None
+    out: list[RankSummary | None] = [None] * len(reads)
+    together = [i for i, r in enumerate(reads) if _joinable(r[1])]
+    if len({reads[i][4] for i in together}) < len(together):
+        together = []  # two files claim one rank: the job's reduction refuses it; each is read as itself until then
+    kinds: dict[frozenset, list[int]] = {}  # ranks read from different formats (their columns differ) apart
+    for i in together:
+        kinds.setdefault(frozenset(reads[i][1]), []).append(i)
+    for group in kinds.values():
+        if len(group) > 1:
+            _figures_together([reads[i] for i in group], step_pattern, group, out)
+    for i, r in enumerate(reads):
+        if out[i] is None:
+            out[i] = _analyse_read(r, step_pattern, False)
+    return out  # type: ignore[return-value]
+
+
+#: Ranks of up to this many events share a table for their figures (:func:`analyse_figures`); a larger rank's own
+#: work outweighs the table's fixed costs, and a shared table's masks would read every rank's rows for each.
+JOIN_EVENTS = 10_000
+
+
+def _joinable(columns: dict[str, Any]) -> bool:
+    """A rank's columns that can share a table with others: some events (not too many), with finite start times."""
+    start = np.asarray(columns["start_us"], dtype=np.float64)
+    return 0 < len(start) <= JOIN_EVENTS and bool(np.isfinite(start).all())
+
+
+def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[int],
+                      out: list[RankSummary | None]) -> None:
+    """Fill ``out[where[k]]`` with the figures of ``reads[k]`` from one table of them all; a rank without steps
+    of its own is left for its own analysis."""
+    from . import metrics
+    from .model import GPU_WORK_KINDS, kind_in
+    from .readers import _concat
+
+    tables = []
+    for _, columns, _, _, _ in reads:
+        cols = dict(columns)
+        start = np.asarray(cols["start_us"], dtype=np.float64)
+        # each rank's own zero, as its own table has it (build_events below then takes off 0.0: the same numbers)
+        cols["start_us"] = start - start.min()
+        tables.append(cols)
+    events = build_events({c: _concat([t[c] for t in tables]) for c in tables[0]})
+    trace = finish(events, "", reads[0][3], {}, step_pattern)
+    stepped = set(trace.metadata["steps"]["rank"].tolist())
+    if len(stepped) < len(reads):  # ranks without steps of their own: the rest together again, without them
+        keep = [k for k, r in enumerate(reads) if r[4] in stepped]
+        if len(keep) > 1:
+            _figures_together([reads[k] for k in keep], step_pattern, [where[k] for k in keep], out)
+        return
+    cs = metrics.comm_stats(trace)
+    ev = trace.events
+    rank = ev["rank"].to_numpy()
+    gpu = set(np.unique(rank[(ev["device"].to_numpy() >= 0) & kind_in(ev, GPU_WORK_KINDS)]).tolist())
+    counts = dict(zip(*np.unique(rank, return_counts=True)))
+    by_rank = cs.groupby("rank").indices
+    empty = np.zeros(0, dtype=np.int64)
+    for k, (p, _, _, fmt, r) in enumerate(reads):
+        rows = by_rank.get(r, empty)
+        comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64)[rows] for c in COMM_COLUMNS}
+        out[where[k]] = RankSummary(r, str(p), fmt, int(counts.get(r, 0)), r in gpu, comm, [], diagnosed=False)
 
 
 def default_workers(n_files: int) -> int:
@@ -280,11 +364,12 @@ def _refuse_job_events(total: tuple, events: int) -> None:
 
 def _serial(args: list[tuple], progress: Progress | None, total: tuple | None = None) -> list[RankSummary]:
     budget = Budget(*total) if total is not None else None
-    out = []
-    for a in args:
-        out.append(analyse_rank(*a, budget=budget))
-        if progress:
-            progress(len(out), len(args))
+    out: list[RankSummary] = []
+    for batch in _batches(args):
+        for summary in _analyse_some(batch, budget):  # (a batch to diagnose is analysed as its ranks are asked for)
+            out.append(summary)
+            if progress:
+                progress(len(out), len(args))
     return out
 
 
@@ -301,8 +386,16 @@ def _job_process(total: tuple | None) -> None:
 def _analyse_batch(batch: list[tuple]) -> list[RankSummary]:
     """A worker's task: a few ranks, one after another (small ranks go in batches, so a job of thousands of
     tiny files does not pay a round trip to the worker for each)."""
-    budget = Budget(*_JOB_TOTAL) if _JOB_TOTAL is not None else None
-    return [analyse_rank(*a, budget=budget) for a in batch]
+    return list(_analyse_some(batch, Budget(*_JOB_TOTAL) if _JOB_TOTAL is not None else None))
+
+
+def _analyse_some(batch: list[tuple], budget: Budget | None) -> Iterator[RankSummary]:
+    """A few ranks: those to diagnose one by one, those for their figures only together (:func:`analyse_figures`)."""
+    if len(batch) > 1 and not any(a[5] for a in batch):
+        yield from analyse_figures(batch, budget)
+        return
+    for a in batch:
+        yield analyse_rank(*a, budget=budget)
 
 
 #: A worker's task holds ranks until their files add up to this many bytes (or _BATCH_RANKS of them).
@@ -593,5 +686,5 @@ def stderr_progress(label: str = "ranks") -> Progress | None:
     return show
 
 
-__all__ = ["COMM_COLUMNS", "RankSummary", "analyse_job", "analyse_rank", "default_workers", "job_files",
+__all__ = ["COMM_COLUMNS", "RankSummary", "analyse_figures", "analyse_job", "analyse_rank", "default_workers", "job_files",
            "reduce_ranks", "stderr_progress"]

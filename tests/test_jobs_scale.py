@@ -64,9 +64,10 @@ def test_a_job_of_many_ranks_diagnoses_a_bounded_number_of_them(tmp_path, monkey
     full = jobs.analyse_job(folder, workers=workers)
     monkeypatch.setattr(jobs, "DIAGNOSED_RANKS", 5)
     calls = []
-    if workers == 1:  # counted in this process
-        real = jobs.analyse_rank
+    if workers == 1:  # counted in this process (figures only: a few ranks at a time, on one table of them)
+        real, together = jobs.analyse_rank, jobs.analyse_figures
         monkeypatch.setattr(jobs, "analyse_rank", lambda *a, **kw: calls.append(a[5]) or real(*a, **kw))
+        monkeypatch.setattr(jobs, "analyse_figures", lambda args, *a: calls.extend(x[5] for x in args) or together(args, *a))
     part = jobs.analyse_job(folder, workers=workers)
     assert part["diagnosed"] == 5 and full["diagnosed"] == 12
     if workers == 1:

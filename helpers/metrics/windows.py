@@ -30,6 +30,8 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     """
     steps = trace.steps
     ranks = trace.ranks if rank is None else [rank]
+    if _plain_steps(steps):
+        return _windows_of(trace, steps, ranks)
     rows = []
     for r in ranks:
         st = steps[steps["rank"] == r].copy()
@@ -65,6 +67,94 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
         rows.append(st)
     return (pd.concat(rows, ignore_index=True) if rows
             else pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"]))
+
+
+#: The steps table as the readers and the steady state build it: these columns, these types (a table a user made
+#: with others is windowed by the general code above, which keeps its columns and types).
+_STEP_DTYPES = {"rank": np.dtype("int64"), "step": np.dtype("int64"), "start_us": np.dtype("float64"),
+                "end_us": np.dtype("float64"), "dur_us": np.dtype("float64")}
+
+
+def _plain_steps(steps: pd.DataFrame) -> bool:
+    return list(steps.columns) == list(_STEP_DTYPES) and all(
+        steps[c].dtype == d for c, d in _STEP_DTYPES.items())
+
+
+def _windows_of(trace: Trace, steps: pd.DataFrame, ranks: list[int]) -> pd.DataFrame:
+    """:func:`windows` on a plain steps table (:func:`_plain_steps`), worked on arrays: the same windows, without
+    the few dozen small frames a rank cost (about 2 ms a rank, which a job of thousands of small ranks felt)."""
+    srank, sstep = steps["rank"].to_numpy(), steps["step"].to_numpy()
+    sstart, send = steps["start_us"].to_numpy(), steps["end_us"].to_numpy()
+    out_rank, out_step, out_start, out_end = [], [], [], []
+    for r in ranks:
+        on_rank = rank_events(trace, r)
+        if on_rank.empty:
+            continue
+        mine = np.flatnonzero(srank == r)
+        if not mine.size:
+            s, e = float(on_rank["start_us"].min()), float(on_rank["end_us"].max())
+            s = _first_cuda_work(on_rank, s)
+            step, start, end = np.array([-1], dtype=np.int64), np.array([s]), np.array([e])
+        else:
+            mine = mine[np.argsort(sstart[mine], kind="quicksort")]  # as sort_values("start_us") orders them
+            step, start, end = sstep[mine], sstart[mine].copy(), send[mine].copy()
+            ev_step, device = on_rank["step"].to_numpy(), on_rank["device"].to_numpy()
+            on_gpu = (device >= 0) & (ev_step >= 0)  # the GPU rows' step and end only: all the windows ask of them
+            dev_step, dev_end = ev_step[on_gpu], on_rank["end_us"].to_numpy()[on_gpu]
+            ends_at, ends = _max_by_step(dev_step, dev_end)
+            paced = _gpu_paced_arrays(step, start, ends_at, ends)
+            if paced is not None:
+                start, end = paced
+            elif dev_step.size:
+                step_last = int(step[-1])
+                s_last, host_end = float(start[-1]), float(end[-1])
+                at = int(np.searchsorted(ends_at, step_last))
+                if at < ends_at.size and ends_at[at] == step_last:
+                    before = ends[:at]  # the steps before the last (ends_at is sorted)
+                    gpu_from = max(s_last, float(np.fmax.reduce(before))) if before.size else s_last
+                    own = float(ends[at]) - gpu_from
+                    end[-1] = s_last + max(host_end - s_last, own)
+        lead = unrecorded_gpu_lead(trace, int(r))
+        if lead is not None and lead[0] <= float(start[0]) < lead[1] < float(end[0]):
+            start[0] = lead[1]
+        out_rank.append(np.full(len(step), r, dtype=np.int64))
+        out_step.append(step)
+        out_start.append(start)
+        out_end.append(end)
+    if not out_rank:
+        return pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"])
+    start, end = np.concatenate(out_start).astype(np.float64), np.concatenate(out_end).astype(np.float64)
+    return pd.DataFrame({"rank": np.concatenate(out_rank), "step": np.concatenate(out_step).astype(np.int64),
+                         "start_us": start, "end_us": end, "dur_us": end - start})
+
+
+def _max_by_step(step: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's latest end (NaN ends skipped unless a step has no other), as ``groupby("step").max()``: the
+    steps sorted, and their ends."""
+    if not step.size:
+        return step, end
+    order = np.argsort(step, kind="stable")
+    step, end = step[order], end[order]
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    return step[first], np.fmax.reduceat(end, first)
+
+
+def _gpu_paced_arrays(step: np.ndarray, start: np.ndarray, ends_at: np.ndarray,
+                      ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_gpu_paced` on arrays (a rank's steps by start, and its GPU work's last end per step): the new
+    starts and ends, or None."""
+    if len(step) < 2 or not ends_at.size:
+        return None
+    at = np.searchsorted(ends_at, step)
+    if not ((at < ends_at.size) & (ends_at[np.minimum(at, ends_at.size - 1)] == step)).all():
+        return None
+    ge = ends[at].astype(float)
+    if not (ge[:-1] > start[1:]).all() or not (np.diff(ge) > 0).all():
+        return None
+    period = float(np.median(np.diff(ge)))
+    if period <= _th.GPU_PACED_RATIO * float(np.median(np.diff(start))):
+        return None
+    return np.r_[max(float(start[0]), ge[0] - period), ge[:-1]], ge
 
 
 def _first_cuda_work(on_rank: pd.DataFrame, start: float) -> float:

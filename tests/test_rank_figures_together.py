@@ -1,0 +1,87 @@
+"""A job's figures-only ranks are worked out a few at a time on one table of them (``jobs.analyse_figures``): every
+figure must be the one the rank gives on its own (``analyse_rank(..., findings=False)``), bit for bit, whatever the
+ranks hold (GPU and host collectives, marked steps or none, a step pattern, ranks of several formats, no events),
+and a job's report must be the same with the shared table and without it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from test_jobs_scale import job  # noqa: E402
+
+
+def _same(alone: jobs.RankSummary, together: jobs.RankSummary) -> None:
+    for name in ("rank", "source", "format", "events", "has_gpu", "diagnosed", "findings"):
+        assert getattr(alone, name) == getattr(together, name), (alone.source, name)
+    assert set(alone.comm) == set(together.comm) == set(jobs.COMM_COLUMNS)
+    for c in jobs.COMM_COLUMNS:
+        a, b = alone.comm[c], together.comm[c]
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True), (alone.source, c)
+
+
+def _files(tmp_path: Path) -> list[Path]:
+    """Ranks unlike each other: the course's gloo ranks (host collectives), recordings with and without step
+    markers (a GPU-paced loop among them), an Nsight export, tiny ranks with one slow one, a rank with no events."""
+    corpus = ROOT / "tests" / "corpus"
+    picked = [*sorted((ROOT / "data" / "communication__ddp__cpu").glob("*.json.gz")),
+              *sorted((ROOT / "data" / "communication__imbalance__cpu").glob("*.json.gz")),
+              *(corpus / n for n in ("hta_event_sync_multistream.json.gz", "hta_cpu_only_rank34.json.gz",
+                                     "hta_triton_example.json.gz", "tl_torch_compile_triton.json.gz",
+                                     "hta_mi250_minitoy_train.json.gz", "hta_gp100_tiny_training_loop.json.gz",
+                                     "nsys_extrap_gtx1060_concurrent.sqlite.gz")),
+              ROOT / "data" / "gpu_bound__bf16__h200.json.gz"]
+    tiny = sorted(job(tmp_path, 9, slow=(4,), kernels=3).iterdir())
+    empty = tmp_path / "rank_empty.json"
+    empty.write_text(json.dumps({"traceEvents": []}))
+    return [*picked, *tiny[:5], empty, *tiny[5:]]
+
+
+@pytest.mark.parametrize("pattern", [None, "ProfilerStep"])
+def test_figures_of_ranks_together_are_each_ranks_own(tmp_path, monkeypatch, pattern):
+    monkeypatch.setattr(jobs, "_rank_of", lambda path, meta, index: index)  # the recordings all say rank 0
+    files = _files(tmp_path)
+    args = [(str(f), i, pattern, None, None, False) for i, f in enumerate(files)]
+    alone = [jobs.analyse_rank(*a) for a in args]
+    assert sum(len(s.comm["step"]) for s in alone) > len(files)  # steps found: figures to compare
+    for order in (args, args[::-1], args[1::2] + args[::2]):
+        for s, a in zip(jobs.analyse_figures(order), order):
+            _same(alone[a[1]], s)
+    for k in range(0, len(args), 4):  # in small groups too (a group of one rank of each kind)
+        for s, a in zip(jobs.analyse_figures(args[k:k + 4]), args[k:k + 4]):
+            _same(alone[a[1]], s)
+
+
+def test_ranks_claiming_one_rank_are_still_refused(tmp_path):
+    folder = job(tmp_path, 3, kernels=3)
+    doc = json.loads((folder / "rank00001.json").read_text())
+    doc["distributedInfo"]["rank"] = 0
+    (folder / "rank00001.json").write_text(json.dumps(doc))
+    args = [(str(f), i, None, None, None, False) for i, f in enumerate(sorted(folder.iterdir()))]
+    for s, a in zip(jobs.analyse_figures(args), args):
+        _same(jobs.analyse_rank(*a), s)
+    with pytest.raises(jobs.TraceError, match="two files claim rank 0"):
+        jobs.reduce_ranks(jobs.analyse_figures(args))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_jobs_report_is_the_same_with_and_without_the_shared_table(tmp_path, monkeypatch, workers):
+    folder = job(tmp_path, 40, slow=(7, 30), kernels=4)
+    monkeypatch.setattr(jobs, "DIAGNOSED_RANKS", 6)  # the figures-only path for most of them
+    together = jobs.analyse_job(folder, workers=workers)
+    monkeypatch.setattr(jobs, "JOIN_EVENTS", 0)  # no rank shares a table: each analysed on its own
+    alone = jobs.analyse_job(folder, workers=workers)
+    assert together["diagnosed"] == alone["diagnosed"] == 6
+    assert together.keys() == alone.keys()
+    for key in together:
+        if key == "per_rank":
+            assert together[key].equals(alone[key])
+        else:
+            assert together[key] == alone[key], key
