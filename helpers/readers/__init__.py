@@ -212,8 +212,8 @@ def _refuse_damaged_times(events: pd.DataFrame, p: Path) -> None:
 def limit(value: object, name: str) -> int:
     """A size limit as a positive whole number; NaN, infinity, zero, negatives and non-numbers are refused,
     so a limit can be raised but never switched off by accident (NaN compares false with everything)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TraceError(f"{name}={value!r}: give a positive number")
+    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TraceError(f"{name}={value!r}: give a positive number")  # (a timedelta64 is an np.integer)
     if not math.isfinite(value) or value < 1:
         raise TraceError(f"{name}={value!r}: give a positive, finite number (a limit cannot be switched off)")
     return int(value)
