@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import collections.abc
 import functools
+import itertools
 import math
 import numbers
 import os
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .errors import TraceError
@@ -48,24 +50,37 @@ def describe(value: object, limit: int = 48) -> str:
     return text if kind in ("str", "int", "float", "bool", "NoneType") or text.startswith(kind) else f"{text} ({kind})"
 
 
+#: NumPy types registered as numbers that hold no plain number: a bool, and times (np.timedelta64 is an integer
+#: type to NumPy; its NaT is the smallest int64 to int()).
+_NOT_NUMBERS = ("bool_", "timedelta64", "datetime64")
+#: Items an iterator (or a lazy sequence such as range) may give where a list goes: a generator is taken, an endless
+#: one (itertools.count()) or range(10**18) is refused instead of filling memory.
+MAX_ITEMS = 1_000_000
+
+
 def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool,)) and type(value).__name__ != "bool_"
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool,)) and type(value).__name__ not in _NOT_NUMBERS
 
 
 def _int(value: Any) -> int:
     if isinstance(value, numbers.Integral) and _is_real(value):
-        return int(value)
+        try:
+            return int(value)
+        except (TypeError, ValueError, OverflowError):
+            raise _Refused("a whole number") from None
     raise _Refused("a whole number")
 
 
 def _float(value: Any) -> float:
+    # passed on as the Python number it holds: an np.int8 or np.uint64 would wrap around in the function's
+    # arithmetic (np.int8(100) - np.int8(-100) is -56), a Fraction or np.float16 would not format as a float
     if _is_real(value):
         try:
-            out = float(value)
+            out = int(value) if isinstance(value, numbers.Integral) else float(value)
         except (TypeError, ValueError, OverflowError):
             raise _Refused("a finite number") from None
         if math.isfinite(out):
-            return out if isinstance(value, float) else value
+            return out
     raise _Refused("a finite number")
 
 
@@ -84,14 +99,16 @@ def _str(value: Any) -> str:
 def _path(value: Any) -> Any:
     if isinstance(value, (str, bytes, os.PathLike)):
         try:
-            text = os.fsdecode(value)
+            text = str.__str__(os.fsdecode(value))  # a str subclass (np.str_) as the plain text it holds
         except (TypeError, ValueError):
             raise _Refused("a file path (str or pathlib.Path)") from None
         if "\0" in text:
             raise _Refused("a file path (str or pathlib.Path) without a NUL character")
         if not text:  # '' is the current folder to pathlib: never the file a user meant
             raise _Refused("a file path (str or pathlib.Path), not empty text")
-        return text if isinstance(value, bytes) else value  # bytes as text: pathlib.Path takes no bytes
+        # passed on as the text it names: pathlib.Path takes no bytes (nor a PathLike that gives bytes), and a
+        # PureWindowsPath made into a Path here names another file ('C:\\/x' for 'C:\\x'); a str or Path as given
+        return value if type(value) in (str, type(Path())) else text
     raise _Refused("a file path (str or pathlib.Path)")
 
 
@@ -142,6 +159,10 @@ def _optional(inner: Check) -> Check:
 
 def _either(checks: list[Check]) -> Check:
     def check(value: Any) -> Any:
+        if isinstance(value, collections.abc.Iterator):  # drawn once: each alternative sees every item
+            value = _draw(value, MAX_ITEMS + 1)
+            if len(value) > MAX_ITEMS:
+                raise _Refused(f"a list of at most {MAX_ITEMS:,} items")
         wants = []
         for c in checks:
             try:
@@ -152,12 +173,25 @@ def _either(checks: list[Check]) -> Check:
     return check
 
 
+def _draw(value: Any, at_most: int) -> list:
+    """The items of ``value``: all of a collection already in memory; of an iterator or a lazy sequence (range),
+    at most ``at_most``."""
+    if isinstance(value, collections.abc.Collection) and not isinstance(value, range):
+        return list(value)
+    return list(itertools.islice(value, at_most))
+
+
 def _items(inner: Check, words: str, container: Callable | None = list, length: int | None = None) -> Check:
     """Each item held to ``inner``; the items come back in ``container`` (None: the value as it was given)."""
     def check(value: Any) -> Any:
         if isinstance(value, (str, bytes, collections.abc.Mapping)) or not isinstance(value, collections.abc.Iterable):
             raise _Refused(words)
-        items = list(value)
+        try:
+            items = _draw(value, (MAX_ITEMS if length is None else length) + 1)
+        except TypeError:  # iterable in name only: a 0-d numpy array
+            raise _Refused(words) from None
+        if length is None and len(items) > MAX_ITEMS:
+            raise _Refused(f"{words} of at most {MAX_ITEMS:,} items")
         if length is not None and len(items) != length:
             raise _Refused(words)
         try:
