@@ -55,6 +55,11 @@ def _readings(trace_id: str, source: str):
 def test_truthful_reading_passes(trace_id, source):
     out = checks.check_triage(trace_id, *_readings(trace_id, source), source=source)
     assert out.startswith(f"passed: check_triage[{trace_id}]") and "Second opinion" in out
+    # every cost in the second opinion says what it is: a bare "(45%)" beside a summary's "idles 47%" read as two
+    # figures for one thing
+    opinion = re.split(r" The look-alike| Note:", out.split("Second opinion, helpers.diagnose: ", 1)[1])[0]
+    assert not re.search(r"\(\d+%\)", opinion), opinion
+    assert "of the step)" in opinion or "nothing stood out" in opinion, opinion
 
 
 def test_the_recorded_truth_agrees_with_the_trace_or_the_check_says_why():

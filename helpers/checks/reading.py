@@ -24,6 +24,7 @@ from .. import thresholds as th
 from ..diagnosis import PATTERNS, Finding, diagnose, locate
 from ..model import Trace
 from ..patterns import BY_CAUSE, BY_NAME, SIGNALS
+from ..render import finding_cost_text
 from ._core import CheckFailed, _record, unit_slip
 
 #: The figures that can prove each pattern (names of :func:`helpers.diagnose`'s signals), with how to
@@ -355,7 +356,10 @@ def _check_reading(reading: Reading, trace: Trace, item: str, name: str) -> str:
         _record(item, name, False)
         raise CheckFailed("Not yet: " + " | ".join(problems[:3]) + ".")
     _record(item, name, True)
-    second = "; ".join(f"{f.pattern} ({f.cost:.0%}): {f.summary.rstrip('.')}" for f in findings[:3]) or "nothing stood out"
+    # each cost named for what it is (what the fix would save): beside a summary's own share of the step (an idle
+    # share, 47%) a bare "(45%)" read as a second, contradicting figure for the same thing
+    second = "; ".join(f"{f.pattern} ({finding_cost_text(f) or 'no cost'}): {f.summary.rstrip('.')}"
+                       for f in findings[:3]) or "nothing stood out"
     return f"passed: {name}. Second opinion, helpers.diagnose: {second}."  # summaries end in '.': one stop, at the end
 
 
