@@ -56,7 +56,7 @@ def load(path: str, args: argparse.Namespace):
 
 def _limits_given(args: argparse.Namespace) -> tuple[int | None, int | None]:
     """--max-mb in bytes and --max-events, or None for each one not given (the defaults then apply)."""
-    return (None if args.max_mb is None else int(args.max_mb * 2**20)), args.max_events
+    return args.max_mb, args.max_events  # (--max-mb is read as bytes)
 
 
 def _step_pattern(text: str | None) -> str | None:
@@ -223,14 +223,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor.exit_status(findings)
 
 
-def _positive(text: str) -> float:
+#: The largest --max-mb taken as given, in bytes: a limit above any disk (1e308 MB is infinite bytes, which no
+#: count can be compared with as a whole number) is this one.
+MAX_LIMIT_BYTES = 1 << 62
+
+
+def _megabytes(text: str) -> int:
+    """--max-mb as a whole number of bytes: at least one, at most :data:`MAX_LIMIT_BYTES`."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not value > 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{_shown(text)}: give a positive number, e.g. 512")
-    return value
+    if value * 2**20 < 1:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: less than one byte; give a size in megabytes, e.g. 512")
+    return int(min(value * 2**20, MAX_LIMIT_BYTES))
 
 
 def _positive_int(text: str) -> int:
@@ -246,6 +254,20 @@ def _name(text: str) -> str:
     """A file or folder name as given; an empty one is refused (pathlib reads it as the current folder)."""
     if not text:
         raise argparse.ArgumentTypeError(f"{text!r}: an empty name; give a file or folder")
+    return text
+
+
+def _output_name(text: str) -> str:
+    """-o's file name: not empty, not '-' (no command writes its file to standard output: that was a file named
+    '-' in the current folder) and not a name ending in '/' (a folder's: pathlib drops the slash, and a file
+    named like the folder was written)."""
+    text = _name(text)
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-': the output is written to a file, never to standard output; give a file "
+                                         "name (a file named '-' is ./-)")
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: ends in '/', so it names a folder; give a file name inside "
+                                         "it")
     return text
 
 
@@ -276,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def _limits(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--max-mb", type=_positive, metavar="MB",
+        sp.add_argument("--max-mb", type=_megabytes, metavar="MB",
                         help=f"refuse inputs larger than this after decompression, a folder's ranks together "
                              f"(default {MAX_BYTES >> 20}; for a job read rank by rank, each rank)")
         sp.add_argument("--max-events", type=_positive_int, metavar="N",
@@ -290,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="machine-readable output (schema below)")
     sp.set_defaults(func=cmd_diagnose)
     sp = with_trace("plot", "draw the timeline")
-    sp.add_argument("-o", "--output", type=_name, default="timeline.png")
+    sp.add_argument("-o", "--output", type=_output_name, default="timeline.png")
     sp.add_argument("--window", metavar="START:END",
                     help="milliseconds on the timeline's axis (0 = the first profiled step's start, as the plot labels it)")
     sp.add_argument("--step", type=int, help="draw one step (0 = first profiled step)")
@@ -300,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("compare", help="before/after table (and figure with -o)")
     sp.add_argument("before", type=_name)
     sp.add_argument("after", type=_name)
-    sp.add_argument("-o", "--output", type=_name)
+    sp.add_argument("-o", "--output", type=_output_name)
     sp.add_argument("--steps", metavar="REGEX")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     _limits(sp)
@@ -308,14 +330,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = with_trace("report", "one self-contained HTML file: overview, diagnosis, tables, the interactive timeline "
                     "(and the diff with a second trace)")
     sp.add_argument("after", nargs="?", type=_name, help="a second trace (the after of a before/after): the report adds the diff")
-    sp.add_argument("-o", "--output", type=_name, default="report.html", help="the HTML file to write (default report.html)")
+    sp.add_argument("-o", "--output", type=_output_name, default="report.html", help="the HTML file to write (default report.html)")
     sp.add_argument("--detail-events", type=_positive_int, default=2_000_000, metavar="N",
                     help="events stored one by one for hover, search and the finest zoom (default 2,000,000); "
                          "beyond them the timeline is drawn from columns laid out per zoom level")
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_report)
     sp = with_trace("export", "write as Chrome-trace JSON for Perfetto UI / chrome://tracing")
-    sp.add_argument("-o", "--output", type=_name, required=True)
+    sp.add_argument("-o", "--output", type=_output_name, required=True)
     sp.add_argument("--force", action="store_true", help="replace an existing output file")
     sp.set_defaults(func=cmd_export)
     sp = sub.add_parser("ranks", help="a folder of per-rank traces, rank by rank in parallel: stragglers, imbalance, "

@@ -29,7 +29,10 @@ def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[
     ``inputs`` are the files or folders the same command reads: an output that is one of them, or lies
     inside one of those folders, is refused even with ``force`` (the command would destroy what it reads).
     """
-    p = Path(os.fsdecode(path))
+    text = os.fsdecode(path)
+    if text.endswith(("/", os.sep)):  # pathlib drops the slash: a file named like the folder would be written
+        raise TraceError(f"{text}: ends in '/', so it names a folder; give a file name inside it")
+    p = Path(text)
     if p.name.endswith(TEMP_SUFFIX) or p.name.startswith(TEMP_PREFIX):
         raise TraceError(f"{p}: names ending in {TEMP_SUFFIX} or starting with {TEMP_PREFIX} are for temporary "
                          "files; choose another output name")

@@ -14,6 +14,11 @@ import errno
 import os
 import re
 
+try:  # imported here: once a process has no file descriptor left, an import fails
+    import resource
+except ImportError:  # pragma: no cover - not on Windows
+    pass
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -77,6 +82,15 @@ def working_folder() -> str | None:
         return None
 
 
+def _limit(name: str) -> str:
+    """A resource limit's soft value as a number ('?' where the platform says none)."""
+    try:
+        soft = resource.getrlimit(getattr(resource, name))[0]
+    except (NameError, AttributeError, OSError, ValueError):
+        return "?"
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+
+
 def os_error_text(exc: OSError) -> str:
     """One line for an OSError nothing more specific caught: what failed, on which path, and a next step."""
     what = exc.strerror or str(exc) or type(exc).__name__
@@ -93,6 +107,13 @@ def os_error_text(exc: OSError) -> str:
         hint = "check the permissions"
     elif exc.errno == errno.ELOOP:
         hint = "a symbolic link there points back at itself; fix or remove it"
+    elif exc.errno in (errno.EMFILE, errno.ENFILE):  # a limit of the process or the system, not the path
+        hint = f"the limit on open files is {_limit('RLIMIT_NOFILE')}; raise it (ulimit -n 4096) and run again"
+    elif exc.errno == errno.EFBIG:
+        hint = f"the limit on a file's size is {_limit('RLIMIT_FSIZE')} (bytes); raise it (ulimit -f unlimited) or free space"
+    elif exc.errno in (errno.EAGAIN, errno.ENOMEM) and not where:  # fork or a thread refused
+        hint = "the system would not start another process or thread (a limit on processes or memory); close " \
+               "other programs or raise the limit (ulimit -u), then run again"
     else:
         hint = "check the path"
     return f"{where + ': ' if where else ''}{what}; {hint}"
