@@ -167,7 +167,10 @@ def sketch(trace: Trace) -> np.ndarray:
 
 def share_held(trace: Trace, sk: np.ndarray) -> float:
     """The share of a seal's sampled runs that occur in ``trace`` (1.0: the sealed trace itself)."""
-    fp = fingerprint(trace)
+    return _share(fingerprint(trace), sk)
+
+
+def _share(fp: np.ndarray, sk: np.ndarray) -> float:
     if sk.size == 0 or fp.size == 0:
         return 0.0
     at = np.minimum(np.searchsorted(fp, sk), fp.size - 1)  # fp is sorted: k look-ups, not a pass over the trace
@@ -186,7 +189,9 @@ _RECORDED: list[Seal] = []
 def _seals(scope: str = "reading") -> list[Seal]:
     if not _RECORDED:
         _RECORDED.extend(_recorded_seals())
-    return [s for s in (*_RECORDED, *_LAB_SEALS, *_from_file()[0]) if not s.is_open and (scope == "reading" or s.scope == scope)]
+    opened = _opened()  # once for all of them (each seal's is_open would look at the folder's file again)
+    return [s for s in (*_RECORDED, *_LAB_SEALS, *_from_file()[0])
+            if not all(part in opened for part in s.label.split(" and ")) and (scope == "reading" or s.scope == scope)]
 
 
 def sealed_by(trace: Trace, scope: str = "reading") -> str | None:
@@ -196,11 +201,12 @@ def sealed_by(trace: Trace, scope: str = "reading") -> str | None:
     if not seals:
         return None
     try:
-        if len(fingerprint(trace)) == 0:
-            return None
+        fp = fingerprint(trace)
     except (AttributeError, TypeError, ValueError, KeyError):
         return None  # not a trace's events: the helper itself says what is wrong with it
-    return next((s.label for s in seals if share_held(trace, s.sketch) > MATCH), None)
+    if len(fp) == 0:
+        return None
+    return next((s.label for s in seals if _share(fp, s.sketch) > MATCH), None)  # one fingerprint for every seal
 
 
 def gate(trace: Trace, what: str) -> None:
