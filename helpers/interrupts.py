@@ -16,17 +16,24 @@ the API. A second signal while that cleanup runs is held back; a third stops at 
 
 Nothing here is needed for correctness when nothing is interrupted, and none of it runs outside the
 main thread (Python delivers signals only there).
+
+SIGKILL (the kernel's out-of-memory killer, ``kill -9``) cannot be caught: what the killed process had made
+stays. So every temporary name carries its maker's host and process id (:func:`owned_prefix`), and the next
+command that makes one in the same folder removes those whose process is gone (:func:`sweep_stale`).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -235,13 +242,66 @@ def remove_registered() -> None:
         _remove(path)
 
 
+#: Seconds a dead process's temporary file or folder is left before another command removes it: a process of the
+#: same host name in another PID namespace (a container) looks dead from here, and a writer touches its file.
+STALE_AFTER_S = 600.0
+
+
+def _host() -> str:
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname() or "host")[:32]
+    return name or "host"
+
+
+def owned_prefix(prefix: str) -> str:
+    """``prefix`` with this host's name and this process's id: what :func:`sweep_stale` reads back."""
+    return f"{prefix}{_host()}-{os.getpid()}-"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, OSError):  # alive (another user's), or no such number: kept
+        return False
+    return False
+
+
+def sweep_stale(folder: str | os.PathLike, prefix: str, suffix: str = "") -> list[str]:
+    """Remove from ``folder`` what a process of this host killed with SIGKILL left: entries named by
+    :func:`owned_prefix` (``prefix``, then ``suffix``) whose process is gone, owned by this user and untouched for
+    :data:`STALE_AFTER_S`. Never raises; returns the names removed."""
+    pattern = re.compile(re.escape(prefix) + re.escape(_host()) + r"-(\d{1,10})-.*" + re.escape(suffix) + "$", re.S)
+    removed: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            candidates = [e for e in entries if e.name.startswith(prefix) and pattern.match(e.name)]
+        uid = os.getuid() if hasattr(os, "getuid") else None
+        for e in candidates[:1000]:  # a bound on the work one command does for others
+            st = e.stat(follow_symlinks=False)
+            if (uid is not None and st.st_uid != uid) or time.time() - st.st_mtime < STALE_AFTER_S:
+                continue
+            if not _gone(int(pattern.match(e.name).group(1))):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                os.unlink(e.path)
+            removed.append(e.name)
+    except OSError:
+        pass
+    return removed
+
+
 @contextmanager
 def temporary_dir(prefix: str = "helpers-") -> Iterator[Path]:
-    """``tempfile.TemporaryDirectory`` that a signal cannot leave behind (see the module's doc).
+    """``tempfile.TemporaryDirectory`` that a signal cannot leave behind (see the module's doc); what a killed
+    command left in ``$TMPDIR`` is removed first.
 
     Raises :class:`OSError` when the folder cannot be made (a full or missing ``$TMPDIR``)."""
+    sweep_stale(tempfile.gettempdir(), prefix)
     with deferred():
-        path = tempfile.mkdtemp(prefix=prefix)  # mode 0700: private to this user
+        path = tempfile.mkdtemp(prefix=owned_prefix(prefix))  # mode 0700: private to this user
         register(path)
     try:
         yield Path(path)
@@ -252,5 +312,5 @@ def temporary_dir(prefix: str = "helpers-") -> Iterator[Path]:
 
 atexit.register(remove_registered)
 
-__all__ = ["SIGNALS", "Interrupted", "created", "deferred", "ignore", "in_main_thread", "install", "received", "register",
-           "remove_registered", "signals_as_exceptions", "stopped", "temporary_dir", "unregister"]
+__all__ = ["SIGNALS", "Interrupted", "created", "deferred", "ignore", "in_main_thread", "install", "owned_prefix", "received",
+           "register", "remove_registered", "signals_as_exceptions", "stopped", "sweep_stale", "temporary_dir", "unregister"]

@@ -90,9 +90,10 @@ def write_output(path: str | os.PathLike, write: Callable[[BinaryIO], None], for
                  inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """Call ``write(fh)`` on a private temporary file, then put it at ``path`` (see the module's doc)."""
     p = check_output(path, force, inputs)
+    interrupts.sweep_stale(p.parent, TEMP_PREFIX, TEMP_SUFFIX)  # what a command killed with SIGKILL left here
     try:
         with interrupts.deferred():  # a signal cannot fall between making the file and registering it
-            fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=p.parent)
+            fd, tmp_name = tempfile.mkstemp(prefix=interrupts.owned_prefix(TEMP_PREFIX), suffix=TEMP_SUFFIX, dir=p.parent)
             interrupts.register(tmp_name)
     except OSError as exc:
         raise TraceError(f"{p}: cannot write in {p.parent} ({exc.strerror}); choose another output folder") from None
