@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import thresholds as th
 from .errors import ArgumentError, NoGPUError, TraceError
 from .model import Trace
 from .procs import KEEP_BYTES, last_line, run_bounded
@@ -169,6 +170,7 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     cuda = torch.cuda.is_available() if cuda is None else cuda
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     run_dir = new_run_dir(out_dir, name)
+    pace_before = pace_probe()  # the machine's pace just before the steps, outside the profiler: not in the trace
     with quiet_profiler_logs(not profiler_logs), \
             profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=steps, repeat=1),
                     with_stack=with_stack, profile_memory=profile_memory) as prof:
@@ -176,8 +178,49 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
             step_fn(i)
             prof.step()
         _sync()
-    how = {"by": "capture", **describe_step(step_fn)}  # the stamp names the loop: its code and the workload it runs
+    pace = [pace_before, pace_probe()]  # ... and just after them: the pair brackets the profiled window
+    # the stamp names the loop (its code and the workload it runs) and the machine's pace around it (certified
+    # with the rest: a check reads it off the stamp, helpers.checks.speed)
+    how = {"by": "capture", **describe_step(step_fn), "pace_ms": pace}
     return _stamp(load(save_trace(prof, run_dir / "trace.json.gz", how)))
+
+
+def _pace_work(a: torch.Tensor, b: torch.Tensor, tiny: torch.Tensor) -> float:
+    """One run of the reference workload, in ms: the two kinds of work a training step's host does, Python-level
+    calls of tiny ops (dispatch) and a few ops big enough for torch's intra-op threads (matmul, elementwise)."""
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(th.PACE_TINY_OPS):
+            tiny.add_(1.0)
+        x = a
+        for _ in range(th.PACE_BIG_OPS):
+            x = torch.relu(x @ b).mul_(0.5).add_(a)
+        float(x[0, 0])  # the result, read: the work is done, not queued
+    return (time.perf_counter() - t0) * 1e3
+
+
+def pace_probe(reps: int | None = None) -> float:
+    """The machine's pace now: the mean time (ms) of ``reps`` runs of a small fixed CPU workload
+    (:data:`~helpers.thresholds.PACE_REPS` by default), after one run to warm up, on torch's intra-op threads as
+    the loop has them set. About 0.65 ms a run on a quiet 2-core machine; many times that while another process
+    takes the core an intra-op thread needs.
+
+    The mean, not the median: what slows a step on a shared machine is the stalls (a parallel op waits for its
+    thread to get a core back, a time slice), which a median of the runs would leave out and a step's time holds.
+    :func:`capture` runs it just before and just after the profiled steps, outside the profiler, and records both
+    in the trace's stamp; the fix checks compare the two captures' paces (:mod:`helpers.checks.speed`). It
+    measures the host only: a GPU slowed by another job does not show in it."""
+    reps = max(th.PACE_REPS if reps is None else int(reps), 1)
+    g = torch.Generator().manual_seed(0)
+    n = th.PACE_MATRIX
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g) / n ** 0.5
+    tiny = torch.zeros(8)
+    _pace_work(a, b, tiny)
+    runs: list[float] = []
+    t0 = time.perf_counter()
+    while len(runs) < reps and (len(runs) < 3 or time.perf_counter() - t0 < th.PACE_MAX_S):
+        runs.append(_pace_work(a, b, tiny))  # on a machine so busy a run takes 100x longer, three runs are enough
+    return round(sum(runs) / len(runs), 4)
 
 
 def _stamp(trace: Trace) -> Trace:

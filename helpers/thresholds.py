@@ -279,6 +279,27 @@ NOISE_BUSY_SPREAD = 0.25
 SPEED_SLOWER_FLOOR = 0.05
 #: Where either run has too few steps for a band, a step this much slower is beyond any noise seen here.
 SPEED_NO_BAND_REL = 0.25
+#: The pace probe (helpers.profiling.pace_probe, run by helpers.capture just before and just after its profiled
+#: steps): PACE_TINY_OPS in-place adds on 8 floats (Python-level op calls) and PACE_BIG_OPS rounds of a
+#: PACE_MATRIX-square matmul, relu and two elementwise ops (torch's intra-op threads), PACE_REPS runs, mean.
+PACE_TINY_OPS = 100
+PACE_BIG_OPS = 4
+PACE_MATRIX = 192
+PACE_REPS = 16
+#: ... stopping after this many seconds (at least three runs): on a machine so busy that a run takes 100x its
+#: quiet time the probe would otherwise cost seconds a capture.
+PACE_MAX_S = 0.25
+#: A fix's capture counts as made on a slower machine only where the pace probe ran more than this many times
+#: slower at both its ends than at either end of the first capture (helpers.checks.speed.machine_pace); below it
+#: the probe's own spread could say it.
+PACE_MIN_RATIO = 1.5
+#: A step slows with the machine only roughly as the probe does (its own mix of ops, the scheduler's time slices):
+#: where the probe's factor decides, the step may exceed the loop as first written at that factor by this share.
+#: Measured 2026-12-05 on the 2-core machine (tests/test_pace.py's loop, one core, two spinning processes on it
+#: during the second capture): probe 2.6-3.2x, steps 3.3-3.4x, 1.13-1.18x the probe's factor in 3 of 4 runs
+#: (1.8x in the fourth); 0.25 keeps the three while a fix twice as slow as the loop on a machine measured even
+#: 1.8x slower still fails (1.8 x 1.25 = 2.25 < 3).
+PACE_FACTOR_ERROR = 0.25
 #: A machine with at most this many cores cannot show a loader's full gain: its worker processes and the
 #: training process share the same cores, so the data-wait share falls less than on a machine with cores to
 #: spare. On 2 cores the lab 01 solution's loader measured 61% -> 32% (CI, 2026-12-04) against 0.12-0.15 in

@@ -1131,33 +1131,19 @@ def machine_drift(before: Any, after: Any) -> float:
 
 def slower_than_the_machine(before: Any, after: Any) -> str:
     """A line when ``after``'s median step is slower than ``before``'s beyond the noise band and beyond the
-    machine's own drift between the two captures (:func:`machine_drift`: the same ops took that much longer),
-    else ''. For fixes that add no process of their own (a loader's workers compete with the training
-    process for the cores, so their drift is the fix's, and :func:`helpers.checks.speed.slower_problem` judges
-    those): a busier machine slows the same work in both loops alike; a slower fix slows the step more."""
-    import math
+    machine's own slowdown between the two captures, else ''. The slowdown is the larger of :func:`machine_drift`
+    (the same ops took that much longer) and the pace probe both captures recorded
+    (:func:`helpers.checks.speed.machine_pace`). For fixes that add no process of their own (a loader's workers
+    compete with the training process for the cores, so their drift is the fix's, and
+    :func:`helpers.checks.speed.slower_problem` judges those, on the probe alone): a busier machine slows the same
+    work in both loops alike; a slower fix slows the step more. :func:`machine_verdict` gives the line a pass
+    carries when the slowdown explained a slower step."""
+    return machine_verdict(before, after)[0]
 
-    import numpy as np
 
-    from .. import metrics as m
-    from .. import thresholds as th
-    from .speed import slower_problem
+def machine_verdict(before: Any, after: Any) -> tuple[str, str]:
+    """``(problem, note)``: :func:`slower_than_the_machine`'s line, and the line a pass carries when the machine's
+    measured slowdown explained a step slower beyond the noise band (else '')."""
+    from .speed import speed_verdict
 
-    drift = machine_drift(before, after)
-    if not (math.isfinite(drift) and drift > 1):
-        return slower_problem(before, after)
-    b_t, a_t = m.step_times(before) * drift, m.step_times(after)
-    if not (len(b_t) and len(a_t)):
-        return ""
-    b, a = float(np.median(b_t)), float(np.median(a_t))
-    spread = m.report._spread
-    band = (th.NOISE_BAND_SE * float(np.hypot(1.2533 * spread(b_t) / np.sqrt(len(b_t)), 1.2533 * spread(a_t) / np.sqrt(len(a_t))))
-            if min(len(b_t), len(a_t)) >= th.NOISE_MIN_STEPS else th.SPEED_NO_BAND_REL * b)
-    allowed = max(band, th.SPEED_SLOWER_FLOOR * b)
-    if a - b <= allowed:
-        return ""
-    was = b / drift
-    return (f"your step is slower: median {was:.1f} -> {a:.1f} ms ({was / a:.2f}x), beyond the noise band (+/- {allowed:.1f} ms "
-            f"from both runs' own spread) even with the machine {drift:.2f}x slower during your capture (the ops both "
-            f"loops run took that much longer: {b:.1f} ms is what the loop as first written would have taken then); a "
-            "fix never makes the step slower, on any machine")
+    return speed_verdict(before, after, drift=machine_drift(before, after))

@@ -27,7 +27,7 @@ from ._core import (  # noqa: F401
     own_capture_problem,
     unit_slip,
 )
-from .speed import slower_problem, speed_note
+from .speed import slower_problem, speed_note, speed_verdict
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 #: On the CPU track the copy fix cannot run (no copy engine), so "h2d" there is the two readings.
@@ -248,7 +248,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     found = [f.pattern for f in diagnose(after)]
     data_ok, evidence = _data_verdict(before, after, found, enough_workers=not too_few, workers=workers)
     problems = _pipeline_problems(before, after, data_ok, too_few)
-    slower = _slower(before, after, workers)
+    slower, paced = speed_verdict(before, after, workers)  # paced: the machine's measured slowdown explained the step
     if slower:
         problems.insert(0, slower)
     note = _timing_note(before, after, min_speedup)
@@ -257,7 +257,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     structure = f"loader {loader_kind(after) or 'none'}"
     if after.has_gpu:
         structure += f", {_copy_words(after)}, {blocking_copies_per_step(after):.0f} blocking copies per step"
-    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {'; '.join(filter(None, (note, speed_note(workers))))})"
+    return f"passed: check_data_stall_fixed ({evidence}; {structure}; {'; '.join(filter(None, (note, paced, speed_note(workers))))})"
 
 
 # --- the second loop: host-to-device copies --------------------------------------------------
@@ -357,9 +357,9 @@ def check_h2d_fixed(before: Trace, after: Trace | None, min_bandwidth_gain: floa
                      "the compute uses, so each waits for the previous batch's compute and the compute waits for it: "
                      "copy batch i+1 on a side stream while batch i computes")
         problems.append(line)
-    slower = behaviour.slower_than_the_machine(before, after)  # a copy hidden behind compute never makes it slower
+    slower, paced = behaviour.machine_verdict(before, after)  # a copy hidden behind compute never makes it slower
     if slower:
         problems.insert(0, slower)
     _check("h2d", "check_h2d_fixed", not problems, "Your trace shows: " + " | ".join(problems) + ".")
     return (f"passed: check_h2d_fixed (H2D {bw_b:.1f} -> {bw_a:.1f} GB/s, pinned, "
-            f"{ha['overlap_with_compute']:.0%} of copy time overlapped by compute)")
+            f"{ha['overlap_with_compute']:.0%} of copy time overlapped by compute{'; ' + paced if paced else ''})")

@@ -95,13 +95,14 @@ def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = SYNCS_PE
     ok = sa[key] <= max_per_step and "sync_stall" not in found
     what = key.replace("_", " ")
     if ok:
-        slower = behaviour.slower_than_the_machine(before, after)  # never slower beyond noise and the machine's drift
+        slower, paced = behaviour.machine_verdict(before, after)  # never slower beyond noise and the machine's slowdown
         if slower:
             return _check("sync", "check_sync_fixed", False, "Your trace shows: " + slower + ".")
         band = m.step_time_band(before, after)  # the medians the comparison table shows
         return _check("sync", "check_sync_fixed", True, "") + (
             f". {what}: {sb[key]:.1f} -> {sa[key]:.1f}; median step time {band['before_ms']:.2f} -> "
-            f"{band['after_ms']:.2f} ms under the profiler (not slower beyond the noise band).")
+            f"{band['after_ms']:.2f} ms under the profiler (not slower beyond the noise band"
+            + (f" once the machine's own slowdown is allowed for: {paced})." if paced else ")."))
     left = sorted(remaining_syncs(after).items(), key=lambda kv: -kv[1])[:3]
     named = "; ".join(f"{k} {v:.1f} per step ({_looks(k.split(' in ')[0])})" for k, v in left) or "no single op"
     cpu_note = "" if after.has_gpu else " (a CPU does not wait, but these ops are the ones that would sync on a GPU)"

@@ -40,7 +40,7 @@ from .reading import (
     want_cost,
     window_problem,
 )
-from .speed import slower_problem, speed_note
+from .speed import speed_note, speed_verdict
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs:
 #: the triage of at least :data:`TRIAGE_NEEDED` traces (lab 07) and the capstone fix (lab 05).
@@ -84,7 +84,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
         data_ok = True
         evidence += (f" (not {th.PASS_DATA_WAIT_DROP:g}x lower: this machine cannot show the loader's gain, {busy}; so "
                      "the verdict rests on the batches coming from worker processes, with the wait no larger than before)")
-    slower = slower_problem(before, after, workers)  # on any machine that has a core for each process
+    slower, paced = speed_verdict(before, after, workers)  # on any machine that has a core for each process
     ok = data_ok and "sync_stall" not in found and sa[key] <= 0.2 and not slower
     note = _timing_note(before, after, min_speedup)
     _check("workflow", "check_capstone", ok,
@@ -92,7 +92,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
            + f"{evidence[0].upper()}{evidence[1:]}, {key.replace('_', ' ')} {sa[key]:.1f}, findings {found}. "
            "Fix the biggest gap first, re-profile, then the next one.")
     return (f"passed: check_capstone ({evidence}, {key.replace('_', ' ')} {sa[key]:.1f}; "
-            f"{'; '.join(filter(None, (note, speed_note(workers))))})")
+            f"{'; '.join(filter(None, (note, paced, speed_note(workers))))})")
 
 
 # --- lab 07: blind triage --------------------------------------------------------------------

@@ -241,10 +241,11 @@ def check_callsites_fixed(fn: Callable, before: Trace, after: Trace, max_per_ste
                       + (f": {named}" if named else " (capture with with_stack=True to see where)")
                       + ". The loss: F.cross_entropy(..., ignore_index=...) instead of boolean indexing; clipping: no "
                       "error_if_nonfinite; the meter: sums kept as tensors, read every LOG_EVERY steps.")
-    slower = behaviour.slower_than_the_machine(before, after)  # never slower beyond noise and the machine's drift
+    slower, paced = behaviour.machine_verdict(before, after)  # never slower beyond noise and the machine's slowdown
     if slower:
         return _check(ITEM, name, False, "Your trace shows: " + slower + ".")
-    return _check(ITEM, name, True, "") + f". Syncs a step: {m.sync_stats(before)[key]:.1f} -> {left:.1f}."
+    return (_check(ITEM, name, True, "") + f". Syncs a step: {m.sync_stats(before)[key]:.1f} -> {left:.1f}."
+            + (f" Step time not slower once the machine's own slowdown is allowed for: {paced}." if paced else ""))
 
 
 # --- 4. the environment ---------------------------------------------------------------------------------
