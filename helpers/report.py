@@ -79,7 +79,10 @@ def _pct(v: float) -> str:
 
 
 def _json_script(obj: Any, element_id: str, kind: str = "application/json") -> str:
-    text = json.dumps(render.clean(obj), separators=(",", ":")).replace("</", "<\\/")
+    # every '<' as \u003c (JSON reads it back the same): '</script>' would end the element, and '<!--<script>' in a
+    # name (a trace's names are anyone's text) puts the HTML parser in a state where the real '</script>' does not end
+    # it, so the page's code became data and nothing was drawn
+    text = json.dumps(render.clean(obj), separators=(",", ":")).replace("<", "\\u003c")
     return f'<script type="{kind}" id="{element_id}">{text}</script>'
 
 

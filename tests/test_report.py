@@ -114,6 +114,32 @@ def test_the_pages_regex_search_runs_bounded_in_a_worker(page):
     assert ".test(" not in body.split("matcher.run")[0].split("new RegExp(q.slice(1, -1)")[1]
 
 
+HOSTILE_NAMES = ["<!--<script>", "</script><script>window.__pwned=1</script>", "<img src=x onerror=window.__pwned=2>",
+                 "a\u2028b<!--", "]]></SCRIPT>"]
+
+
+def test_names_that_are_html_never_end_or_escape_the_pages_scripts(tmp_path):
+    # a trace's names are anyone's text: '<!--<script>' kept the real '</script>' from ending the data element, so the
+    # page's code was read as data and nothing was drawn
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synth import host_bound_loop, write_json
+
+    events = host_bound_loop(steps=6)
+    for e, name in zip([e for e in events if e.kind == "kernel"], HOSTILE_NAMES):
+        e.name = name
+    trace = helpers.load(write_json(events, tmp_path / "<b>t<i>.json"))
+    page = build([trace], command="python -m helpers report t.json")
+    scripts = re.findall(r"<script\b[^>]*>(.*?)</script>", page, re.S | re.I)
+    assert len(scripts) == page.lower().count("<script") == page.lower().count("</script>")
+    for body in scripts[:-1]:  # the data elements (the last is the page's code)
+        assert "<" not in body
+    meta = json.loads(re.search(r'id="gtl-timelines">(.*?)</script>', page, re.S).group(1))
+    assert set(HOSTILE_NAMES) <= set(meta[0]["names"])
+    assert "<b>t<i>" not in page and "<img src=x" not in page.replace("\\u003c", "")
+
+
 def test_the_page_has_every_section(page):
     for heading in ("The trace", "Step overview", "Diagnosis", "Timeline", "Operators and kernels"):
         assert f">{heading}</h2>" in page, heading

@@ -302,3 +302,26 @@ def test_report_search_stops_a_catastrophic_pattern(tmp_path, browser, shots):
                            timeout=20_000)
     page.screenshot(path=str(shots / "search-after-stopped-pattern.png"))
     assert errors == []
+
+
+def test_report_of_names_that_are_html_draws_and_runs_none_of_them(tmp_path, browser, shots):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synth import host_bound_loop, write_json
+    from test_report import HOSTILE_NAMES
+
+    events = host_bound_loop(steps=6)
+    for e, name in zip([e for e in events if e.kind == "kernel"], HOSTILE_NAMES):
+        e.name = name
+    path = _report(tmp_path, write_json(events, tmp_path / "<img src=x onerror=window.__pwned=3>.json"))
+    page, errors = _open(browser, path)  # drawn: '<!--<script>' in a name stopped the page's code from running
+    root = page.locator(".gtl-explore")
+    root.scroll_into_view_if_needed()
+    search = root.locator(".gtl-search")
+    search.fill("script")
+    page.wait_for_function("() => /\\/ [\\d,]+/.test(document.querySelector('.gtl-count').innerText)", timeout=20_000)
+    search.press("Enter")
+    page.wait_for_function("() => document.querySelector('.gtl-pinned').innerText.includes('<!--<script>')", timeout=20_000)
+    page.screenshot(path=str(shots / "html-names-pinned.png"))
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.evaluate("() => document.querySelectorAll('img, [onerror], [onload]').length") == 0
+    assert errors == []
