@@ -176,7 +176,8 @@ def _figures(trace: Trace, summary: dict[str, Any]) -> str:
     """The headline figures, each with what it is a share of."""
     ranks = summary["ranks"]
     rows = [("events", _num(summary["events"])),
-            ("ranks", f"1 (rank {ranks[0]})" if len(ranks) == 1 else f"{len(ranks)} ({ranks[0]}–{ranks[-1]})"),
+            ("ranks", "none (no events)" if not ranks else f"1 (rank {ranks[0]})" if len(ranks) == 1
+             else f"{len(ranks)} ({ranks[0]}–{ranks[-1]})"),
             ("devices", render.device_line(summary["device_names"]) or ("none recorded" if not summary["has_gpu"] else "GPU")),
             ("steps", f"{summary['steps']}" + (f" ({render.steady_text(summary['steps_inferred'])})"
                                                if summary.get("steps_inferred") else " (marked)"))]

@@ -223,3 +223,29 @@ def test_save_from_python_keeps_what_exists(tmp_path):
         save([after], tmp_path / "fix.txt")
     with pytest.raises(TraceError):
         save([], tmp_path / "none.html")
+
+
+def test_a_report_of_a_trace_with_nothing_or_almost_nothing_in_it(tmp_path, capsys):
+    # an empty trace loads (summary and diagnose say nothing was recorded), and its report said IndexError
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synth import host_bound_loop, kineto_doc
+
+    def trace(name: str, doc: dict) -> Path:
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(doc))
+        return p
+
+    full = kineto_doc(host_bound_loop())
+    kinds = {"kernels_only": {"kernel"}, "runtime_only": {"cuda_runtime"}, "steps_only": {"user_annotation"}}
+    files = [trace("empty", {"traceEvents": []}), trace("full", full),
+             trace("zero_length", {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 0, "pid": 0,
+                                                    "tid": 7, "args": {"device": 0, "stream": 7, "correlation": 1}}]}),
+             *(trace(n, {"traceEvents": [e for e in full["traceEvents"] if e.get("cat") in k]}) for n, k in kinds.items())]
+    for f in files:
+        for k, pair in enumerate(([f], [f, files[1]], [files[1], f])):
+            out = tmp_path / f"r-{f.stem}-{k}.html"
+            assert cli.main(["report", *map(str, pair), "-o", str(out)]) == 0, (f, capsys.readouterr().err)
+    page = build([helpers.load(files[0])])
+    assert "none (no events)" in page and "nothing_recorded" in page
