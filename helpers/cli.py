@@ -131,6 +131,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = _figure_path(args.output, args.force, [args.trace])
     window = _window(args.window)
     trace = load(args.trace, args)
+    if trace.events.empty:  # nothing a step or window could pick
+        raise TraceError(f"{args.trace}: the trace holds no events, so there is nothing to draw; python -m helpers "
+                         "diagnose says why (the profiler recorded none of the loop)")
     try:
         fig = plots.timeline(trace, window_ms=window, step=args.step,
                              findings=diagnose(trace) if args.findings else (), title=str(args.trace))

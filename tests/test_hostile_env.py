@@ -87,3 +87,10 @@ def test_ranks_under_a_low_open_files_limit_says_so(tmp_path):
         pytest.skip("the ranks were read within 12 descriptors here")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert "ulimit -n" in r.stderr and "check the path" not in r.stderr
+
+
+def test_plot_of_an_empty_trace_says_so_once(tmp_path, capsys):
+    t = tmp_path / "empty.json"
+    t.write_text('{"traceEvents": []}')
+    err = _one_line(capsys, ["plot", str(t), "-o", str(tmp_path / "p.png")])
+    assert err.count(str(t)) == 1 and "no events" in err and "pick a step" not in err
