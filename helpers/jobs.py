@@ -219,7 +219,10 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
         cols["start_us"] = start - start.min()
         tables.append(cols)
     events = build_events({c: _concat([t[c] for t in tables]) for c in tables[0]})
-    trace = finish(events, "", reads[0][3], {}, step_pattern)
+    try:
+        trace = finish(events, "", reads[0][3], {}, step_pattern)
+    except TraceError:  # a step pattern's time bound, met on the ranks' names together: each rank on its own decides
+        return
     stepped = set(trace.metadata["steps"]["rank"].tolist())
     if len(stepped) < len(reads):  # ranks without steps of their own: the rest together again, without them
         keep = [k for k, r in enumerate(reads) if r[4] in stepped]

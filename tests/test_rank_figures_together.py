@@ -85,3 +85,21 @@ def test_a_jobs_report_is_the_same_with_and_without_the_shared_table(tmp_path, m
             assert together[key].equals(alone[key])
         else:
             assert together[key] == alone[key], key
+
+
+def test_a_step_pattern_refused_on_the_ranks_together_leaves_each_rank_to_decide(tmp_path, monkeypatch):
+    """A step pattern runs under a time bound; on the names of many ranks together it may run out where each rank's
+    own names would not: the ranks are then analysed one by one, as without the shared table."""
+    folder = job(tmp_path, 5, kernels=3)
+    args = [(str(f), i, "ProfilerStep", None, None, False) for i, f in enumerate(sorted(folder.iterdir()))]
+    alone = [jobs.analyse_rank(*a) for a in args]
+    real = jobs.finish
+
+    def bounded(events, *a, **kw):
+        if events["rank"].nunique() > 1:
+            raise jobs.TraceError("step pattern 'ProfilerStep' did not finish within 5 s")
+        return real(events, *a, **kw)
+
+    monkeypatch.setattr(jobs, "finish", bounded)
+    for s, a in zip(jobs.analyse_figures(args), alone):
+        _same(a, s)
