@@ -36,7 +36,10 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+import os
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,7 +48,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from . import interrupts
 from .errors import TraceError
+from .outputs import read_regular
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -79,6 +84,8 @@ _OPEN: set[str] = set()  # labels whose reading passed in this process
 #: A lab's seals and the readings passed are also kept in the working folder (beside .selfcheck.json), so a kernel
 #: restarted without running the cell that seals the trace still finds it sealed, and a reading passed stays passed.
 SEALS_FILE = ".seals.json"
+#: Bytes of SEALS_FILE read at most: the course's is a few KB; a larger one is not the course's and is ignored.
+SEALS_LIMIT = 1 << 20
 _FILE: dict[str, Any] = {"key": None, "seals": [], "open": frozenset()}
 
 
@@ -92,11 +99,12 @@ def _from_file() -> tuple[list[Seal], frozenset[str]]:
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     if _FILE["key"] != key:
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            # read without blocking and bounded (a pipe of that name waited forever, a huge file filled memory)
+            doc = json.loads(read_regular(path, SEALS_LIMIT, "seals file").decode("utf-8"))
             seals = [Seal(str(d["label"]), np.array([int(x, 16) for x in d["sketch"]], dtype=np.uint64),
                           str(d.get("scope", "reading"))) for d in doc.get("seals", [])]
             opened = frozenset(str(x) for x in doc.get("open", []))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, TraceError):
             seals, opened = [], frozenset()
         _FILE.update(key=key, seals=seals, open=opened)
     return _FILE["seals"], _FILE["open"]
@@ -116,9 +124,27 @@ def _save() -> None:
     doc = {"seals": [{"label": lab, "scope": sc, "sketch": list(sk)} for lab, sc, sk in sorted(seals)],
            "open": sorted(opened | _OPEN)}
     try:
-        Path(SEALS_FILE).write_text(json.dumps(doc), encoding="utf-8")
+        if not stat.S_ISREG(os.lstat(SEALS_FILE).st_mode):
+            return  # a link, pipe or folder of that name is not ours to write through: the seals hold in this process
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    tmp = None
+    try:  # a new file put in place whole: never written through a link, never left half-written
+        with interrupts.deferred():
+            fd, tmp = tempfile.mkstemp(prefix=".seals-", suffix=".partial", dir=".")
+            interrupts.register(tmp)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(doc))
+        os.replace(tmp, SEALS_FILE)
     except OSError:
         pass  # a read-only folder: the seals hold in this process only
+    finally:
+        if tmp is not None:
+            with interrupts.deferred():
+                Path(tmp).unlink(missing_ok=True)
+                interrupts.unregister(tmp)
 _IN_CHECK: contextvars.ContextVar[bool] = contextvars.ContextVar("in_check", default=False)
 
 

@@ -190,7 +190,7 @@ def read_results(path: Path) -> dict[str, dict]:
         results = json.loads(read_regular(path, RESULTS_LIMIT, "self-check results file").decode("utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # (RecursionError: JSON nested deeper than the parser goes)
         raise TraceError(f"{path}: not a readable self-check results file ({exc.__class__.__name__}); delete it and "
                          "run the labs' check cells again") from None
     ok = isinstance(results, dict) and all(
