@@ -196,7 +196,7 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
     much GPU work recorded before it. An idle GPU starts queued work within microseconds, so until then
     it ran (or its stream waited on) work launched before the profiler started. None otherwise."""
     on = rank_events(trace, rank)
-    kind, device = on["kind"], on["device"].to_numpy()
+    device = on["device"].to_numpy()
     gpu = np.flatnonzero(kind_in(on, GPU_WORK_KINDS) & (device >= 0))
     if not gpu.size:
         return None
@@ -206,7 +206,8 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
     prev_end = np.r_[-np.inf, np.maximum.accumulate(end)[:-1]]
     done_before = np.r_[0.0, np.cumsum(end - start)[:-1]]
     limit = _th.QUEUED_BEFORE_RECORD_US
-    first_of_call = ~pd.Series(corr).duplicated().to_numpy()  # a graph's later kernels were not queued one by one
+    first_of_call = np.zeros(corr.size, dtype=bool)  # a graph's later kernels were not queued one by one
+    first_of_call[np.unique(corr, return_index=True)[1]] = True
     # only the GPU work before QUEUED_BEFORE_RECORD_US of it was done can be the lead's end: look those up
     looked = np.flatnonzero(first_of_call & (corr >= 0) & (done_before < limit))
     stop = np.flatnonzero(first_of_call & (corr >= 0) & (done_before >= limit))
@@ -214,7 +215,7 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
         looked = looked[looked < stop[0]]
     if not looked.size:
         return None
-    calls = np.flatnonzero((kind == "runtime").to_numpy() & (all_corr >= 0))
+    calls = np.flatnonzero(kind_in(on, ("runtime",)) & (all_corr >= 0))
     ids, ends = all_corr[calls], all_end[calls]
     order = np.argsort(ids, kind="stable")  # the last call of an id is its run's last: that call's end counts
     ids, ends = ids[order], ends[order]
