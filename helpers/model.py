@@ -279,10 +279,11 @@ def conform(ev: Any) -> pd.DataFrame:
             else:
                 out[col] = (out["start_us"] + out["dur_us"] if col == "end_us" else
                             np.full(len(out), _DEFAULTS[col], dtype=object if dtype == "object" else dtype))
-        elif (dtype in ("int64", "float64") and out[col].dtype.kind not in "iuf") or (
+        elif (dtype in ("int64", "float64") and (out[col].dtype.kind not in "iuf" or not isinstance(out[col].dtype, np.dtype))) or (
                 dtype == "int64" and out[col].dtype.kind == "f"):
+            # (a nullable Float64/Int64 column, as convert_dtypes() makes, is a 'f'/'i' kind too: its pd.NA is NaN here)
             try:
-                values = pd.to_numeric(out[col], errors="raise").to_numpy(dtype="float64")
+                values = pd.to_numeric(out[col], errors="raise").to_numpy(dtype="float64", na_value=np.nan)
             except (TypeError, ValueError):
                 raise TraceError(f"trace.events[{col!r}] holds values that are not numbers (dtype {out[col].dtype}); "
                                  "the analysis needs numbers there: load the trace again") from None

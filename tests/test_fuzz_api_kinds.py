@@ -13,6 +13,7 @@ from fractions import Fraction
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
+import pandas as pd
 import pytest
 import test_fuzz_api as api
 from synth import two_step_loop, write_json
@@ -136,3 +137,26 @@ def test_a_path_is_passed_on_as_the_text_it_names(tmp_path):
     out = tmp_path / "e.json"
     helpers.export.export(helpers.load(write_json(two_step_loop(), tmp_path / "in.json")), BytesPath(os.fsencode(out)))
     assert out.is_file()
+
+
+NULLABLE_EDITS = {
+    "convert_dtypes": lambda e: e.convert_dtypes(),
+    "Float64 start with NA": lambda e: e.assign(start_us=e["start_us"].astype("Float64").where(e.index != 3, pd.NA)),
+    "Float64 duration": lambda e: e.assign(dur_us=e["dur_us"].astype("Float64")),
+    "Int64 stream with NA": lambda e: e.assign(stream=e["stream"].astype("Int64").where(e.index != 2, pd.NA)),
+    "string names": lambda e: e.assign(name=e["name"].astype("string")),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(NULLABLE_EDITS))
+def test_an_events_table_of_nullable_dtypes_is_analysed_or_one_line(trace, edit):
+    # convert_dtypes() makes Float64/Int64 columns: a 'f'/'i' kind that was kept as it was, pd.NA and all, and
+    # diagnose said "boolean value of NA is ambiguous"
+    from helpers import export, metrics, plots
+
+    t = helpers.Trace(NULLABLE_EDITS[edit](trace.events.copy()), trace.source, trace.format, dict(trace.metadata))
+    for call in (helpers.diagnose, metrics.summary, helpers.critical_path, plots.timeline, export.to_chrome_trace):
+        api._a_result_or_one_line(call, {"trace": t}, (edit, call.__name__))
+    if "with NA" not in edit:
+        assert all(t.events[c].dtype == np.dtype("float64") for c in ("start_us", "dur_us"))
+        assert helpers.diagnose(t)[0].pattern == helpers.diagnose(trace)[0].pattern
