@@ -140,16 +140,19 @@ def check_capture(trace: Trace) -> list[CaptureIssue]:
 
 
 def _kernels_before_launch(trace: Trace) -> float:
+    from .metrics.kernels import first_of_keys
+
     ev = trace.events
-    calls = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)].drop_duplicates(["rank", "correlation"])
-    k = ev[(ev["device"] >= 0) & ev["kind"].isin(("kernel", "collective")) & (ev["correlation"] >= 0)]
-    if calls.empty or k.empty:
+    rank, corr, start = ev["rank"].to_numpy(), ev["correlation"].to_numpy(), ev["start_us"].to_numpy()
+    calls = np.flatnonzero(kind_in(ev, ("runtime",)) & (corr >= 0))
+    k = np.flatnonzero((ev["device"].to_numpy() >= 0) & kind_in(ev, ("kernel", "collective")) & (corr >= 0))
+    if not calls.size or not k.size:
         return 0.0
-    j = k[["rank", "correlation", "start_us"]].merge(calls[["rank", "correlation", "start_us"]], on=["rank", "correlation"],
-                                                     suffixes=("", "_call"))
-    if j.empty:
+    first = first_of_keys(rank[calls], corr[calls], rank[k], corr[k])  # each kernel's first call of its id
+    found = first >= 0
+    if not found.any():
         return 0.0
-    return float((j["start_us"] < j["start_us_call"] - th.CAPTURE_CLOCK_TOLERANCE_US).mean())
+    return float((start[k[found]] < start[calls[first[found]]] - th.CAPTURE_CLOCK_TOLERANCE_US).mean())
 
 
 def _crossing_ranges(trace: Trace) -> int:
