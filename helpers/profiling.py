@@ -161,6 +161,9 @@ def capture(step_fn: Callable[[int], object], steps: int = 5, warmup: int = 2, w
     ``with_stack`` records the Python functions on the profiled thread (``python`` events: the call stack above
     each op); ``profile_memory`` records every allocation and free (read them with
     :func:`helpers.memory.allocations`). Both make the profiled steps slower.
+    Just before and just after the steps, outside the profiler, :func:`pace_probe` times a small fixed workload
+    (about 15 ms each on a quiet machine); the stamp keeps both figures (``pace_ms``), which the fix checks read to
+    tell a machine that ran slower during this capture from a slower step (:mod:`helpers.checks.speed`).
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
