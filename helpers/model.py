@@ -311,6 +311,31 @@ def conform(ev: Any) -> pd.DataFrame:
 STEP_COLUMNS = ("rank", "step", "start_us", "end_us")
 
 
+#: What the readers put in a trace's metadata besides the steps (key, types, in words): a user may assign any of
+#: them, and the analysis reads them as these (metadata['ranks'] = 'x' was a TypeError deep inside).
+_METADATA_KINDS = (
+    ("ranks", dict, "a dict of each rank's metadata"),
+    ("distributed", dict, "a dict (rank, world_size, backend)"),
+    ("collective_types", dict, "a dict of counts"),
+    ("other_accelerator_events", dict, "a dict of counts"),
+    ("device_names", (list, tuple), "a list of device names"),
+    ("files", (list, tuple), "a list of file names"),
+    ("origin_us", (int, float, np.integer, np.floating), "a number of microseconds"),
+    ("world_size", (int, np.integer), "a whole number"),
+    ("torch_version", str, "text"),
+)
+
+
+def _items_fit(key: str, value: Any) -> bool:
+    if key == "ranks":
+        return all(isinstance(v, dict) for v in value.values())
+    if key in ("device_names", "files"):
+        return all(v is None or isinstance(v, str) for v in value)
+    if key in ("origin_us", "world_size"):
+        return not isinstance(value, bool) and math.isfinite(value)
+    return True
+
+
 def check_state(trace: Trace) -> None:
     """:class:`~helpers.errors.TraceError` in one line when a trace's fields are not what the analysis reads:
     ``metadata`` a dict, its ``steps`` the steps table (finite numbers, each ending after it starts),
@@ -337,6 +362,15 @@ def check_state(trace: Trace) -> None:
         if not (np.isfinite(start).all() and np.isfinite(end).all() and (end >= start).all()):
             raise TraceError("trace.metadata['steps'] has a step with a missing time or one that ends before it starts; "
                              "load the trace again")
+        keys = steps[["rank", "step"]].to_numpy()
+        if len(keys) and len(np.unique(keys, axis=0)) < len(keys):  # the windows are looked up by (rank, step)
+            raise TraceError("trace.metadata['steps'] numbers a step twice for one rank; each (rank, step) is one "
+                             "window: load the trace again, or drop the key to have the steps found")
+    for key, kinds, words in _METADATA_KINDS:
+        value = md.get(key)
+        if value is not None and not (isinstance(value, kinds) and _items_fit(key, value)):
+            raise TraceError(f"trace.metadata[{key!r}] is {type(value).__name__} {_short(value, 40)}, not {words}: "
+                             "load the trace again, or drop the key")
     inferred = md.get("steps_inferred")
     if inferred is not None and not isinstance(inferred, dict):
         raise TraceError(f"trace.metadata['steps_inferred'] is a {type(inferred).__name__}, not a dict: load the trace again")

@@ -160,3 +160,38 @@ def test_an_events_table_of_nullable_dtypes_is_analysed_or_one_line(trace, edit)
     if "with NA" not in edit:
         assert all(t.events[c].dtype == np.dtype("float64") for c in ("start_us", "dur_us"))
         assert helpers.diagnose(t)[0].pattern == helpers.diagnose(trace)[0].pattern
+
+
+METADATA_EDITS = {
+    "ranks as text": ("ranks", "x"), "ranks of numbers": ("ranks", {0: 5}), "distributed a number": ("distributed", 5),
+    "device names a number": ("device_names", 7), "device names of numbers": ("device_names", [1, 2]),
+    "origin as text": ("origin_us", "z"), "origin NaN": ("origin_us", float("nan")), "world size True": ("world_size", True),
+    "collective types a list": ("collective_types", [1]), "torch version a number": ("torch_version", 2.1),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(METADATA_EDITS))
+def test_metadata_a_user_assigned_is_one_line_in_every_function(trace, tmp_path, edit):
+    # what the readers put in metadata, replaced by values of another kind: TypeErrors and AttributeErrors from
+    # critical paths, checks and figures before; one line naming the key now, from any function given the trace
+    key, value = METADATA_EDITS[edit]
+    t = helpers.Trace(trace.events.copy(), trace.source, trace.format, {**trace.metadata, key: value})
+    with pytest.raises(TraceError, match=f"trace.metadata\\[{key!r}\\]"):
+        helpers.diagnose(t)
+    rng = random.Random(edit)
+    for name in rng.sample(sorted(api.FUZZED), 25):
+        fn = api.ENUMERATED[name]
+        args = api._arguments(fn, t, tmp_path)
+        if any(v is t for v in args.values()):
+            api._a_result_or_one_line(fn, args, (name, edit), exercise_or_gpu=True)
+
+
+def test_a_steps_table_that_numbers_a_step_twice_is_one_line(trace):
+    from helpers import report
+
+    steps = trace.metadata["steps"]
+    for table in (pd.concat([steps, steps]), steps.assign(step=0), steps.assign(rank=99).pipe(lambda s: pd.concat([s, s]))):
+        t = helpers.Trace(trace.events.copy(), trace.source, trace.format, {**trace.metadata, "steps": table})
+        for call in (helpers.diagnose, lambda t: report.build([t])):
+            with pytest.raises(TraceError, match="numbers a step twice"):
+                call(t)
