@@ -281,6 +281,19 @@ def time_steps(step_fn: Callable[[int], object], steps: int = 20, warmup: int = 
 
 
 # --- Nsight Systems -------------------------------------------------------------------------
+def _check_words(fn: str, **words: Sequence[str]) -> None:
+    """A command's words: a program of at least one word, and none of them empty text (an empty output name is
+    nsys's error later) or text with a NUL character (no command line can carry one: subprocess raised ValueError)."""
+    for name, items in words.items():
+        items = list(items)
+        if name == "program" and not items:
+            raise ArgumentError(f"{fn}(): program=[]: give the command to profile, e.g. ['python', 'train.py']")
+        for item in items:
+            if not item or "\0" in item:
+                raise ArgumentError(f"{fn}(): {name} holds {item!r:.60}: give words that are not empty and hold no "
+                                    "NUL character")
+
+
 def nsys_command(program: Sequence[str], output: str = "profile", capture_range: str | None = "cudaProfilerApi",
                  delay_s: float | None = None, duration_s: float | None = None,
                  trace: str = "cuda,nvtx,osrt", gpu_metrics_device: int | None = None,
@@ -299,6 +312,15 @@ def nsys_command(program: Sequence[str], output: str = "profile", capture_range:
     """
     if cuda_graph_trace not in (None, "graph", "node"):
         raise ArgumentError(f"cuda_graph_trace must be 'graph' or 'node', not {cuda_graph_trace!r}")
+    _check_words("nsys_command", program=program, output=[output], trace=[trace])
+    for name, value, ok, words in (("delay_s", delay_s, delay_s is None or delay_s >= 0, "0 or more"),
+                                   ("duration_s", duration_s, duration_s is None or duration_s > 0, "above 0"),
+                                   ("gpu_metrics_device", gpu_metrics_device, gpu_metrics_device is None or gpu_metrics_device >= 0,
+                                    "0 or more"),
+                                   ("osrt_threshold_ns", osrt_threshold_ns, osrt_threshold_ns is None or osrt_threshold_ns >= 0,
+                                    "0 or more")):
+        if not ok:  # nsys refuses these only once the program is about to run
+            raise ArgumentError(f"nsys_command(): {name}={value!r}: give a number {words}")
     cmd = ["nsys", "profile", f"--trace={trace}", "-o", output, "--force-overwrite=false"]
     if stats:
         cmd.append("--stats=true")
@@ -418,6 +440,10 @@ def ncu_command(program: Sequence[str], kernel_regex: str, count: int = 1, launc
     :func:`helpers.readers.ncu.read_ncu` reads. ``launch_skip`` skips warm-up launches (``-s``);
     ``clock_control="none"`` keeps the GPU's own clocks instead of ncu's base clocks.
     """
+    _check_words("ncu_command", program=program, sections=list(sections or []))
+    if count < 1 or launch_skip < 0:
+        raise ArgumentError(f"ncu_command(): count={count!r}, launch_skip={launch_skip!r}: give count >= 1 and "
+                            "launch_skip >= 0 (launches to profile, and to skip first)")
     cmd = ["ncu"]
     if sections:
         for section in sections:

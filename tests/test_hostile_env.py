@@ -94,3 +94,24 @@ def test_plot_of_an_empty_trace_says_so_once(tmp_path, capsys):
     t.write_text('{"traceEvents": []}')
     err = _one_line(capsys, ["plot", str(t), "-o", str(tmp_path / "p.png")])
     assert err.count(str(t)) == 1 and "no events" in err and "pick a step" not in err
+
+
+@pytest.mark.parametrize("kwargs", [{"program": []}, {"program": ["python", "t\0.py"]}, {"program": ["python"], "output": ""},
+                                    {"program": ["python"], "delay_s": -1.0}, {"program": ["python"], "duration_s": 0.0},
+                                    {"program": ["python"], "gpu_metrics_device": -1}, {"program": ["python"], "trace": ""},
+                                    {"program": ["python"], "osrt_threshold_ns": -5}])
+def test_a_profiler_command_nsys_would_refuse_is_refused_when_built(kwargs):
+    # built without complaint before, and refused by nsys (or by subprocess, for a NUL) only when run
+    with pytest.raises(TraceError, match="nsys_command\\(\\): "):
+        helpers.nsys_command(**kwargs)
+
+
+def test_an_ncu_command_ncu_would_refuse_is_refused_when_built():
+    from helpers.profiling import ncu_command
+
+    for kwargs in ({"program": []}, {"program": ["p"], "count": 0}, {"program": ["p"], "launch_skip": -1},
+                   {"program": ["p"], "sections": [""]}):
+        with pytest.raises(TraceError, match="ncu_command\\(\\): "):
+            ncu_command(kernel_regex="gemm", **kwargs)
+    assert ncu_command(["python", "t.py"], "gemm")[-2:] == ["python", "t.py"]
+    assert helpers.nsys_command(["python", "t.py"], delay_s=0.0, duration_s=5.0)[-2:] == ["python", "t.py"]
