@@ -440,6 +440,9 @@ def trace_files(d: Path) -> list[Path]:
         raise TraceError(f"{d}: {f.name} is named like a rank's trace but is {why}{more}; every such entry is read "
                          "as a rank (skipping one would diagnose a different job): make it a readable file or move "
                          "it out of the folder")
+    if not named and not d.is_absolute() and working_folder() is None:  # a deleted folder lists as empty
+        raise TraceError(f"{d}: the current folder no longer exists (it was deleted or moved); cd into a folder that "
+                         "exists, or give the full path")
     if not named:
         raise TraceError(
             f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
