@@ -17,6 +17,7 @@ from typing import BinaryIO
 
 from . import interrupts
 from .errors import TraceError
+from .paths import working_folder
 
 # Names this module uses for its temporary files; refusing them as outputs keeps the two apart.
 TEMP_PREFIX = ".helpers-"
@@ -37,6 +38,9 @@ def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[
         raise TraceError(f"{p}: names ending in {TEMP_SUFFIX} or starting with {TEMP_PREFIX} are for temporary "
                          "files; choose another output name")
     parent = p.parent
+    if not p.is_absolute() and working_folder() is None:  # '.' is a deleted folder: said so, not "cannot write in ."
+        raise TraceError(f"{p}: the current folder no longer exists (it was deleted or moved), so a relative output "
+                         "has nowhere to go; cd into a folder that exists, or give the full path")
     problem = folder_problem(parent)
     if problem:
         raise TraceError(f"{p}: {problem}")

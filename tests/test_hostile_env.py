@@ -115,3 +115,20 @@ def test_an_ncu_command_ncu_would_refuse_is_refused_when_built():
             ncu_command(kernel_regex="gemm", **kwargs)
     assert ncu_command(["python", "t.py"], "gemm")[-2:] == ["python", "t.py"]
     assert helpers.nsys_command(["python", "t.py"], delay_s=0.0, duration_s=5.0)[-2:] == ["python", "t.py"]
+
+
+@posix_only
+def test_a_deleted_current_folder_is_named_by_the_api_for_inputs_and_outputs(tmp_path, monkeypatch):
+    trace = helpers.load(write_json(host_bound_loop(), tmp_path / "t.json"))
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    # a folder read as '.' listed as empty ("holds no trace files"); an output said "cannot write in ."
+    with pytest.raises(TraceError, match="current folder no longer exists"):
+        helpers.load(".")
+    for out in ("out.json", "sub/out.json"):
+        with pytest.raises(TraceError, match="current folder no longer exists"):
+            helpers.export.export(trace, out)
+    helpers.export.export(trace, tmp_path / "abs.json")  # a full path still works
+    assert (tmp_path / "abs.json").is_file()
