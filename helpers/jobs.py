@@ -173,34 +173,70 @@ def analyse_figures(args: list[tuple], budget: Budget | None = None) -> list[Ran
     time), and a table, its steps and the figures' frames cost about 5 ms a rank however few its events, which
     a job of 10,000 tiny ranks paid 10,000 times. ``args`` are :func:`analyse_rank`'s. Ranks without step
     markers (whose steps are the steady state's repeats, found rank by rank), large ranks and a rank claimed
-    twice are analysed on their own."""
-    reads = [_read_rank(a[0], a[1], a[3], a[4], budget) for a in args]
+    twice are analysed on their own. Memory: a large rank is analysed as soon as it is read (as one rank alone
+    would be), and small ones are held to :data:`JOIN_HELD_BYTES` together before their table is made."""
     step_pattern = args[0][2] if args else None
-    out: list[RankSummary | None] = [None] * len(reads)
-    together = [i for i, r in enumerate(reads) if _joinable(r[1])]
-    if len({reads[i][4] for i in together}) < len(together):
-        together = []  # two files claim one rank: the job's reduction refuses it; each is read as itself until then
+    out: list[RankSummary | None] = [None] * len(args)
+    held: list[tuple[int, tuple]] = []
+    held_bytes = 0
+    for i, a in enumerate(args):
+        read = _read_rank(a[0], a[1], a[3], a[4], budget)
+        size = _joinable_bytes(read[1])
+        if size is None:
+            out[i] = _analyse_read(read, step_pattern, False)
+            continue
+        held.append((i, read))
+        held_bytes += size
+        if held_bytes >= JOIN_HELD_BYTES:
+            _figures_of_held(held, step_pattern, out)
+            held, held_bytes = [], 0
+    _figures_of_held(held, step_pattern, out)
+    return out  # type: ignore[return-value]
+
+
+def _figures_of_held(held: list[tuple[int, tuple]], step_pattern: str | None, out: list[RankSummary | None]) -> None:
+    where = [i for i, _ in held]
+    reads = dict(held)
+    if len({reads[i][4] for i in where}) < len(where):
+        where = []  # two files claim one rank: the job's reduction refuses it; each is read as itself until then
     kinds: dict[frozenset, list[int]] = {}  # ranks read from different formats (their columns differ) apart
-    for i in together:
+    for i in where:
         kinds.setdefault(frozenset(reads[i][1]), []).append(i)
     for group in kinds.values():
         if len(group) > 1:
             _figures_together([reads[i] for i in group], step_pattern, group, out)
-    for i, r in enumerate(reads):
+    for i, read in held:
         if out[i] is None:
-            out[i] = _analyse_read(r, step_pattern, False)
-    return out  # type: ignore[return-value]
+            out[i] = _analyse_read(read, step_pattern, False)
 
 
-#: Ranks of up to this many events share a table for their figures (:func:`analyse_figures`); a larger rank's own
-#: work outweighs the table's fixed costs, and a shared table's masks would read every rank's rows for each.
+#: Ranks of up to this many events, and of columns of up to JOIN_BYTES, share a table for their figures
+#: (:func:`analyse_figures`); a larger rank's own work outweighs the table's fixed costs, and a shared table's masks
+#: would read every rank's rows for each. The ranks held for one table hold at most JOIN_HELD_BYTES together (a
+#: folder of small files that inflate to large ones is not held whole).
 JOIN_EVENTS = 10_000
+JOIN_BYTES = 2 << 20
+JOIN_HELD_BYTES = 16 << 20
 
 
-def _joinable(columns: dict[str, Any]) -> bool:
-    """A rank's columns that can share a table with others: some events (not too many), with finite start times."""
+def _joinable_bytes(columns: dict[str, Any]) -> int | None:
+    """The bytes of a rank's columns when they can share a table with others (some events, not too many nor too
+    large, with finite start times), else None."""
     start = np.asarray(columns["start_us"], dtype=np.float64)
-    return 0 < len(start) <= JOIN_EVENTS and bool(np.isfinite(start).all())
+    if not 0 < len(start) <= JOIN_EVENTS or not bool(np.isfinite(start).all()):
+        return None
+    total = 0
+    for values in columns.values():
+        if isinstance(values, pd.Categorical):
+            total += values.codes.nbytes + sum(len(c) if isinstance(c, str) else 64 for c in values.categories)
+        else:
+            values = np.asarray(values)
+            total += values.nbytes
+            if values.dtype == object:  # the text itself, beside the references
+                total += sum(len(v) if isinstance(v, str) else 64 for v in values)
+        if total > JOIN_BYTES:
+            return None
+    return total
 
 
 def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[int],

@@ -103,3 +103,29 @@ def test_a_step_pattern_refused_on_the_ranks_together_leaves_each_rank_to_decide
     monkeypatch.setattr(jobs, "finish", bounded)
     for s, a in zip(jobs.analyse_figures(args), alone):
         _same(a, s)
+
+
+@pytest.mark.parametrize("held, each", [(1, 2 << 20), (4_000, 2 << 20), (16 << 20, 3_000)])
+def test_ranks_are_held_for_a_shared_table_within_a_bound(tmp_path, monkeypatch, held, each):
+    """Small ranks wait for their shared table only up to JOIN_HELD_BYTES together, and a rank over JOIN_BYTES (a long
+    name, say) is analysed as soon as it is read: a folder of small files that inflate is never held whole. The
+    figures are the same however the ranks are grouped."""
+    folder = job(tmp_path, 12, slow=(3,), kernels=3)
+    doc = json.loads((folder / "rank00005.json").read_text())
+    doc["traceEvents"][1]["name"] = "cudaLaunchKernel_" + "x" * 5_000  # its columns alone are over 3,000 bytes
+    (folder / "rank00005.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(jobs, "JOIN_HELD_BYTES", held)
+    monkeypatch.setattr(jobs, "JOIN_BYTES", each)
+    args = [(str(f), i, None, None, None, False) for i, f in enumerate(sorted(folder.iterdir()))]
+    alone = [jobs.analyse_rank(*a) for a in args]
+    groups = []
+    real = jobs._figures_of_held
+    monkeypatch.setattr(jobs, "_figures_of_held", lambda h, *a: groups.append([i for i, _ in h]) or real(h, *a))
+    for s, a in zip(jobs.analyse_figures(args), alone):
+        _same(a, s)
+    held_at_once = max(len(g) for g in groups)
+    assert held_at_once == (1 if held == 1 else 11 if each == 3_000 else 12 if held > 10**6 else held_at_once)
+    if each == 3_000:
+        assert all(5 not in g for g in groups)  # the large rank was never held
+    if held == 4_000:
+        assert len(groups) > 2 and held_at_once < 12
