@@ -56,15 +56,13 @@ def test_a_machine_measured_3x_slower_explains_a_3x_slower_step():
 def test_a_slower_fix_on_a_machine_at_the_same_pace_is_refused():
     """The fixed step plus a sleep of twice its length, the probe as fast in both captures: slower, and the message
     says the machine was measured no slower."""
-    from test_fake_fixes import _adam
-
     before, after = _pair(3.0, ops_too=False)
     before, after = paced(before, 0.66, 0.64), paced(after, 0.65, 0.70)
     problem = speed.slower_problem(before, after)
     assert "your step is slower" in problem and "no slower during your capture beyond the probe's own noise" in problem
     assert "0.66 -> 0.65 ms a run" in problem and speed.pace_note(before, after) == ""
-    with pytest.raises(checks.CheckFailed, match="(?i)your trace shows: your step is slower"):
-        checks.check_launch_fixed(before, after, 1.5, update=_adam)
+    problem, note = behaviour.machine_verdict(before, after)  # lab 02's, 03's and 11's judgement (drift and pace)
+    assert "your step is slower" in problem and note == ""
 
 
 def test_a_mildly_slower_machine_does_not_excuse_a_much_slower_step():
@@ -139,37 +137,47 @@ def _burners(core: int, n: int) -> list:
             for _ in range(n)]
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
-def test_a_real_capture_records_its_pace_and_a_disturbed_one_is_judged_against_it(tmp_path):
-    """helpers.capture on a small CPU loop, twice, this process held to one core and one intra-op thread; during the
-    second, two processes spin on that core (each gets a third of it). The probe records that (the recorded ratio is
-    checked, not a timing's luck), and the same loop is not called slower; where the plain judgement would have
-    called it slower, the verdict says the pace explained it. A first capture whose own two figures disagree (other
-    work on this machine came or went during it) is taken again, up to three times."""
+def _captures(tmp_path, core: int, spinners: int):
+    """A capture of the small loop, then one with ``spinners`` processes spinning on ``core`` (this process held
+    there too); a first capture whose own two figures disagree (other work came or went during it) is taken again."""
     import time
-
-    import torch
 
     import helpers
 
+    for _ in range(3):
+        first = helpers.capture(_small_step, steps=5, name="pace-quiet", out_dir=tmp_path)
+        pre, post = stamps.stamp_of(first)["pace_ms"]
+        if max(pre, post) / min(pre, post) < th.PACE_MIN_RATIO:
+            break
+    spinning = _burners(core, spinners)
+    try:
+        time.sleep(0.1)  # the spinners started
+        second = helpers.capture(_small_step, steps=5, name="pace-busy", out_dir=tmp_path)
+    finally:
+        for p in spinning:
+            p.kill()
+            p.wait()
+    return first, second
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_real_capture_records_its_pace_and_a_disturbed_one_is_judged_against_it(tmp_path):
+    """helpers.capture on a small CPU loop, twice, this process held to one core and one intra-op thread; during the
+    second, four processes spin on that core (each gets a fifth of it, a fifth of what other work leaves). The
+    probe records that (the recorded ratio is checked, not a timing's luck), and the verdict judges the step at
+    that pace and says so. The first core is taken: CI keeps the last one busy for the whole run. On a machine
+    whose other work happened to slow the first capture as much, the pair is taken once more."""
+    import torch
+
     cores, threads = os.sched_getaffinity(0), torch.get_num_threads()
-    core = max(cores)
+    core = min(cores)
     os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
     try:
-        for _ in range(3):
-            first = helpers.capture(_small_step, steps=5, name="pace-quiet", out_dir=tmp_path)
-            pre, post = stamps.stamp_of(first)["pace_ms"]
-            if max(pre, post) / min(pre, post) < th.PACE_MIN_RATIO:
+        for _ in range(2):
+            first, second = _captures(tmp_path, core, 4)
+            if speed.machine_pace(first, second)["ratio"] > th.PACE_MIN_RATIO:
                 break
-        spinning = _burners(core, 2)
-        try:
-            time.sleep(0.1)  # the spinners started
-            second = helpers.capture(_small_step, steps=5, name="pace-busy", out_dir=tmp_path)
-        finally:
-            for p in spinning:
-                p.kill()
-                p.wait()
     finally:
         os.sched_setaffinity(0, cores)
         torch.set_num_threads(threads)
@@ -177,7 +185,7 @@ def test_a_real_capture_records_its_pace_and_a_disturbed_one_is_judged_against_i
         ends = stamps.stamp_of(t)["pace_ms"]
         assert len(ends) == 2 and all(x > 0 for x in ends)
     pace = speed.machine_pace(first, second)
-    assert pace["ratio"] > th.PACE_MIN_RATIO, pace  # a third of the core at both ends of the second capture
+    assert pace["ratio"] > th.PACE_MIN_RATIO, pace  # a fifth of the core at both ends of the second capture
     assert pace["applied"] == pytest.approx(pace["ratio"])  # no GPU: the whole step takes the factor
     # the verdict judged the step against the loop as first written at that factor, and says so whichever way it
     # went (a step follows the probe only roughly: whether this one stayed within PACE_FACTOR_ERROR is timing)
