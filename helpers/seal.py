@@ -132,8 +132,9 @@ def _save() -> None:
         return
     tmp = None
     try:  # a new file put in place whole: never written through a link, never left half-written
+        interrupts.sweep_stale(".", ".seals-", ".partial")  # what a check killed with SIGKILL left
         with interrupts.deferred():
-            fd, tmp = tempfile.mkstemp(prefix=".seals-", suffix=".partial", dir=".")
+            fd, tmp = tempfile.mkstemp(prefix=interrupts.owned_prefix(".seals-"), suffix=".partial", dir=".")
             interrupts.register(tmp)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(doc))

@@ -97,3 +97,18 @@ def test_the_cli_writes_under_an_owned_name(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: seen.append(k.get("prefix")) or real(*a, **k))
     assert main(["export", str(t), "-o", str(tmp_path / "e.json")]) == 0
     assert seen == [owned_prefix(TEMP_PREFIX)]
+
+
+def test_the_seals_files_partial_copy_is_owned_and_swept(tmp_path):
+    from helpers import seal
+
+    dead = _dead_pid()
+    stale = tmp_path / f".seals-{HOST}-{dead}-x.partial"
+    stale.write_text("{}")
+    _old(stale)
+    seal._reset()
+    try:
+        seal.open_seal("lab 1 reading")
+    finally:
+        seal._reset()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [seal.SEALS_FILE]
