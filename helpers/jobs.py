@@ -268,7 +268,9 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
     cs = metrics.comm_stats(trace)
     ev = trace.events
     rank = ev["rank"].to_numpy()
-    gpu = set(np.unique(rank[(ev["device"].to_numpy() >= 0) & kind_in(ev, GPU_WORK_KINDS)]).tolist())
+    # as Trace.has_gpu asks of a rank's own table: some row on a device, and some row of GPU work (not the same row)
+    gpu = (set(np.unique(rank[ev["device"].to_numpy() >= 0]).tolist())
+           & set(np.unique(rank[kind_in(ev, GPU_WORK_KINDS)]).tolist()))
     counts = dict(zip(*np.unique(rank, return_counts=True)))
     by_rank = cs.groupby("rank").indices
     empty = np.zeros(0, dtype=np.int64)

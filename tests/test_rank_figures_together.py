@@ -129,3 +129,23 @@ def test_ranks_are_held_for_a_shared_table_within_a_bound(tmp_path, monkeypatch,
         assert all(5 not in g for g in groups)  # the large rank was never held
     if held == 4_000:
         assert len(groups) > 2 and held_at_once < 12
+
+
+def test_a_ranks_gpu_is_judged_as_on_its_own_table(monkeypatch):
+    """``has_gpu`` of a rank alone: a row on a device and a row of GPU work, not necessarily the same row (a rank
+    whose kernels name no device beside a GPU-side range that does); its figures alone and together agree."""
+    def columns(rank: int, kernel_device: int) -> dict:
+        kind = ["annotation", "runtime", "kernel", "gpu_annotation"]
+        return {"name": np.array(["ProfilerStep#1", "cudaLaunchKernel", "gemm", "nccl:range"], dtype=object),
+                "kind": np.array(kind, dtype=object), "start_us": np.array([0.0, 5.0, 10.0, 10.0]),
+                "dur_us": np.array([700.0, 4.0, 100.0, 100.0]), "device": np.array([-1, -1, kernel_device, 0]),
+                "stream": np.array([-1, -1, 7, 7]), "correlation": np.array([-1, 1, 1, -1]),
+                "rank": np.full(4, rank, dtype=np.int64)}
+
+    reads = {f"r{r}": (Path(f"r{r}"), columns(r, -1 if r == 1 else 0), {}, "kineto", r) for r in range(3)}
+    monkeypatch.setattr(jobs, "_read_rank", lambda path, *a: reads[path])
+    args = [(f"r{r}", r, None, None, None, False) for r in range(3)]
+    together = jobs.analyse_figures(args)
+    assert [s.has_gpu for s in together] == [True, True, True]  # rank 1: a device row, and GPU work, apart
+    for s, a in zip(together, args):
+        _same(jobs.analyse_rank(*a), s)
