@@ -109,6 +109,9 @@ def test_on_a_gpu_trace_only_the_hosts_share_takes_the_factor():
     assert u > 0.5
     pace = speed.machine_pace(paced(b, 1.0, 1.0), paced(a, 3.0, 3.0))
     assert pace["applied"] == pytest.approx(1 + 2.0 * (1 - u)) and pace["applied"] < 2.0
+    # the step 3x slower on a host measured 3x slower: only its idle share is excused, so it is still refused
+    problem = speed.slower_problem(paced(b, 1.0, 1.0), paced(a, 3.0, 3.0))
+    assert "your step is slower" in problem and "the step the GPU sat idle" in problem
 
 
 _W: dict = {}

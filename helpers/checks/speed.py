@@ -171,6 +171,9 @@ def _pace_words(pace: dict[str, float]) -> str:
     no slower (beyond the probe's own noise, ``thresholds.PACE_MIN_RATIO``) during the fix's capture."""
     if not math.isfinite(pace["ratio"]):
         return ""
+    if pace["ratio"] > th.PACE_MIN_RATIO:  # slower, but the step waits on a GPU the probe cannot see
+        return (f", and the machine's host ran slower during your capture ({_pace_figures(pace)}) but the GPU was busy "
+                f"{pace['gpu_share']:.0%} of the step: a slower host does not explain a step that waits on the GPU")
     return (f", and the machine was no slower during your capture beyond the probe's own noise "
             f"({_pace_figures(pace)}; up to {th.PACE_MIN_RATIO:g}x is noise)")
 
