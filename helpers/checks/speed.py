@@ -158,8 +158,8 @@ def _slowdown_words(drift: float, pace: dict[str, float]) -> str:
 
 
 def _pace_figures(pace: dict[str, float]) -> str:
-    words = (f"helpers.capture's pace probe {pace['before_ms']:.2f} -> {pace['after_ms']:.2f} ms a run, "
-             f"{pace['ratio']:.2f}x")
+    words = (f"helpers.capture's pace probe {pace['before_ms']:.2f} -> {pace['after_ms']:.2f} ms a run, the slower "
+             f"end of the first capture against the faster end of yours: {pace['ratio']:.2f}x")
     if pace["applied"] > 1 and pace["gpu_share"] > 0:
         words += (f", applied to the {1 - pace['gpu_share']:.0%} of the step the GPU sat idle: "
                   f"{pace['applied']:.2f}x")
