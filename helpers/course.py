@@ -173,8 +173,28 @@ def _show_course_error(shell, etype, value, tb, tb_offset=None):  # noqa: ANN001
     if line is None:
         return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
     # _showtraceback sends an "error" message (ipykernel), so nbval and Run All still stop here.
-    shell._showtraceback(etype, value, [f"\x1b[0;31m{line}\x1b[0m"])
+    shell._showtraceback(etype, value, [f"\x1b[0;31m{text}\x1b[0m" for text in shown_lines(line)])
     return None
+
+
+#: The width a course error is wrapped to in a notebook: JupyterLab breaks an error's long line anywhere, mid-word.
+SHOWN_WIDTH = 100
+
+
+def shown_lines(line: str, width: int = SHOWN_WIDTH) -> list[str]:
+    """A course error's line as a notebook shows it: wrapped between words at ``width``, and a check's problems
+    (joined by `` | ``) one to a line, each a bullet, so a message of three problems reads as three."""
+    import textwrap
+
+    head, *problems = line.split(" | ")
+    lead, sep, first = head.partition("Not yet: ")
+    if problems and sep:  # "Check failed: Not yet: A | B | C." -> the header, then one bullet a problem
+        head, problems = (lead + sep).rstrip(), [first, *problems]
+    out = textwrap.wrap(head, width, break_long_words=False, break_on_hyphens=False) or [head]
+    for p in problems:
+        out += textwrap.wrap(p, width, initial_indent="  - ", subsequent_indent="    ", break_long_words=False,
+                             break_on_hyphens=False)
+    return out
 
 
 def use_one_line_errors() -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import textwrap
 from collections import Counter
@@ -329,9 +330,39 @@ def compare_text(table: pd.DataFrame) -> str:
     return out.to_string(index=False)
 
 
+#: Namespace qualifiers a C++ kernel name repeats (``at::native::``, ``(anonymous namespace)::``, ``std::``).
+_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|\b[A-Za-z_]\w*)::(?=[A-Za-z_(~])")
+
+
+def plain_kernel_name(name: str) -> str:
+    """A C++ kernel name without what every such name repeats: the leading ``void``, namespace qualifiers and the
+    parameter list after the template (``void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>(
+    at::native::(anonymous namespace)::TensorListMetadata<2>, ...)`` -> ``multi_tensor_apply_kernel<...>``), so
+    what tells two kernels apart (the template's functor, often at its end) is what a cut keeps. Other names
+    (``nvjet_sm90_...``, ``aten::mm``, any name without a template or ``void``) come back as they are."""
+    name = str(name).strip()
+    if not (name.startswith("void ") or ("<" in name and "::" in name)):  # not a C++ kernel: aten::mm stays
+        return name
+    name = name.removeprefix("void ")
+    depth = 0
+    for i, ch in enumerate(name):  # the first '(' outside every <...> opens the parameter list
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0 and i > 0 and not name.startswith("(anonymous namespace)", i):
+            name = name[:i]
+            break
+    return _QUALIFIER.sub("", name).strip() or name
+
+
 def cut_name(name: str, width: int = 70) -> str:
-    """A long (C++ template) name cut in the middle to ``width`` characters, its start and end kept."""
+    """A name in at most ``width`` characters: a long C++ kernel name first without its repeated parts
+    (:func:`plain_kernel_name`), then cut in the middle, its start and end kept."""
     name = str(name)
+    if len(name) <= width:
+        return name
+    name = plain_kernel_name(name)
     if len(name) <= width:
         return name
     head = (width - 3) * 2 // 3

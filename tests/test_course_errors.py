@@ -98,3 +98,22 @@ def test_steps_line_gives_the_step_time_without_calling_it_the_hosts():
     line = course.steps_line(t, "t5")
     assert f"{metrics.step_time_ms(t):.2f} ms each" in line and metrics.step_time_ms(t) > 10 * host_ms
     assert "on the host" not in line and "GPU work ends" in line
+
+
+def test_a_check_message_is_shown_wrapped_between_words_one_problem_a_line():
+    from helpers.errors import CheckFailed
+
+    problems = ["host_bound is not what holds this loop back. What the trace shows: the GPU is busy 4% of the step "
+                "and idles 30.49 ms per step while the host launches kernels",
+                "in your window 38.6-40.6 ms: the GPU is busy 6% of it",
+                "'kernels_per_step' does not prove host_bound; the figures that do: host_bound_idle_share."]
+    line = course.one_line(CheckFailed("Not yet: " + " | ".join(problems)))
+    shown = course.shown_lines(line)
+    assert shown[0] == "Check failed: Not yet:"
+    assert sum(s.startswith("  - ") for s in shown) == 3  # one bullet a problem
+    assert all(len(s) <= course.SHOWN_WIDTH for s in shown)
+    # wrapped between words: the words, in order, are the message's own (nothing cut mid-word, nothing lost)
+    words = " ".join(s.removeprefix("  - ").strip() for s in shown).split()
+    assert words == (line.replace(" | ", " ")).split()
+    long_path = "x" * 150  # a word longer than the width stays whole
+    assert long_path in course.shown_lines(f"TraceError: {long_path} is not a trace")

@@ -60,6 +60,8 @@ def test_truthful_reading_passes(trace_id, source):
     opinion = re.split(r" The look-alike| Note:", out.split("Second opinion, helpers.diagnose: ", 1)[1])[0]
     assert not re.search(r"\(\d+%\)", opinion), opinion
     assert "of the step)" in opinion or "nothing stood out" in opinion, opinion
+    # a pass shows the learner's lesson, never the key's authoring notes (what the loop was built to show)
+    assert "built to show" not in out and "recorded truth" not in out and "recording of 20" not in out, out
 
 
 def test_the_recorded_truth_agrees_with_the_trace_or_the_check_says_why():
@@ -92,7 +94,7 @@ def test_the_sealed_key_matches_the_instructors_key_and_opens_only_for_the_answe
         assert unseal(sealed["after"], trace_id, "first", wrong) is None
         assert json.loads(unseal(sealed["after"], trace_id, "first", first))["more"] == [digest(trace_id, "also", p) for p in more]
         shown = json.loads(unseal(sealed["passed"], trace_id, "all", first, *sorted(more)))
-        assert shown == {"decoy": case["decoy"], "note": case["note"]}
+        assert shown == {"decoy": case["decoy"], "note": case.get("lesson", "")}  # the learner's lesson; the key's note is for instructors
         # one lesson entry per pattern: none is missing, so the right one is not the one left out
         from helpers.diagnosis import PATTERNS
 

@@ -7,7 +7,8 @@ The key (docs/instructors/triage_key.json) is for instructors and lives outside 
 the package gets only salted digests and texts sealed with the right answer (helpers.checks._sealed).
 Per trace: ``first``, the digest of the costliest pattern; ``after``, sealed with that pattern, the digests of
 the trace's further patterns and the hint for a missed second problem; ``passed``, sealed with all of them,
-the look-alike and note a pass shows; ``lessons``, one entry for every pattern (so none is left out as the
+the look-alike and the lesson a pass shows (the key's `note`, why the answer differs from what the loop was built
+to show, is for instructors only); ``lessons``, one entry for every pattern (so none is left out as the
 answer), sealed with that pattern: the lesson a reading naming it gets, or nothing.
 """
 
@@ -45,7 +46,7 @@ def sealed_key(cases: dict) -> dict:
             "first": digest(tid, "first", first),
             "after": seal(json.dumps({"more": [digest(tid, "also", p) for p in more], "second": case.get("second", "")}),
                           tid, "first", first),
-            "passed": seal(json.dumps({"decoy": case.get("decoy", ""), "note": case.get("note", "")}),
+            "passed": seal(json.dumps({"decoy": case.get("decoy", ""), "note": case.get("lesson", "")}),
                            tid, "all", first, *sorted(more)),
             "lessons": {digest(tid, "misread", p): seal(lessons.get(p, lessons.get("*", "")), tid, "misread", p)
                         for p in PATTERNS},

@@ -22,6 +22,7 @@ from torch import nn
 from .. import metrics as m
 from .. import thresholds as th
 from ..model import Trace
+from ..render import plain_kernel_name
 from . import _core
 from . import behaviour as _behaviour
 from ._core import NUMBER, CheckFailed, _check, _close, _record, own_capture_problem, run_learner, shipped, unit_slip
@@ -337,7 +338,8 @@ def _recorded_points_note() -> str:
     mine = [e for e in EXERCISES if e.function == "check_kernel_points"]
     elsewhere = [e.function for e in EXERCISES if e.item == ITEM and "cpu" in e.tracks and e.function != "check_kernel_points"]
     gpu_only = all(e.tracks == ("gpu",) for e in mine)
-    return ("a recording the course shipped: checked, earns nothing. These kernel points earn credit only from your "
+    return ("practice on the course's recording: your points are right, and a recording the course shipped earns no "
+            "credit. These kernel points earn credit only from your "
             "own bf16 capture" + (", on a CUDA GPU (the GPU track): the CPU track cannot earn them and does not need "
                                   "them" if gpu_only else "")
             + f"; there the '{ITEM}' item comes from {', '.join(elsewhere)}")
@@ -399,7 +401,8 @@ def check_shape_miss(answer: dict, tf32_trace: Trace, bf16_trace: Trace) -> str:
         return _check(ITEM, name, False, "shape_miss must be a dict with ffma_kernel, dim and head_share")
     ffma = [n for n in m.gemm_kernels(tf32_trace)["name"] if m.gemm_math(n) == "fp32_ffma"]
     part = str(answer.get("ffma_kernel", "")).strip()
-    if len(part) < 8 or not any(part in n for n in ffma):
+    # a piece copied from the raw name or from the table's shorter form of it (render.cut_name drops namespaces)
+    if len(part) < 8 or not any(part in n or part in plain_kernel_name(n) for n in ffma):
         return _check(ITEM, name, False,
                       f"{part!r} is not (8 characters or more of) the name of a GEMM that ran on FFMA pipes in the TF32 run: "
                       "list metrics.gemm_kernels(tf32_trace) and look for sgemm/simt/ffma among tensor-core names")
