@@ -400,6 +400,34 @@ def _h2d_copy(s: Signals) -> bool:
     return gain(s, "h2d_copy") >= floor(s, "h2d_copy") and "copy_exposed_share" in s
 
 
+def _idle_counted_elsewhere(s: Signals, pattern: str, share: str) -> bool:
+    """Whether the GPU idle time the cost model gives ``pattern`` (``share``) is well under what its fix saves on
+    the critical path: the idle time it leaves is counted to another cause (``idle_cost_by_cause`` gives each idle
+    stretch one cause, the what-if replays each fix), so quoting the share alone beside the saving would read as a
+    contradiction (a batch loaded right after a sync: either fix closes the same gap)."""
+    return get(s, share) < gain(s, pattern) * th.SHARE_QUOTED_MIN_OF_GAIN
+
+
+def _say_data_stall(s: Signals) -> str:
+    if not _idle_counted_elsewhere(s, "data_stall", "data_stall_share"):
+        return (f"The GPU waits for data: {s['data_stall_share']:.0%} of step time it sits idle while the host loads the "
+                "next batch.")
+    after_sync = get(s.get("gpu_idle_ms_per_step") or {}, "sync") > 0
+    return (f"The host loads the next batch for {get(s, 'host_data_wait_ms_per_step'):.1f} ms a step on the step's critical "
+            f"path while the GPU waits; "
+            + ("that idle time is counted to the sync just before the loading (sync_stall): with either fixed, the "
+               "loading overlaps the GPU's work." if after_sync else
+               f"only {s['data_stall_share']:.0%} of the step is GPU idle time counted to it, the rest of the wait "
+               "overlapping GPU work the step still waits for."))
+
+
+def _sync_share_words(s: Signals) -> str:
+    if _idle_counted_elsewhere(s, "sync_stall", "sync_stall_share"):
+        return ("; the GPU's idle time after them is counted to what the host does next, which removing the syncs "
+                "would let overlap the GPU")
+    return f" (at most {s['sync_stall_share']:.0%} to win back)"
+
+
 def _say_copies(s: Signals) -> str:
     parts = []
     if "h2d_ms_per_step" in s:
@@ -578,8 +606,7 @@ CATALOGUE: tuple[Pattern, ...] = (
     Pattern(
         "data_stall", "data loading stall",
         rules=(
-            Rule(_data_stall_gpu, ("gains",), "data_stall_share",
-                 lambda s: f"The GPU waits for data: {s['data_stall_share']:.0%} of step time it sits idle while the host loads the next batch.",
+            Rule(_data_stall_gpu, ("gains",), "data_stall_share", _say_data_stall,
                  ("data_stall_share", "host_data_wait_ms_per_step", "gpu_idle_ms_per_step"), "idle_gap"),
             Rule(_data_stall_cpu, ("gains",), "cpu_data_wait_share",
                  lambda s: (f"The loop spends {s['cpu_data_wait_share']:.0%} of each step waiting for the next batch "
@@ -609,7 +636,7 @@ CATALOGUE: tuple[Pattern, ...] = (
         rules=(Rule(_sync_stall, ("gains",), "sync_stall_share",
                     lambda s: (f"{s['sync_points_per_step']:.1f} host syncs per step: the host waits {s['sync_blocked_share']:.0%} of "
                                f"the step for the GPU, and the GPU then idles {s['sync_gpu_idle_share']:.0%} of it waiting for the host; "
-                               f"they take turns instead of overlapping (at most {s['sync_stall_share']:.0%} to win back)."),
+                               f"they take turns instead of overlapping{_sync_share_words(s)}."),
                     ("sync_stall_share", "sync_points_per_step", "host_blocked_ms_per_step", "sync_blocked_share",
                      "sync_caused_by"), "longest_sync"),),
         fix="Remove syncs from the hot loop: drop torch.cuda.synchronize(), keep losses/metrics on the GPU "
