@@ -104,6 +104,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         print(render.to_json({"trace": trace.source, "summary": metrics.summary(trace), **findings.to_dict()}))
         return 0
+    part = trace.metadata.get("job_world_size")
+    if part:  # a folder of part of its job's ranks: said before any finding, which is of these ranks only
+        print(render.part_of_job_text(int(part), list(trace.ranks)))
     print(render.diagnose_text(str(args.trace), findings, trace.has_gpu, origin_us=metrics.time_origin_us(metrics.stepped(trace))))
     return 0
 

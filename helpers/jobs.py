@@ -52,6 +52,7 @@ class RankSummary:
     findings: list[tuple[str, float, str]] = field(default_factory=list)  # (pattern, cost, summary), costliest first
     diagnosed: bool = True  # False: only its figures were taken (a job of more than DIAGNOSED_RANKS ranks)
     path: dict[str, Any] = field(default_factory=dict)  # its critical path: step_ms, ms a step by cause, each fix's step
+    world_size: int = 0  # the job's size as this rank's trace gives it (0: not given), readers.job_world_size
 
     @property
     def steps(self) -> int:
@@ -149,14 +150,17 @@ def _read_rank(path: str | os.PathLike, index: int, max_bytes: int | None, max_e
 def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> RankSummary:
     from . import metrics
     from .diagnosis import diagnose
+    from .readers import job_world_size
 
     p, columns, meta, fmt, rank = read
     trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
     comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
+    world = job_world_size([meta])
     if not findings:
-        return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False)
+        return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False,
+                           world_size=world)
     result = diagnose(trace)
     found = [(f.pattern, float(f.cost), f.summary) for f in result]
     sg = result.signals
@@ -164,7 +168,8 @@ def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> Rank
     from .critical import rank_steps
 
     path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
-    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path)
+    return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path,
+                       world_size=world)
 
 
 def analyse_figures(args: list[tuple], budget: Budget | None = None) -> list[RankSummary]:
@@ -245,7 +250,7 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
     of its own is left for its own analysis."""
     from . import metrics
     from .model import GPU_WORK_KINDS, kind_in
-    from .readers import _concat
+    from .readers import _concat, job_world_size
 
     tables = []
     for _, columns, _, _, _ in reads:
@@ -274,10 +279,11 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
     counts = dict(zip(*np.unique(rank, return_counts=True)))
     by_rank = cs.groupby("rank").indices
     empty = np.zeros(0, dtype=np.int64)
-    for k, (p, _, _, fmt, r) in enumerate(reads):
+    for k, (p, _, meta, fmt, r) in enumerate(reads):
         rows = by_rank.get(r, empty)
         comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64)[rows] for c in COMM_COLUMNS}
-        out[where[k]] = RankSummary(r, str(p), fmt, int(counts.get(r, 0)), r in gpu, comm, [], diagnosed=False)
+        out[where[k]] = RankSummary(r, str(p), fmt, int(counts.get(r, 0)), r in gpu, comm, [], diagnosed=False,
+                                    world_size=job_world_size([meta]))
 
 
 def default_workers(n_files: int) -> int:
@@ -668,6 +674,9 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
                               "events": int(sum(s.events for s in summaries)),
                               "has_gpu": any(s.has_gpu for s in summaries), "per_rank": table,
                               "compute_spread": 0.0, "stragglers": [], "has_collectives": False}
+    declared = max((s.world_size for s in summaries), default=0)
+    if declared > len(summaries):  # a part of the job: its figures are of these ranks only (render.part_of_job_text)
+        report["job_world_size"] = declared
     comp = per_rank["compute_us"]
     if len(per_rank) >= 2:  # as metrics.rank_imbalance
         report["compute_spread"] = float((comp.max() - comp.min()) / comp.max()) if comp.max() > 0 else 0.0

@@ -322,6 +322,7 @@ _METADATA_KINDS = (
     ("files", (list, tuple), "a list of file names"),
     ("origin_us", (int, float, np.integer, np.floating), "a number of microseconds"),
     ("world_size", (int, np.integer), "a whole number"),
+    ("job_world_size", (int, np.integer), "a whole number"),
     ("torch_version", str, "text"),
 )
 
@@ -331,7 +332,7 @@ def _items_fit(key: str, value: Any) -> bool:
         return all(isinstance(v, dict) for v in value.values())
     if key in ("device_names", "files"):
         return all(v is None or isinstance(v, str) for v in value)
-    if key in ("origin_us", "world_size"):
+    if key in ("origin_us", "world_size", "job_world_size"):
         return not isinstance(value, bool) and math.isfinite(value)
     return True
 

@@ -78,6 +78,8 @@ def device_line(names: list[str]) -> str:
 
 def summary_text(s: dict[str, Any]) -> str:
     lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    if s.get("job_world_size"):
+        lines.append("  " + part_of_job_text(int(s["job_world_size"]), list(s["ranks"])))
     if s.get("steps_inferred"):
         lines.append(f"  steps: none marked; {steady_text(s['steps_inferred'])}")
     if s["device_names"]:
@@ -418,11 +420,22 @@ __all__ = ["CPU_ONLY_NOTE", "change_text", "clean", "compare_text", "device_line
            "window_text", "verdict_text", "diff_text"]
 
 
+def part_of_job_text(declared: int, held: list[int]) -> str:
+    """The line a folder holding only part of its job's ranks carries wherever the job's figures are shown (the
+    traces give the job's size: ``distributed.world_size``)."""
+    shown = ", ".join(str(r) for r in held[:12]) + (", ..." if len(held) > 12 else "")
+    return (f"note: the traces say their job had {declared} ranks; this folder holds {len(held)} (rank"
+            f"{'s' if len(held) != 1 else ''} {shown}): every figure below is of these only, and a rank not here "
+            "may be the one the others wait for")
+
+
 def job_text(report: dict[str, Any], top: int = 8) -> str:
     """The cross-rank report of :func:`helpers.jobs.analyse_job`: the job's figures, the stragglers,
     and the ranks that wait most and compute most (the whole table is in ``--json``)."""
     r = report
     lines = [f"{r.get('folder', 'job')}: {r['ranks']} ranks, {r['events']:,} events"]
+    if r.get("job_world_size"):
+        lines.append("  " + part_of_job_text(int(r["job_world_size"]), sorted(int(x) for x in r["per_rank"]["rank"])))
     if r.get("has_collectives"):
         lines.append(f"  communication: {r['collective_ms_per_step']:.2f} ms per step, {r['exposed_ms_per_step']:.2f} ms of it "
                      f"exposed ({r['comm_exposed_share']:.0%} of step time)")

@@ -77,6 +77,8 @@ def summary(trace: Trace) -> dict[str, Any]:
         "format": trace.format,
         "events": int(len(trace.events)),
         "ranks": trace.ranks,
+        # a folder holding only part of its job: the job's size as its traces give it (absent when whole)
+        **({"job_world_size": int(trace.metadata["job_world_size"])} if trace.metadata.get("job_world_size") else {}),
         "devices": trace.devices,
         "device_names": list(trace.metadata.get("device_names") or []),  # the caller's list, not the trace's
         "device_name_counts": dict(Counter(n for n in (trace.metadata.get("device_names") or []) if n)),

@@ -17,7 +17,7 @@ import stat
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -565,7 +565,22 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     assign_steps(events, steps)
     metadata["steps"] = steps
     metadata["world_size"] = len(files)
+    declared = job_world_size(metadata["ranks"].values())
+    if declared > len(files):  # ranks of the job not in the folder: said wherever the job's figures are shown
+        metadata["job_world_size"] = declared
     return Trace(events, str(d), "directory", metadata)
+
+
+#: The largest job a trace's own rank metadata is believed about (a world size beyond it is a damaged field).
+MAX_DECLARED_WORLD = 1 << 20
+
+
+def job_world_size(rank_metadata: Iterable[dict]) -> int:
+    """The number of ranks the traces say their job had (the profiler's ``distributed.world_size``, the largest any
+    rank gives), 0 where none says. A folder holding fewer is a part of the job: its figures are of those ranks only."""
+    sizes = [m.get("distributed", {}).get("world_size") for m in rank_metadata if isinstance(m, dict)]
+    return max((int(w) for w in sizes if isinstance(w, (int, np.integer)) and not isinstance(w, bool)
+                and 0 < w <= MAX_DECLARED_WORLD), default=0)
 
 
 __all__ = ["load", "read_file"]
