@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Raised from 56 on 2026-12-05 for that day's H200 recordings (lab 07's ten triage cases recorded again, 9.9 MB,
 #: and labs 09-11's kernel, memory and call-site data, 1.6 MB): 61.9 MiB were taken. Of that, 6.2 MB is triage
 #: case t7 alone (a recurrent net of about 4,160 kernels a step): a trial recording of a wide few-kernel model in its
-#: place took 0.4 MB, so recording t7 again that way brings the budget back down.
-TRACKED_BUDGET_MIB = 62
+#: place took 0.4 MB, so recording t7 again that way brings the budget back down. Raised to 63 later that day
+#: (62.1 MiB: the day's tests and the GPU track's run records): a re-recording of t7 with a wide convolutional
+#: model on the H200 took 0.4 MB, but it shows its data stall only through the what-if (the GPU's idle time counted
+#: to the sync before the loading), so the lab keeps the recurrent net's recording until its check can read it.
+TRACKED_BUDGET_MIB = 63
 
 
 def _cases():
