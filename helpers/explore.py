@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as m
-from .errors import ArgumentError
+from .errors import ArgumentError, TraceError
 from .lanes import (
     COPY_COLORS,
     FIGURE_WIDTH_PX,
@@ -503,8 +503,13 @@ def _png(trace: Trace, lanes: Lanes, window_ms: tuple[float, float], title: str)
 
 
 def _widget_class():
-    import anywidget
-    import traitlets as t
+    try:
+        import anywidget
+        import traitlets as t
+    except ImportError as exc:  # a machine without the course's requirements: one line, not an import traceback
+        raise TraceError(f"the interactive explorer needs {exc.name or 'anywidget'}, which this Python lacks: pip install "
+                         "-r requirements.txt (or pip install anywidget); plots.timeline draws the same view as a "
+                         "static figure") from None
 
     class Explorer(anywidget.AnyWidget):
         """The interactive timeline. ``window_ms`` is the selected stretch (else the visible range),
