@@ -435,6 +435,6 @@ DDP_HALF_TIMES = 2.0
 #: cause that closes the same gap (a batch loaded right after a sync: either fix closes it), and the summary says so
 #: instead of quoting "0% of step time it sits idle" under "its fix saves about 24%". Measured 2026-12-05 on the
 #: recorded H200 traces (data/): where a fix saves 5% or more, share over saving is 0.73-1.31 for the data and sync
-#: stalls their labs teach, and 0.0 on two (mystery data_fixed's data_stall, 0 of 24.5%, counted to the sync
-#: before it; gpu_bound empty_cache's sync_stall, 0 of 23.4%); a re-recording of triage case t7 gave 0 of 39%.
+#: stalls their labs teach, and 0.0 on two (a data stall saving 24.5% whose idle time is counted to the sync before
+#: the loading; a sync stall saving 23.4% whose gaps are counted to what the host did next).
 SHARE_QUOTED_MIN_OF_GAIN = 0.5
