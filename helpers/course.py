@@ -177,8 +177,10 @@ def _show_course_error(shell, etype, value, tb, tb_offset=None):  # noqa: ANN001
     return None
 
 
-#: The width a course error is wrapped to in a notebook: JupyterLab breaks an error's long line anywhere, mid-word.
-SHOWN_WIDTH = 100
+#: The width a course error is wrapped to in a notebook: JupyterLab breaks an error's line wider than its output
+#: area anywhere, mid-word (word-break: break-all). 76 characters of its 13 px monospace fit an 800 px window with the
+#: file browser closed (about 78 there; 107 at 1280 px with it open), seen in headless Chromium on 2026-12-05.
+SHOWN_WIDTH = 76
 
 
 def shown_lines(line: str, width: int = SHOWN_WIDTH) -> list[str]:
