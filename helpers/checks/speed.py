@@ -88,17 +88,10 @@ def machine_pace(before: Trace, after: Trace) -> dict[str, float]:
     return out
 
 
-def _allowed(b_t, a_t, b: float) -> float:
-    """The slack a median step ``b`` ms (of the steps ``b_t``) has over ``a_t``'s: the noise band of the two, or
-    ``SPEED_NO_BAND_REL`` of ``b`` with too few steps for one, at least ``SPEED_SLOWER_FLOOR`` of ``b``."""
-    import numpy as np
-
-    if min(len(b_t), len(a_t)) >= th.NOISE_MIN_STEPS:
-        spread = m.report._spread
-        noise = th.NOISE_BAND_SE * float(np.hypot(1.2533 * spread(b_t) / np.sqrt(len(b_t)),
-                                                  1.2533 * spread(a_t) / np.sqrt(len(a_t))))
-    else:
-        noise = th.SPEED_NO_BAND_REL * b
+def _allowed(band_ms: float, b: float) -> float:
+    """The slack a median step ``b`` ms has: the noise band (:func:`helpers.metrics.noise_band_ms`; with too few
+    steps for one, ``SPEED_NO_BAND_REL`` of ``b``), at least ``SPEED_SLOWER_FLOOR`` of ``b``."""
+    noise = band_ms if math.isfinite(band_ms) else th.SPEED_NO_BAND_REL * b
     return max(noise, th.SPEED_SLOWER_FLOOR * b)
 
 
@@ -121,8 +114,7 @@ def speed_verdict(before: Trace, after: Trace, workers: int | None = None,
     b, a = band["before_ms"], band["after_ms"]
     if not (b > 0 and a > 0):  # NaN (no steps) or a zero-length step: no time to compare
         return "", ""
-    noise = band["band_ms"] if math.isfinite(band["band_ms"]) else th.SPEED_NO_BAND_REL * b
-    allowed = max(noise, th.SPEED_SLOWER_FLOOR * b)
+    allowed = _allowed(band["band_ms"], b)
     if a - b <= allowed:
         return "", ""
     pace = machine_pace(before, after)
@@ -134,7 +126,7 @@ def speed_verdict(before: Trace, after: Trace, workers: int | None = None,
                 "any machine"), ""
     b_t, a_t = m.step_times(before) * factor, m.step_times(after)
     then = float(np.median(b_t)) if len(b_t) else b * factor  # the loop as first written, at the machine's pace then
-    allowed = _allowed(b_t, a_t, then)
+    allowed = _allowed(m.report.noise_band_ms(b_t, a_t), then)
     if pace["applied"] >= factor:  # the probe's figure decided: a step follows it only to within PACE_FACTOR_ERROR
         allowed = max(allowed, th.PACE_FACTOR_ERROR * then)
     why = _slowdown_words(drift, pace)

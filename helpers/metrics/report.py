@@ -146,6 +146,15 @@ def _spread(x: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(x - np.median(x)))) if len(x) else float("nan")
 
 
+def noise_band_ms(before_ms: np.ndarray, after_ms: np.ndarray) -> float:
+    """The noise band (ms) of the difference of two runs' median steps: ``thresholds.NOISE_BAND_SE`` standard errors
+    from each run's own spread; NaN with fewer than ``NOISE_MIN_STEPS`` steps a side."""
+    b, a = np.asarray(before_ms, dtype=float), np.asarray(after_ms, dtype=float)
+    if min(len(b), len(a)) < th.NOISE_MIN_STEPS:
+        return float("nan")
+    return float(th.NOISE_BAND_SE * np.hypot(1.2533 * _spread(b) / np.sqrt(len(b)), 1.2533 * _spread(a) / np.sqrt(len(a))))
+
+
 def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
     """Median step times of two traces and the noise band of their difference (``thresholds.NOISE_BAND_SE``
     standard errors, from each run's own spread): ``before_ms, after_ms, band_ms`` (NaN with fewer than
@@ -156,13 +165,10 @@ def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
     b, a = step_times(before), step_times(after)
     out = {"before_ms": float(np.median(b)) if len(b) else (step_time_ms(before) or float("nan")),
            "after_ms": float(np.median(a)) if len(a) else (step_time_ms(after) or float("nan")),
-           "n_before": float(len(b)), "n_after": float(len(a)), "band_ms": float("nan")}
+           "n_before": float(len(b)), "n_after": float(len(a)), "band_ms": noise_band_ms(b, a)}
     # steps of no length (a zero-length range) have no relative spread: NaN, not a division by zero
     out["before_spread"] = _spread(b) / out["before_ms"] if len(b) and out["before_ms"] > 0 else float("nan")
     out["after_spread"] = _spread(a) / out["after_ms"] if len(a) and out["after_ms"] > 0 else float("nan")
-    if min(len(b), len(a)) >= th.NOISE_MIN_STEPS:
-        se = np.hypot(1.2533 * _spread(b) / np.sqrt(len(b)), 1.2533 * _spread(a) / np.sqrt(len(a)))
-        out["band_ms"] = float(th.NOISE_BAND_SE * se)
     return out
 
 
