@@ -257,13 +257,20 @@ def test_report_of_2m_events_draws_within_2_s(tmp_path, browser, shots):
     root.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "big-1-whole.png"))
     page.wait_for_function("() => document.body.dataset.decoded0 === '1'", timeout=60_000)
-    search = root.locator(".gtl-search")
-    search.fill("op17")
-    page.wait_for_function("() => /\\/ [\\d,]+/.test(document.querySelector('.gtl-count').innerText)", timeout=60_000)
-    search.press("Enter")
-    page.wait_for_function("() => /op17/.test(document.querySelector('.gtl-pinned').innerText)", timeout=60_000)
+    _search_and_pin(page, root, "op17", "op17", timeout=60_000)
     page.screenshot(path=str(shots / "big-2-search.png"))
     assert errors == []
+
+
+def _search_and_pin(page, root, query: str, pinned: str, timeout: int) -> None:
+    """Search ``query`` in the report's explorer, wait for its count, press Enter and wait until the pinned card
+    holds ``pinned``."""
+    search = root.locator(".gtl-search")
+    search.fill(query)
+    page.wait_for_function("() => /\\/ [\\d,]+/.test(document.querySelector('.gtl-count').innerText)", timeout=timeout)
+    search.press("Enter")
+    page.wait_for_function("(text) => document.querySelector('.gtl-pinned').innerText.includes(text)", arg=pinned,
+                           timeout=timeout)
 
 
 def test_report_search_stops_a_catastrophic_pattern(tmp_path, browser, shots):
@@ -316,11 +323,7 @@ def test_report_of_names_that_are_html_draws_and_runs_none_of_them(tmp_path, bro
     page, errors = _open(browser, path)  # drawn: '<!--<script>' in a name stopped the page's code from running
     root = page.locator(".gtl-explore")
     root.scroll_into_view_if_needed()
-    search = root.locator(".gtl-search")
-    search.fill("script")
-    page.wait_for_function("() => /\\/ [\\d,]+/.test(document.querySelector('.gtl-count').innerText)", timeout=20_000)
-    search.press("Enter")
-    page.wait_for_function("() => document.querySelector('.gtl-pinned').innerText.includes('<!--<script>')", timeout=20_000)
+    _search_and_pin(page, root, "script", "<!--<script>", timeout=20_000)
     page.screenshot(path=str(shots / "html-names-pinned.png"))
     assert page.evaluate("() => window.__pwned") is None
     assert page.evaluate("() => document.querySelectorAll('img, [onerror], [onload]').length") == 0
