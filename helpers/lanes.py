@@ -57,6 +57,10 @@ FIGURE_WIDTH_PX = 950
 MIN_BAND_PX = 6
 #: The kinds' legend sits this many inches below the axes: under the tick labels and the axis label.
 LEGEND_DROP_IN = 0.5
+#: A legend's title and each of its rows of swatches, in inches at font size 9 (the next legend starts below).
+LEGEND_TITLE_IN, LEGEND_ROW_IN = 0.25, 0.2
+#: The gid of each legend under a timeline (the kinds', the ranges' phases).
+LEGEND_GID = "timeline-legend"
 
 
 def _plt():
@@ -250,6 +254,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     if len(lanes) > max_lanes:  # keep GPU and range lanes, drop the busiest-less CPU threads
         keep = sorted(lanes, key=lambda rl: (not rl[1].startswith(("GPU", "ranges", "CUDA")), -len(on_lanes[rl])))[:max_lanes]
         lanes = sorted(keep, key=lambda rl: (rl[0], _lane_order(rl[1])))
+    made_figure = ax is None
     if ax is None:
         fig, ax = plt.subplots(figsize=(width_px / 100, 0.42 * max(len(lanes), 3) + 1.2), dpi=100)
     else:
@@ -259,10 +264,11 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     start, end = ev["start_us"].to_numpy(), ev["end_us"].to_numpy()
     colour_code, colour_names = _colour_keys(ev)
     shown = set()
+    range_names: set[str] = set()
     for y, (rank, lane) in enumerate(lanes):
         rows = on_lanes[(rank, lane)]
         if lane.startswith("ranges"):
-            _draw_ranges(ax, ev.iloc[rows], y, origin, px_us)
+            range_names |= _draw_ranges(ax, ev.iloc[rows], y, origin, px_us)
             continue
         codes = colour_code[rows]
         for key, c in sorted((colour_names[c], c) for c in np.unique(codes[codes >= 0]).tolist()):
@@ -301,15 +307,29 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
 
     handles = [Patch(color=COPY_COLORS.get(k, KIND_COLORS.get(k, "#999999")), label=str(k))
                for k in sorted(shown)]
+    # The ranges lane's colours are a key of their own (a phase, not a kind), named like the kinds' below the axis:
+    # without it the reader sees orange "data" bars and orange H2D copies and cannot tell the two keys apart.
+    phase_handles = [Patch(color=c, label=words) for words, c in phase_legend(range_names)]
     label_lines = textwrap.fill("time (ms); " + time_origin_text(trace), 110).count("\n") if x_origin is None else 0
     drop = LEGEND_DROP_IN + 0.15 * label_lines
-    if handles:  # below the axis label (a fixed distance in inches, whatever the figure's height), inside its width
-        from matplotlib.transforms import ScaledTranslation
+    from matplotlib.legend import Legend
+    from matplotlib.transforms import ScaledTranslation
 
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0),
-                  bbox_transform=ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans),
-                  ncol=min(len(handles), 8), fontsize=9, frameon=False, title="colour = kind (memcpy: direction)",
-                  title_fontsize=9, alignment="left")
+    for group, title_words in ((handles, "colour = kind (memcpy: direction)"),
+                               (phase_handles, "NVTX / ranges lane: colour = phase")):
+        if not group:
+            continue
+        # below the axis label (a fixed distance in inches, whatever the figure's height), inside its width
+        ncol = min(len(group), 8 if group is handles else 4)  # a phase's words are longer than a kind's
+        legend = Legend(ax, group, [h.get_label() for h in group], loc="upper left", bbox_to_anchor=(0, 0),
+                        bbox_transform=ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans),
+                        ncol=ncol, fontsize=9, frameon=False, title=title_words, title_fontsize=9, alignment="left")
+        legend.set_gid(LEGEND_GID)
+        ax.add_artist(legend)  # two legends on one axes: ax.legend() keeps only the last
+        legend.set_clip_on(False)  # add_artist clips to the axes: the layout would then leave the legend no room
+        drop += LEGEND_TITLE_IN + LEGEND_ROW_IN * -(-len(group) // ncol)
+    if made_figure:  # the lanes keep their height: the figure grows by what the legends take under the axis
+        fig.set_figheight(max(fig.get_figheight(), 0.42 * max(len(lanes), 3) + 0.45 + drop))
     ax.set_ylim(len(lanes) - 0.5, -1.0)
     lo, hi = (t0 - origin) / 1e3, (t1 - origin) / 1e3
     ax.set_xlim(lo, hi if hi > lo else lo + 1e-3)  # a window of no length (zero-duration events) gets 1 us
@@ -322,9 +342,9 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
         title += "\n" + textwrap.fill(note, 92)
     ax.set_title(printable(title), fontsize=11, loc="left", parse_math=False)  # a file name is text, not TeX
     _tidy(fig)
-    if handles and len(fig.axes) == 1:  # room under the axes for the legend (tight_layout counts only the label)
+    if (handles or phase_handles) and len(fig.axes) == 1:  # room under the axes for the legends (tight_layout counts only the label)
         height = fig.get_size_inches()[1]
-        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, (drop + 0.5) / height))
+        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, (drop + 0.05) / height))
     return fig
 
 
@@ -368,15 +388,19 @@ def trace_name(trace: Trace) -> str:
 
 #: The gid of a range's name drawn on its bar (see _tidy).
 RANGE_LABEL = "range-label"
+#: The gid of the ranges lane's bars (one collection per lane).
+RANGES_GID = "ranges"
 
 
-def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> None:
-    """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit."""
+def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> set[str]:
+    """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit; the names of
+    those drawn (their colours are the legend's)."""
     from matplotlib.collections import PolyCollection
 
     ranges = ranges.sort_values(["start_us", "dur_us"], ascending=[True, False])
     depth_end: list[float] = []
     bars, colors = [], []
+    drawn: set[str] = set()
     for s, e, name in zip(ranges["start_us"].tolist(), ranges["end_us"].tolist(), ranges["name"].tolist()):
         while depth_end and depth_end[-1] <= s:
             depth_end.pop()
@@ -389,13 +413,15 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         x1, y1 = x0 + (e - s) / 1e3, y0 + h  # the corners broken_barh would compute
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
+        drawn.add(name)
         if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
             label = ax.text((s + e) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
                             color="black", clip_on=True, gid=RANGE_LABEL, parse_math=False)
             label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)
         ax.add_collection(PolyCollection(np.array(bars), facecolors=colors, edgecolors="white", linewidth=0.3,
-                                         alpha=0.9))
+                                         alpha=0.9, gid=RANGES_GID))
+    return drawn
 
 
 def _tidy(fig) -> None:

@@ -61,7 +61,8 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     length = max(e - s for s, e in spans)
     table = m.comparison(before, after)
     n_lanes = [len(set(tr.window(*sp).events["lane"])) for tr, sp in zip((before, after), spans)]
-    fig = plt.figure(figsize=(FIGURE_WIDTH_PX / 100, 0.42 * sum(n_lanes) + 2.2 + 0.3 * len(table)), dpi=100)
+    # each timeline's legends (kinds, and the ranges' phases) take about an inch under its axis
+    fig = plt.figure(figsize=(FIGURE_WIDTH_PX / 100, 0.42 * sum(n_lanes) + 3.2 + 0.3 * len(table)), dpi=100)
     grid = fig.add_gridspec(3, 1, height_ratios=[max(n_lanes[0], 3), max(n_lanes[1], 3), 0.5 * len(table) + 1])
     for i, (tr, (s, _), label) in enumerate(zip((before, after), spans, labels)):
         ax = fig.add_subplot(grid[i])

@@ -55,3 +55,49 @@ def test_range_labels_stay_inside_their_bars(workload, variant):
             (a, _), (b, _) = ax.transData.transform([(label.range_ms[0], 0), (label.range_ms[1], 0)])
             assert label.get_window_extent().width <= b - a, label.get_text()
         fig.clf()
+
+
+def _legends(ax):
+    from helpers.lanes import LEGEND_GID
+
+    return {leg.get_title().get_text(): [t.get_text() for t in leg.get_texts()]
+            for leg in ax.get_children() if getattr(leg, "get_gid", lambda: None)() == LEGEND_GID}
+
+
+def test_the_ranges_lane_has_a_key_like_the_other_lanes_and_it_fits_under_the_axis():
+    from matplotlib.colors import to_hex
+
+    from helpers.lanes import PHASE_WORDS, RANGES_GID, _phase_color
+
+    t = recorded("launch_overhead", "broken")
+    fig = plots.timeline(t, step=1)
+    ax = fig.axes[0]
+    legends = _legends(ax)
+    kinds = next(words for title, words in legends.items() if title.startswith("colour = kind"))
+    phases = next(words for title, words in legends.items() if "NVTX" in title)
+    assert "kernel" in kinds and {"forward", "backward", "optimizer"} <= set(phases)
+    # each phase named is a colour drawn on the ranges lane, and each colour drawn there is named
+    drawn = {to_hex(c, keep_alpha=False) for coll in ax.collections if coll.get_gid() == RANGES_GID
+             for c in coll.get_facecolors()}
+    named = {_phase_color(w.split(" ")[0]) for w in phases if w in PHASE_WORDS.values()}
+    assert drawn and all(w in PHASE_WORDS.values() for w in phases)  # this trace's ranges are all phases
+    assert named == drawn
+    # the legends lie inside the figure and below the axes, the ranges' key under the kinds'
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = {title: leg.get_window_extent(r) for leg in ax.get_children()
+             if getattr(leg, "get_gid", lambda: None)() == "timeline-legend" for title in [leg.get_title().get_text()]}
+    axes_box = ax.get_window_extent(r)
+    for box in boxes.values():
+        assert box.y0 >= 0 and box.y1 < axes_box.y0 and box.x1 <= fig.bbox.x1 + 1
+    kinds_box = next(b for title, b in boxes.items() if title.startswith("colour = kind"))
+    ranges_box = next(b for title, b in boxes.items() if "NVTX" in title)
+    assert ranges_box.y1 <= kinds_box.y0 + 1
+    # under compare, a timeline's keys stay clear of the next timeline's title
+    cmp = plots.compare(t, recorded("launch_overhead", "foreach"))
+    cmp.canvas.draw()
+    r = cmp.canvas.get_renderer()
+    lowest = min(leg.get_window_extent(r).y0 for leg in cmp.axes[0].get_children()
+                 if getattr(leg, "get_gid", lambda: None)() == "timeline-legend")
+    assert lowest > cmp.axes[1].title.get_window_extent(r).y1
+    assert png_width(fig) <= NOTEBOOK_WIDTH_PX
