@@ -92,6 +92,27 @@ def test_an_empty_event_list_is_still_an_empty_trace(tmp_path):
     assert len(load(_write(tmp_path, "empty.json.gz", {"traceEvents": []})).events) == 0
 
 
+def test_a_profiler_window_that_recorded_nothing_is_an_empty_capture_not_another_format(tmp_path):
+    """What torch.profiler writes when its schedule never reached an active step: Kineto's top-level members,
+    thread-name metadata and a "Record Window End" instant, and no timed event. It is a PyTorch-profiler trace
+    holding nothing, diagnosed as such; the same metadata in a file with none of Kineto's members is still refused."""
+    from helpers.diagnosis import diagnose
+    meta = [{"name": n, "ph": "M", "ts": 0, "pid": 93917, "tid": 3961819, "args": a}
+            for n, a in (("thread_name", {"name": "thread 3961819 ()"}), ("thread_sort_index", {"sort_index": 3961819}))]
+    end = {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 1736417948403182}
+    window = {"schemaVersion": 1, "traceEvents": [*meta, *meta, end], "traceName": "./log/host_93917.pt.trace.json"}
+    trace = load(_write(tmp_path, "window.pt.trace.json.gz", window))
+    assert len(trace.events) == 0
+    found = diagnose(trace)
+    assert found[0].pattern == "capture_window" and found[0].evidence["reason"] == "nothing_recorded"
+    with pytest.raises(TraceError, match="not a PyTorch-profiler trace"):
+        load(_write(tmp_path, "chrome.json.gz", {"traceEvents": [*meta, end]}))
+    timed_unknown = {**window, "traceEvents": [*meta, {"ph": "X", "cat": "gpu_op", "name": "a", "ts": 1, "dur": 1,
+                                                       "pid": 1, "tid": 1}]}
+    with pytest.raises(TraceError, match="gpu_op"):  # a Kineto document of unknown timed events: still refused
+        load(_write(tmp_path, "unknown.json.gz", timed_unknown))
+
+
 def _runtime_rows(path):
     con = sqlite3.connect(path)
     rows = con.execute("SELECT start, end, eventClass, globalTid, correlationId, nameId, returnValue "

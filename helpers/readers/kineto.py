@@ -826,7 +826,8 @@ class _Columns:
         if not len(c["kind"]) and self.seen:
             if self.other_accelerator:
                 _refuse_other_accelerator(self.path, self.seen, self.other_accelerator)
-            _refuse_unknown(self.path, self.seen, self.unknown)
+            if not _empty_window(doc, self.unknown):
+                _refuse_unknown(self.path, self.seen, self.unknown)
         kind, code = c["kind"], c["name"]
         uniq = list(self.name_ids)
         self.name_ids = {}
@@ -900,6 +901,19 @@ def _refuse_other_accelerator(path: Path, seen: int, found: Counter[str]) -> Non
     raise TraceError(
         f"{path}: {seen:,} events; the timed ones are all another accelerator's ({top}), which this tool does not read, "
         "and there is no host op, range or CUDA/ROCm row; read it in Perfetto (ui.perfetto.dev) or the accelerator's tools")
+
+
+#: Kineto's own top-level members: a document with one of them is the PyTorch profiler's export.
+_KINETO_MEMBERS = ("schemaVersion", "deviceProperties", "traceName", "baseTimeNanoseconds", "distributedInfo")
+_BOOKKEEPING = re.compile(r"\(phase [MiI]\)$")
+
+
+def _empty_window(doc: dict, found: Counter[str]) -> bool:
+    """The profiler's export of a window that recorded nothing: Kineto still writes its thread-name metadata and a
+    "Record Window End" instant (a schedule that never reached its active steps does this), so the file is a
+    PyTorch-profiler trace with no event to read, and is read as an empty capture, not refused as another format."""
+    return (isinstance(doc, dict) and any(k in doc for k in _KINETO_MEMBERS)
+            and all(_BOOKKEEPING.search(cat) for cat in found))
 
 
 def _refuse_unknown(path: Path, seen: int, found: Counter[str]) -> None:
