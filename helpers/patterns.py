@@ -510,6 +510,11 @@ def _cold(s: Signals) -> bool:
 
 
 # --- sentences ----------------------------------------------------------------------------------
+def _capture_length(ms: float) -> str:
+    """A capture's length in the unit that shows it: a 14.6 ms capture printed in seconds read "0.0 s"."""
+    return f"{ms / 1e3:.1f} s" if ms >= 999.5 else f"{ms:.3g} ms"
+
+
 def _say_compilation(s: Signals) -> str:
     per = get(s, "compile_ms_per_step")
     return (f"The host compiles for {per:.1f} ms a step on the critical path ({s['compile_share']:.0%} of the steps): "
@@ -518,7 +523,7 @@ def _say_compilation(s: Signals) -> str:
 
 def _say_capture(s: Signals) -> str:
     gpu = f"the GPU is busy {s['capture_idle_gpu_share']:.1%} of it" if s.get("has_gpu") else "no GPU work is recorded"
-    text = (f"The capture spans {s['capture_ms'] / 1e3:.1f} s without step markers; {gpu} and the host is in recorded "
+    text = (f"The capture spans {_capture_length(s['capture_ms'])} without step markers; {gpu} and the host is in recorded "
             f"ops, CUDA calls or ranges {s['capture_host_share']:.0%} of it: the figures describe an idle capture, not a training loop.")
     steady, window = s.get("steps_inferred"), s.get("steady_window")
     if steady and window:
@@ -564,7 +569,7 @@ def _say_graph_capture(s: Signals) -> str:
 def _say_startup(s: Signals) -> str:
     what = "teardown (module unloading at exit)" if get(s, "teardown_share") >= 0.5 * get(s, "startup_share") else \
         "start-up (CUDA context creation inside the first CUDA call, allocations, module loading)"
-    return (f"The host spends {s['startup_share']:.0%} of the {s['capture_ms'] / 1e3:.1f} s capture in CUDA {what}: the "
+    return (f"The host spends {s['startup_share']:.0%} of the {_capture_length(s['capture_ms'])} capture in CUDA {what}: the "
             "capture shows the program starting or ending, not its loop.")
 
 
