@@ -24,6 +24,7 @@ import pandas as pd
 
 from . import metrics as m
 from . import thresholds as th
+from .metrics.report import slack_ms
 from .model import Trace
 from .overview import call_tree
 
@@ -97,7 +98,8 @@ class WorkDiff:
     ``table``: one row per path: ``path, name, depth, kind, status`` (``changed``, ``within noise``, ``same``,
     ``added``, ``removed``), and for ``host`` and ``gpu``: ``<x>_before_ms, <x>_after_ms, <x>_delta_ms,
     <x>_band_ms`` (milliseconds a step), plus ``calls_before, calls_after`` (a step). ``step``: the step-time
-    band and verdict (:func:`helpers.metrics.step_time_band`, :func:`helpers.metrics.timing_verdict`).
+    band and verdict (:func:`helpers.metrics.step_time_band`, :func:`helpers.metrics.timing_verdict`), ``slack_ms``
+    (:func:`helpers.metrics.slack_ms`) and ``judged`` (:func:`helpers.metrics.judge_step`: the machine's pace).
     """
 
     table: pd.DataFrame
@@ -152,6 +154,9 @@ def work_diff(before: Trace, after: Trace) -> WorkDiff:
         table["size_ms"] = np.maximum(table["host_delta_ms"].abs(), table["gpu_delta_ms"].abs())
     step = dict(band)
     step["verdict"] = m.timing_verdict(m.stepped(before), m.stepped(after))
+    # the slack and the machine's pace the fix checks judge a step by (one source: metrics.pace.judge_step)
+    step["slack_ms"] = slack_ms(band["band_ms"], band["before_ms"])  # NaN band: the no-band share
+    step["judged"] = m.judge_step(m.stepped(before), m.stepped(after))
     out = WorkDiff(table, step, (nb, na))
     out.changes = what_changed(out)
     return out

@@ -372,20 +372,89 @@ def cut_name(name: str, width: int = 70) -> str:
 
 
 def verdict_text(step: dict[str, Any], steps: tuple[int, int]) -> str:
-    """The step time's verdict of a before/after in words, with its noise band and where the band comes from."""
-    b, a, band, v = step["before_ms"], step["after_ms"], step["band_ms"], step["verdict"]
+    """The step time's verdict of a before/after in words, with its noise band and where the band comes from, and,
+    where both captures measured the machine's pace, whether a slower machine explains a slower step: the figures
+    are :func:`helpers.metrics.pace.judge_step`'s, the ones every fix check judges a step by."""
+    b, a, v = step["before_ms"], step["after_ms"], step["verdict"]
     moved = f"{number(b)} -> {number(a)} ms a step"
     if a and b and a > 0 and b > 0:
         moved += f" ({b / a:.2f}x less)" if a < b else f" ({a / b:.2f}x more)"
-    source = f"the runs' own step-to-step spread, {steps[0]} and {steps[1]} steps"
+    j = step.get("judged") or {}
+    if "slack_ms" not in step:  # a step dict without the slack (an older caller): the band alone
+        step = {**step, "slack_ms": step["band_ms"]}
+    source = _slack_source(step, steps)
+    slack = number(step["slack_ms"])
+    if j.get("explained"):
+        return (f"slower, within the machine's own slowdown: {moved}; the machine ran {j['factor']:.2f}x slower during the "
+                f"second capture ({slowdown_words(j.get('drift', 1.0), j['pace'], 'the second')}): the first run would "
+                f"have taken {number(j['then_ms'])} ms a step then, and {number(a)} is inside its +/- "
+                f"{number(j['allowed_ms'])} ms band, so the step itself is not shown slower")
     if v == "within noise":
-        return f"within noise: {moved}, inside the +/- {number(band)} ms band ({source})"
+        return f"within noise: {moved}, inside the +/- {slack} ms band ({source})"
     if v in ("faster", "slower"):
-        return f"{v}: {moved}, beyond the +/- {number(band)} ms noise band ({source})"
+        text = f"{v}: {moved}, beyond the +/- {slack} ms noise band ({source})"
+        if v == "slower" and j.get("factor", 1.0) > 1:
+            return (text + f", and beyond the machine's own slowdown ({j['factor']:.2f}x, "
+                    f"{slowdown_words(j.get('drift', 1.0), j['pace'], 'the second')}: the first run would have taken "
+                    f"{number(j['then_ms'])} ms a step then, +/- {number(j['allowed_ms'])})")
+        return text + (pace_words(j["pace"], "the second capture", "the second") if v == "slower" and j else "")
     if v == "too noisy":
         return (f"too noisy to tell: {moved}; a run's steps spread more than the machine allows for a verdict "
                 f"(spread {step['before_spread']:.0%} and {step['after_spread']:.0%}): measure again on a quieter machine")
-    return f"no noise band: {moved}; a band needs at least {_min_steps()} steps a side ({steps[0]} and {steps[1]} here)"
+    text = f"no noise band: {moved}; a band needs at least {_min_steps()} steps a side ({steps[0]} and {steps[1]} here)"
+    if j.get("slower"):  # slower than any noise measured here: what a check would call slower
+        text += f"; slower by more than {slack} ms ({source}), beyond any noise measured here"
+    return text
+
+
+def slowdown_words(drift: float, pace: dict[str, float], yours: str = "yours") -> str:
+    """The machine's measured slowdown in words: the same ops' drift and the pace probe's figures
+    (:func:`helpers.metrics.pace.judge_step`); ``yours`` names the second capture."""
+    parts = []
+    if drift > 1:
+        parts.append(f"the ops both loops run took {drift:.2f}x longer")
+    if math.isfinite(pace["ratio"]):
+        parts.append(pace_figures(pace, yours))
+    return "; ".join(parts)
+
+
+def pace_figures(pace: dict[str, float], yours: str = "yours") -> str:
+    """The pace probe's figures of :func:`helpers.metrics.pace.machine_pace` in words."""
+    words = (f"helpers.capture's pace probe {pace['before_ms']:.2f} -> {pace['after_ms']:.2f} ms a run, the slower "
+             f"end of the first capture against the faster end of {yours}: {pace['ratio']:.2f}x")
+    if pace["applied"] > 1 and pace["gpu_share"] > 0:
+        words += (f", applied to the {1 - pace['gpu_share']:.0%} of the step the GPU sat idle: "
+                  f"{pace['applied']:.2f}x")
+    return words
+
+
+def pace_words(pace: dict[str, float], during: str = "your capture", yours: str = "yours") -> str:
+    """The pace probe's figures beside a plain verdict, where both captures have them: the machine was measured
+    no slower (beyond the probe's own noise, ``thresholds.PACE_MIN_RATIO``) during the second capture
+    (``during``), or slower but on a step that waits on the GPU."""
+    from .thresholds import PACE_MIN_RATIO
+
+    if not math.isfinite(pace["ratio"]):
+        return ""
+    if pace["ratio"] > PACE_MIN_RATIO:  # slower, but the step waits on a GPU the probe cannot see
+        return (f", and the machine's host ran slower during {during} ({pace_figures(pace, yours)}) but the GPU was busy "
+                f"{pace['gpu_share']:.0%} of the step: a slower host does not explain a step that waits on the GPU")
+    return (f", and the machine was no slower during {during} beyond the probe's own noise "
+            f"({pace_figures(pace, yours)}; up to {PACE_MIN_RATIO:g}x is noise)")
+
+
+def _slack_source(step: dict[str, Any], steps: tuple[int, int]) -> str:
+    """Where a before/after's slack comes from: the runs' spread, or the floor every check allows."""
+    from .thresholds import SPEED_NO_BAND_REL, SPEED_SLOWER_FLOOR
+
+    band, slack = step["band_ms"], step["slack_ms"]
+    source = f"the runs' own step-to-step spread, {steps[0]} and {steps[1]} steps"
+    if not math.isfinite(band):
+        return f"{SPEED_NO_BAND_REL:.0%} of the step: too few steps for a band, {steps[0]} and {steps[1]}"
+    if slack > band:
+        return (f"{SPEED_SLOWER_FLOOR:.0%} of the step, wider than the +/- {number(band)} ms from {source}: the "
+                "profiler's own overhead moves a step that much from capture to capture")
+    return source
 
 
 def _min_steps() -> int:

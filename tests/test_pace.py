@@ -197,3 +197,56 @@ def test_a_real_capture_records_its_pace_and_a_disturbed_one_is_judged_against_i
     if plain:
         assert f"{pace['ratio']:.2f}x slower" in (problem or note), (problem, note)
         assert f"{pace['before_ms']:.2f} -> {pace['after_ms']:.2f} ms a run" in (problem or note)
+
+
+def _verdict(before, after) -> str:
+    from helpers import render
+    from helpers.diff import work_diff
+
+    d = work_diff(before, after)
+    return render.verdict_text(d.step, d.steps)
+
+
+@pytest.mark.parametrize("factor,pace_after", [(1.03, None), (1.03, 0.65), (3.0, None), (3.0, 0.65), (3.0, 1.98),
+                                               (3.0, 1.2)])
+def test_compare_says_slower_exactly_where_a_fix_check_would(factor, pace_after):
+    """python -m helpers compare and the fix checks judge one pair the same way (metrics.pace.judge_step): a step
+    slower only within the 5% floor is noise in both, a machine measured 3x slower explains a 3x slower step in
+    both, and where the stamps carry the pace probe's figures compare quotes them."""
+    before = mine((recorded("data_stall", "broken", "cpu"),))[0]  # 5 steps: a band
+    after = _scaled(before, factor)
+    if pace_after is not None:
+        before, after = paced(before, 0.66, 0.64), paced(after, pace_after, pace_after + 0.02)
+    problem, note = speed.speed_verdict(before, after)
+    text = _verdict(before, after)
+    assert text.startswith("slower: ") == bool(problem), text
+    assert text.startswith("slower, within the machine's own slowdown") == bool(note), text
+    if factor < 1.05:
+        assert text.startswith("within noise")
+    if pace_after is not None and factor > 1.05:
+        assert f"0.66 -> {pace_after:.2f} ms a run" in text  # the probe's figures, as the checks quote them
+    if pace_after == 1.98:
+        assert note and "3.00x slower during the second capture" in text
+
+
+@pytest.mark.parametrize("host_us,slower", [(830, False), (900, True)])
+def test_compare_allows_the_floor_the_checks_allow(tmp_path, host_us, slower):
+    """Identical steps have a band of 0 ms: a step 3% longer is still within the SPEED_SLOWER_FLOOR (5%) every check
+    allows (the profiler's own overhead), in compare's verdict, its table and the checks alike; 10% longer is slower
+    in all three."""
+    from synth import host_bound_loop, write_json
+
+    from helpers import load, render
+    from helpers import metrics as m
+
+    before = load(write_json(host_bound_loop(steps=8), tmp_path / "before.json"))
+    after = load(write_json(host_bound_loop(steps=8, host_us=host_us), tmp_path / "after.json"))
+    assert m.step_time_band(before, after)["band_ms"] == pytest.approx(0.0, abs=1e-6)
+    text = _verdict(before, after)
+    row = next(line for line in render.compare_text(m.comparison(before, after)).splitlines() if "step time" in line)
+    problem = speed.slower_problem(before, after)
+    if slower:
+        assert text.startswith("slower: ") and problem and "worse" in row
+    else:
+        assert text.startswith("within noise") and "5% of the step" in text and "profiler's own overhead" in text
+        assert problem == "" and "within noise" in row and m.timing_verdict(before, after) == "within noise"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -124,7 +125,10 @@ def comparison(before: Trace, after: Trace) -> pd.DataFrame:
     band = step_time_band(before, after)
     for label, fn, better in _COMPARED:
         if label.startswith("step time"):
-            rows.append((label, band["before_ms"], band["after_ms"], better, band["band_ms"]))
+            # the slack a check allows (the band, at least SPEED_SLOWER_FLOOR of the step): the table, the
+            # verdict and the fix checks call the same difference noise
+            noise = slack_ms(band["band_ms"], band["before_ms"]) if np.isfinite(band["band_ms"]) else float("nan")
+            rows.append((label, band["before_ms"], band["after_ms"], better, noise))
             continue
         b, a = fn(before), fn(after)
         if b is None and a is None:
@@ -155,6 +159,14 @@ def noise_band_ms(before_ms: np.ndarray, after_ms: np.ndarray) -> float:
     return float(th.NOISE_BAND_SE * np.hypot(1.2533 * _spread(b) / np.sqrt(len(b)), 1.2533 * _spread(a) / np.sqrt(len(a))))
 
 
+def slack_ms(band_ms: float, before_ms: float) -> float:
+    """How far a median step ``before_ms`` ms may move before it counts as moved: the noise band (:func:`noise_band_ms`;
+    with too few steps for one, ``SPEED_NO_BAND_REL`` of the step), at least ``SPEED_SLOWER_FLOOR`` of the step (the
+    profiler's own overhead moves a short step by a few percent from capture to capture)."""
+    noise = band_ms if math.isfinite(band_ms) else th.SPEED_NO_BAND_REL * before_ms
+    return max(noise, th.SPEED_SLOWER_FLOOR * before_ms)
+
+
 def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
     """Median step times of two traces and the noise band of their difference (``thresholds.NOISE_BAND_SE``
     standard errors, from each run's own spread): ``before_ms, after_ms, band_ms`` (NaN with fewer than
@@ -173,15 +185,17 @@ def step_time_band(before: Trace, after: Trace) -> dict[str, float]:
 
 
 def timing_verdict(before: Trace, after: Trace) -> str:
-    """``faster``, ``slower`` (beyond the noise band), ``within noise``, ``too noisy`` (a run's steps spread more
-    than ``NOISE_BUSY_SPREAD``: the machine is busy) or ``unknown`` (too few steps for a band)."""
+    """``faster``, ``slower`` (beyond the noise band, at least ``SPEED_SLOWER_FLOOR`` of the step: :func:`slack_ms`,
+    the slack the fix checks allow), ``within noise``, ``too noisy`` (a run's steps spread more than
+    ``NOISE_BUSY_SPREAD``: the machine is busy) or ``unknown`` (too few steps for a band). The machine's own pace
+    is not read here: :func:`helpers.metrics.pace.judge_step` adds it."""
     band = step_time_band(before, after)
     if max(band["before_spread"], band["after_spread"]) > th.NOISE_BUSY_SPREAD:
         return "too noisy"
     if not np.isfinite(band["band_ms"]):
         return "unknown"
     diff = band["after_ms"] - band["before_ms"]
-    if abs(diff) <= band["band_ms"]:
+    if abs(diff) <= slack_ms(band["band_ms"], band["before_ms"]):
         return "within noise"
     return "slower" if diff > 0 else "faster"
 
