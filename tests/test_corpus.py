@@ -131,3 +131,40 @@ def test_the_hand_reading_tool_reads_both_formats_without_the_toolkit(capsys):
     assert tool.main([str(ROOT / "data" / "published__dlrm_8gpu__v100"), "--ranks"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 9 and lines[8].split()[:3] == ["7", "7.51", "12.51"]  # rank 7 starts last
+
+
+def test_a_capture_under_a_second_is_said_in_milliseconds():
+    """The published device-query window is 14.6 ms of CUDA calls: printed in seconds it read 'spans 0.0 s'."""
+    found = diagnose(load(CORPUS / "ext_particle_transformer_a100_device_queries.json.gz"))
+    assert found[0].pattern == "capture_window" and "spans 14.6 ms" in found[0].summary, found[0].summary
+
+
+def test_the_window_cutting_tool_keeps_whole_events_inside_the_window_only(tmp_path):
+    """tools/corpus_window.py cuts the corpus's windows: it imports nothing from helpers, keeps every metadata
+    event and every event wholly inside the window, drops those crossing an edge, and clips the profiler's span."""
+    import ast
+    import importlib.util
+    path = ROOT / "tools" / "corpus_window.py"
+    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
+                for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in (n.names if isinstance(n, ast.Import) else [n])}
+    assert not any(str(m).split(".")[0] == "helpers" for m in imported), imported
+    spec = importlib.util.spec_from_file_location("corpus_window", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+          {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 1000, "dur": 9000},
+          {"ph": "X", "cat": "cpu_op", "name": "before", "ts": 1000, "dur": 500},
+          {"ph": "X", "cat": "cpu_op", "name": "across_start", "ts": 2500, "dur": 1000},
+          {"ph": "X", "cat": "kernel", "name": "inside", "ts": 4000, "dur": 1000},
+          {"ph": "i", "name": "mark", "ts": 4500, "s": "t"},
+          {"ph": "X", "cat": "kernel", "name": "across_end", "ts": 5500, "dur": 1000}]
+    out, kept, total = tool.cut({"schemaVersion": 1, "traceEvents": ev}, 2.0, 5.0)  # ms from the first timed event
+    names = [e["name"] for e in out["traceEvents"]]
+    assert names == ["thread_name", "PyTorch Profiler (0)", "inside", "mark"] and (kept, total) == (4, 7)
+    span = out["traceEvents"][1]
+    assert (span["ts"], span["dur"]) == (3000, 3000) and out["schemaVersion"] == 1
+    src, dst = tmp_path / "in.json", tmp_path / "out.json.gz"
+    src.write_text(json.dumps({"traceEvents": ev}))
+    assert tool.main([str(src), str(dst), "2", "5"]) == 0 and load(dst).events["name"].tolist() == ["inside"]
+    assert tool.main([str(src), str(dst), "2", "5"]) == 2  # never overwrites
