@@ -159,3 +159,42 @@ def test_a_range_per_layer_is_grouped_into_steps(tmp_path):
     info = m.stepped(trace).metadata["steps_inferred"]
     assert (info["source"], info["period_length"]) == ("ranges", 4), info
     assert m.step_time_ms(m.stepped(trace)) == pytest.approx(1.0, rel=0.1)
+
+
+def _with_migrations(path, n: int, first_ns: int = 5_000_000):
+    """Add ``n`` unified-memory migrations (nsys copyKind 11/12: page faults move managed pages, no launch queued
+    them) to an nsys export, one every 200 us from ``first_ns`` on, alternating host-to-device and device-to-host."""
+    import sqlite3
+    con = sqlite3.connect(path)
+    for i in range(n):
+        start = first_ns + i * 200_000 + 37_000
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY(start, end, deviceId, contextId, streamId, correlationId, bytes, "
+                    "copyKind, srcKind, dstKind) VALUES (?,?,0,1,7,?,65536,?,7,7)", (start, start + 20_000, 10_000 + i, 11 + i % 2))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_unified_memory_migrations_are_not_a_loop(tmp_path):
+    """A program that runs one kernel on managed memory: the page faults around it move pages in hundreds of
+    migrations, which repeat but were queued by no launch. They are no loop of one "kernel": the capture is a
+    single cold call (a published T4 export read "3 repeats of 1 kernels (Unified Memory Memcpy HtoD ...)" as its
+    steps, and a launch-overhead finding of 0 kernels a step). A real kernel loop beside migrations keeps its steps."""
+    from synth import write_sqlite
+
+    from helpers.readers import load
+    one = [Ev("runtime", "cudaLaunchKernel", 1_000_000, 1_010_000, correlation=1),
+           Ev("kernel", "softmax_fused", 1_020_000, 36_000_000, correlation=1)]
+    t = load(_with_migrations(write_sqlite(one, tmp_path / "one.sqlite"), 600))
+    assert m.steady_steps(t)[0].empty
+    found = helpers.diagnose(t)
+    assert found[0].pattern == "capture_window" and found[0].evidence["reason"] == "cold", found[0]
+    loop = []
+    for i in range(8):  # eight steps of three kernels, 10 ms apart
+        t0 = 200_000_000 + i * 10_000_000
+        for j, name in enumerate(("fwd", "bwd", "opt")):
+            c = 100 + i * 3 + j
+            loop += [Ev("runtime", "cudaLaunchKernel", t0 + j * 50_000, t0 + j * 50_000 + 5_000, correlation=c),
+                     Ev("kernel", name, t0 + j * 1_000_000 + 100_000, t0 + j * 1_000_000 + 900_000, correlation=c)]
+    steps, info = m.steady_steps(load(_with_migrations(write_sqlite(loop, tmp_path / "loop.sqlite"), 400, 200_000_000)))
+    assert info["source"] == "kernels" and info["period_length"] == 3 and len(steps) >= 7

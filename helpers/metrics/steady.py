@@ -6,7 +6,8 @@ A training loop repeats itself, and the repeat shows in the trace:
 
 1. the host's **ranges** (NVTX / ``record_function``): the top-level ranges of the thread that has
    the most, as a sequence of names (``data, forward, backward, optimizer, data, ...``);
-2. else the **kernels** of the rank's first GPU, as a sequence of kernel names;
+2. else the **kernels** of the rank's first GPU, as a sequence of kernel names (and copies: not unified-memory
+   migrations, which no launch queued);
 3. else (CPU-only traces) the host's top-level **PyTorch ops** on its busiest thread.
 
 :func:`find_period` finds the shortest period with which the longest stretch of such a sequence
@@ -190,14 +191,26 @@ def _steps_from_kernels(ev: pd.DataFrame, kernels: pd.DataFrame, found: dict[str
     return pd.DataFrame({"rank": rank, "step": np.arange(n_steps), "start_us": host, "end_us": e, "dur_us": e - host})
 
 
+#: How the nsys reader names a unified-memory migration (helpers.readers.nsys).
+_MIGRATION = "Unified Memory Memcpy"
+
+
+def _queued_work(on: pd.DataFrame) -> pd.DataFrame:
+    """The GPU work the host queued, on the rank's first GPU, in time order: kernels, copies, memsets, collectives,
+    but not unified-memory migrations, which page faults move on demand (the host's code touching managed memory,
+    a kernel reading it), with no launch to start a step at; a run of them would read as a loop of one "kernel"."""
+    k = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)]
+    k = k[~k["name"].str.startswith(_MIGRATION, na=False)]
+    return k[k["device"] == k["device"].min()].sort_values("start_us", kind="stable")
+
+
 def _group_by_kernel_period(on: pd.DataFrame, found: dict[str, Any]) -> dict[str, Any] | None:
     """A range that repeats once per layer (``layer, layer, ...``) has a shorter period than the step.
     When the GPU's kernels repeat at least twice as rarely as the ranges, c = (range repeats / kernel
     repeats) consecutive range repeats make one step; None when fewer than the minimum repeats remain."""
-    k = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)]
+    k = _queued_work(on)
     if k.empty:
         return found
-    k = k[k["device"] == k["device"].min()].sort_values("start_us", kind="stable")
     by_kernels = find_period(pd.factorize(k["name"])[0])
     if by_kernels is None or found["repeats"] < 2 * by_kernels["repeats"]:
         return found
@@ -219,10 +232,9 @@ def steady_steps(trace: Trace) -> tuple[pd.DataFrame, dict[str, Any]]:
         found = steps = None
         for source in ("ranges", "kernels", "ops"):
             if source == "kernels":
-                seq = on[on["kind"].isin(GPU_WORK_KINDS) & (on["device"] >= 0)]
+                seq = _queued_work(on)
                 if seq.empty:
                     continue
-                seq = seq[seq["device"] == seq["device"].min()].sort_values("start_us", kind="stable")
             else:
                 seq = _host_sequence(on, "annotation" if source == "ranges" else "cpu_op")
             if len(seq) < 2:
