@@ -17,7 +17,6 @@ recordings from ``data/device_profiles.json``, each with its source).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -218,7 +217,9 @@ CLASSES = (("t4", "NVIDIA T4", (7, 5)), ("a100", "NVIDIA A100 80GB SXM", (8, 0))
 
 @lru_cache(maxsize=1)
 def _recorded_doc() -> dict:
-    return json.loads((DATA / "device_profiles.json").read_text())
+    from .outputs import shipped_json
+
+    return shipped_json(DATA / "device_profiles.json")
 
 
 def published_profile(name: str, compute_capability: tuple[int, int]) -> DeviceProfile | None:

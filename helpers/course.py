@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import linecache
 import sys
 from functools import lru_cache
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .errors import CheckFailed, NoGPUError, TraceError
 from .model import Trace
+from .outputs import SHIPPED_LIMIT, read_regular, shipped_json
 from .readers import load
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def _manifest() -> list[dict]:
     path = DATA / "manifest.json"
     if not path.exists():
         raise TraceError(f"{path}: missing; the recorded traces ship with the repository: re-clone or git checkout data/")
-    return json.loads(path.read_text())["traces"]
+    return shipped_json(path)["traces"]
 
 
 def entry(workload: str, variant: str, tag: str = "h200") -> dict:
@@ -274,7 +274,7 @@ def recorded(workload: str, variant: str, tag: str = "h200") -> Trace:
 def recorded_pair(workload: str, variant: str, tag: str = "h200") -> dict[str, Trace]:
     """The two traces of one recorded run: ``{"nsys": <SQLite export>, "profiler": <PyTorch-profiler trace>}``
     (data/manifest.json's "recordings": the same command and seed, one process each, one device session)."""
-    recordings = json.loads((DATA / "manifest.json").read_text()).get("recordings", [])
+    recordings = shipped_json(DATA / "manifest.json").get("recordings", [])
     files = {"nsys" if e["format"] == "nsys-sqlite" else "profiler": e["file"] for e in recordings
              if (e["workload"], e["variant"], e["tag"]) == (workload, variant, tag)}
     if set(files) != {"nsys", "profiler"}:
@@ -289,7 +289,7 @@ def recording(workload: str, variant: str, fmt: str, tag: str = "h200") -> dict:
     made (device, torch, date, command)."""
     import copy
 
-    recordings = json.loads((DATA / "manifest.json").read_text()).get("recordings", [])
+    recordings = shipped_json(DATA / "manifest.json").get("recordings", [])
     for e in recordings:
         if (e.get("workload"), e.get("variant"), e.get("format"), e.get("tag")) == (workload, variant, fmt, tag):
             return copy.deepcopy(e)
@@ -360,7 +360,7 @@ def nsight_text(workload: str, variant: str, key: str) -> str:
     e = nsight_entry(workload, variant)
     if key not in e:
         raise TraceError(f"the manifest entry of {workload}:{variant}'s nsys export has no {key!r} file")
-    return (DATA / e[key]).read_text()
+    return read_regular(DATA / e[key], SHIPPED_LIMIT, "course data file").decode("utf-8", errors="replace")
 
 
 # The public functions hold their arguments to their type hints (course.recorded(pd.NA, "x") is one TraceError line).

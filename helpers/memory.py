@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from .errors import TraceError
+from .outputs import open_regular
 
 #: Largest snapshot read (after decompression): the course's is 1.5 MB; a long history of a big job tens of MB.
 SNAPSHOT_LIMIT = 512 << 20
@@ -47,7 +48,7 @@ def load_snapshot(path: str | Path) -> dict:
     :class:`TraceError` in one line."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "memory snapshot") as fh:  # a pipe or device there cannot block or feed it forever
             head = fh.read(2)
             fh.seek(0)
             raw = gzip.GzipFile(fileobj=fh).read(SNAPSHOT_LIMIT + 1) if head == b"\x1f\x8b" else fh.read(SNAPSHOT_LIMIT + 1)
@@ -206,7 +207,7 @@ def allocations(trace: Any) -> pd.DataFrame:
     source = getattr(trace, "source", None) or trace
     path = Path(str(source))
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, "trace") as fh:
             head = fh.read(2)
             fh.seek(0)
             raw = gzip.GzipFile(fileobj=fh).read(ALLOCATIONS_LIMIT + 1) if head == b"\x1f\x8b" else fh.read(ALLOCATIONS_LIMIT + 1)

@@ -8,12 +8,13 @@ and an existing file (or one that appears meanwhile) is never replaced unless ``
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from . import interrupts
 from .errors import TraceError
@@ -156,37 +157,102 @@ def _same_or_inside(out: Path, source: Path) -> bool:
         return False
 
 
-def read_regular(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else :class:`TraceError`.
+#: What a path that is not a regular file is, by its mode (said in the refusal).
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
 
-    Opened without blocking and checked on the open descriptor, so a FIFO, ``/dev/zero`` or a file
-    swapped in after a check can neither hang the reader nor fill its memory; at most ``limit + 1``
-    bytes are ever read.
+
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words ("a named pipe (FIFO)"); "a regular file" for one."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike, what: str = "file", advice: str = "") -> BinaryIO:
+    """``path`` opened for reading if it is a regular file, else :class:`TraceError` in one line.
+
+    The one way the toolkit opens a file a user named or may have swapped: opened without blocking
+    (``O_NONBLOCK``: opening a named pipe otherwise waits for a writer) and judged on the open descriptor
+    (``fstat``), so a path that was a regular file when it was checked and is a FIFO or a device when it is
+    opened can neither hang the reader nor feed it endless bytes. The descriptor is then made blocking again
+    (reads of a regular file never wait). A path that does not exist raises FileNotFoundError (callers say
+    what is missing); any other failure to open is a TraceError.
     """
     p = Path(os.fsdecode(path))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(p, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise TraceError(f"{p}: cannot be opened ({exc.strerror}); check the path and its permissions") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceError(f"{p}: not a regular file (a pipe, device or socket); the {what} must be a plain file")
-        chunks, total = [], 0
-        while total <= limit:
-            block = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not block:
-                break
-            chunks.append(block)
-            total += len(block)
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
-    finally:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceError(f"{p}: {file_kind(mode)}, not a regular file; "
+                             + (advice or f"the {what} must be a plain file"))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
-    if total > limit:
-        raise TraceError(f"{p}: over {limit / 2**20:,.1f} MB, too big for a {what}")
-    return b"".join(chunks)
+        raise
+
+
+def read_regular(path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else :class:`TraceError`.
+
+    Opened through :func:`open_regular` (a FIFO, ``/dev/zero`` or a file swapped in after a check can neither
+    hang the reader nor fill its memory); at most ``limit + 1`` bytes are ever read.
+    """
+    p = Path(os.fsdecode(path))
+    with open_regular(p, what) as fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+    if len(data) > limit:
+        raise TraceError(f"{p}: over {size_words(limit)}, too big for a {what}")
+    return data
+
+
+def read_state_json(path: str | os.PathLike, limit: int, what: str) -> object:
+    """A small JSON file the toolkit keeps (or a user hands it) decoded, through the one bounded reader
+    (:func:`read_regular`): a pipe, a device, a file over ``limit``, bytes that are not UTF-8 JSON and JSON
+    nested deeper than the parser goes (RecursionError) are each a :class:`TraceError` in one line.
+    A missing file raises FileNotFoundError (for the caller: usually "nothing recorded yet")."""
+    data = read_regular(path, limit, what)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # (UnicodeDecodeError is a ValueError)
+        why = "nested too deeply" if isinstance(exc, RecursionError) else "not valid UTF-8 JSON"
+        raise TraceError(f"{os.fsdecode(path)}: not a readable {what} ({why})") from None
+
+
+#: The largest file of the course's own data/ folder read as JSON (manifest.json is about 120 KB).
+SHIPPED_LIMIT = 16 << 20
+
+
+def shipped_json(path: str | os.PathLike) -> Any:
+    """A JSON file of the course's data/ folder, through the same bounded reader as any state file: a learner's
+    checkout is theirs to damage, and a manifest swapped for a pipe or a 3 GB file must not hang or fill memory."""
+    try:
+        return read_state_json(path, SHIPPED_LIMIT, "course data file")
+    except FileNotFoundError:
+        raise TraceError(f"{os.fsdecode(path)}: missing; it ships with the repository: re-clone or git checkout "
+                         "data/") from None
+
+
+def size_words(n: float) -> str:
+    """A byte count or limit in words that stay true at any size, to three figures: "1,024 MB", "2.5 MB",
+    "1.04 MB", "10 bytes" (a limit of 10 bytes was shown as "0 MB", and a file over it as "over 0 MB")."""
+    for unit, name in ((2**20, "MB"), (1024, "KB")):
+        if n >= unit:
+            x = n / unit
+            text = f"{x:,.0f}" if x >= 100 else f"{x:,.{1 if x >= 10 else 2}f}".rstrip("0").rstrip(".")
+            return f"{text} {name}"
+    return f"{int(n):,} byte" + ("" if int(n) == 1 else "s")
 
 
 def _umask() -> int:

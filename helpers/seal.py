@@ -50,7 +50,7 @@ import numpy as np
 
 from . import interrupts
 from .errors import TraceError
-from .outputs import read_regular
+from .outputs import read_state_json
 
 if TYPE_CHECKING:
     from .model import Trace
@@ -100,7 +100,7 @@ def _from_file() -> tuple[list[Seal], frozenset[str]]:
     if _FILE["key"] != key:
         try:
             # read without blocking and bounded (a pipe of that name waited forever, a huge file filled memory)
-            doc = json.loads(read_regular(path, SEALS_LIMIT, "seals file").decode("utf-8"))
+            doc = read_state_json(path, SEALS_LIMIT, "seals file")
             seals = [Seal(str(d["label"]), np.array([int(x, 16) for x in d["sketch"]], dtype=np.uint64),
                           str(d.get("scope", "reading"))) for d in doc.get("seals", [])]
             opened = frozenset(str(x) for x in doc.get("open", []))

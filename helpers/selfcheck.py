@@ -27,7 +27,7 @@ from .checks._core import RESULTS_LIMIT
 from .checks.exercise import find
 from .errors import Interrupted, TraceError
 from .interrupts import temporary_dir
-from .outputs import read_regular
+from .outputs import read_state_json
 from .paths import unreachable
 
 #: Run at each kernel's start, before any cell: the signing state takes the key and hides it from the notebook.
@@ -187,12 +187,11 @@ def read_results(path: Path) -> dict[str, dict]:
     if not path.exists() and not path.is_symlink():
         return {}
     try:
-        results = json.loads(read_regular(path, RESULTS_LIMIT, "self-check results file").decode("utf-8"))
+        results = read_state_json(path, RESULTS_LIMIT, "self-check results file")
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, RecursionError) as exc:  # (RecursionError: JSON nested deeper than the parser goes)
-        raise TraceError(f"{path}: not a readable self-check results file ({exc.__class__.__name__}); delete it and "
-                         "run the labs' check cells again") from None
+    except TraceError as exc:  # not a file, too big, not UTF-8 JSON, nested deeper than the parser goes
+        raise TraceError(f"{exc}; delete it and run the labs' check cells again") from None
     ok = isinstance(results, dict) and all(
         isinstance(r, dict) and isinstance(r.get("checks", {}), dict) for r in results.values())
     if not ok:

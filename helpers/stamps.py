@@ -51,12 +51,15 @@ def events_digest(trace: Trace) -> str:
 
 
 def file_digest(path: str | os.PathLike) -> str | None:
+    from .errors import TraceError
+    from .outputs import open_regular
+
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a trace's path swapped for a pipe cannot block the digest
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-    except OSError:
+    except (OSError, TraceError):
         return None
     return h.hexdigest()
 

@@ -752,16 +752,16 @@ def test_a_file_that_grows_while_read_is_held_to_the_limit(tmp_path, monkeypatch
     doc = json.loads(write_json(two_step_loop(), tmp_path / "t.json").read_text())
     doc["padding"] = "x" * (3 << 20)
     big.write_text(json.dumps(doc))
-    real_stat = os.stat
+    real_fstat = os.fstat
 
-    def stat_as_when_small(path, *args, **kwargs):  # the size stat() saw before the writer went on
-        st = real_stat(path, *args, **kwargs)
-        if str(path) != str(big):
+    def stat_as_when_small(fd, *args, **kwargs):  # the size the open file had before the writer went on
+        st = real_fstat(fd, *args, **kwargs)
+        if not os.path.samestat(st, os.stat(big)):
             return st
         return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, 1000,
                                int(st.st_atime), int(st.st_mtime), int(st.st_ctime)))
 
-    monkeypatch.setattr(readers.os, "stat", stat_as_when_small)
+    monkeypatch.setattr(readers.os, "fstat", stat_as_when_small)
     with pytest.raises(TraceError, match="grew past the limit of 1 MB"):
         helpers.load(big, max_bytes=1 << 20)
 

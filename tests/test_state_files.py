@@ -62,4 +62,4 @@ def test_selfcheck_results_nested_past_the_parser_are_one_line(tmp_path, capsys)
     (labs / ".selfcheck.json").write_text("[" * 100_000 + "]" * 100_000)
     assert main(["selfcheck", str(labs)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "RecursionError" in err and "delete it" in err
+    assert "\n" not in err and "nested too deeply" in err and "delete it" in err

@@ -67,14 +67,14 @@ def _record(item: str, check: str, passed: bool) -> None:
     symlink, pipe or device there is refused in one line instead of hanging or writing elsewhere.
     """
     from ..errors import TraceError
-    from ..outputs import read_regular, write_output
+    from ..outputs import read_state_json, write_output
 
     path = Path(RESULTS_FILE)
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise CheckFailed(f"{path.absolute()}: is a symbolic link, folder, pipe or device, not the results file; "
                           "remove it so the checks can record their results")
     try:
-        results = json.loads(read_regular(path, RESULTS_LIMIT, "self-check results file"))
+        results = read_state_json(path, RESULTS_LIMIT, "self-check results file")  # bounded: size, kind, depth
         if not isinstance(results, dict):
             results = {}
     except FileNotFoundError:
@@ -82,9 +82,7 @@ def _record(item: str, check: str, passed: bool) -> None:
     except TraceError as exc:
         if not path.is_file():
             raise CheckFailed(str(exc)) from None
-        results = {}
-    except ValueError:
-        results = {}
+        results = {}  # not this file's format (damaged, nested too deep): the checks start it again
     previous = results.get(item) if isinstance(results.get(item), dict) else {}
     checks = dict(previous.get("checks", {})) if isinstance(previous.get("checks"), dict) else {}
     checks[check] = bool(passed)

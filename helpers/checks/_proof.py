@@ -35,13 +35,14 @@ def _take_key() -> tuple[bytes, str] | None:
     path = os.environ.pop(RUN_KEY_ENV, None)
     if not path:
         return None
+    from ..errors import TraceError
+    from ..outputs import read_state_json
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(KEY_LIMIT)
+        data = read_state_json(path, KEY_LIMIT, "run key file")  # never blocks on a pipe put in its place
         os.unlink(path)
-        data = json.loads(raw)
         return bytes.fromhex(data["key"]), str(data["notebook"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, TraceError):
         return None  # no usable key: this kernel's results stay unsigned and earn nothing
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from .. import metrics as m
 from .. import seal as _seal
 from .. import thresholds as _th
-from ..errors import ArgumentError
+from ..errors import ArgumentError, TraceError
 from ..model import Trace
+from ..outputs import read_regular
 from ..render import plural
 from ._core import (  # noqa: F401
     CheckFailed,
@@ -235,8 +236,8 @@ def _workload_of(program: list[str]) -> tuple[str, str, int, int] | None:
     name = module.rsplit(".", 1)[1]
     try:
         mod = importlib.import_module(module)
-        source = Path(mod.__file__ or "").read_text()
-    except (ImportError, OSError):
+        source = read_regular(mod.__file__ or "", 1 << 20, "workload source").decode("utf-8", "replace")
+    except (ImportError, OSError, TraceError):
         return None
     found = re.search(r"default_steps=(\d+)", source)
     args = dict(zip(program[:-1], program[1:]))
@@ -409,13 +410,26 @@ def _newest_trace(trace_dir: Path) -> Path | None:
     return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
 
 
+#: The most bytes of the learner's own short capture read (a few profiled steps write a few MB).
+_OWN_TRACE_LIMIT = 256 << 20
+
+
 def _read_json_trace(path: Path) -> dict:
     import gzip
     import json
 
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        doc = json.load(fh)
+    from ..outputs import open_regular, size_words
+
+    try:  # opened the one safe way (a pipe in the trace folder cannot block the check) and read bounded
+        with open_regular(path, "trace") as raw:
+            data = (gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw).read(_OWN_TRACE_LIMIT + 1)
+        if len(data) > _OWN_TRACE_LIMIT:
+            raise ValueError(f"over {size_words(_OWN_TRACE_LIMIT)}, far more than a few profiled steps write")
+        doc = json.loads(data)
+    except TraceError as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from None
+    except (RecursionError, EOFError) as exc:
+        raise ValueError(type(exc).__name__) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError("it has no traceEvents list")
     return doc

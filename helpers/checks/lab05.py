@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from .. import seal as _seal
 from .. import thresholds as th
 from ..diagnosis import diagnose, signals
 from ..model import Trace
+from ..outputs import shipped_json
 from . import _core, _proof, behaviour
 from ._core import RESULTS_FILE, CheckFailed, _check, _close, _record, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from ._sealed import digest, unseal
@@ -109,7 +109,7 @@ def triage_trace(trace_id: str, source: str = "profiler") -> Trace:
     _known(trace_id, source)
     if source == "profiler":
         return m.stepped(recorded("triage", trace_id))  # marked: the trace itself
-    doc = json.loads((DATA / "manifest.json").read_text())  # the H200 nsys pairs are listed under "recordings"
+    doc = shipped_json(DATA / "manifest.json")  # the H200 nsys pairs are listed under "recordings"
     for e in doc.get("recordings", []):
         if e.get("workload") == "triage" and e.get("variant") == trace_id and e.get("format") == "nsys-sqlite":
             return m.stepped(load(DATA / e["file"]))
@@ -245,10 +245,13 @@ def _lesson_for(trace_id: str, misread: str) -> Lesson | None:
 
 
 def _triage_passed() -> set[str]:
-    try:
-        results = json.loads(Path(RESULTS_FILE).read_text())
+    from ..errors import TraceError
+    from ..outputs import read_state_json
+
+    try:  # the one bounded reader of state files: a FIFO here cannot block, a deep nesting cannot recurse
+        results = read_state_json(RESULTS_FILE, _core.RESULTS_LIMIT, "self-check results file")
         checks = _proof.SIGNER.own_checks("workflow", results.get("workflow"))  # in selfcheck --run: what this kernel signed
-    except (OSError, ValueError, AttributeError):
+    except (OSError, TraceError, AttributeError):
         return set()
     return {k[len("check_triage["):-1] for k, v in checks.items() if k.startswith("check_triage[") and v is True}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -231,6 +230,23 @@ def check_compile_seconds(answer: float, cold_trace: Trace) -> str:
 
 
 # --- 4. Nsight Compute ----------------------------------------------------------------------------
+#: The most bytes of an ncu CSV page or GPU-metrics summary read (the course's are tens of KB).
+_NCU_TEXT_LIMIT = 64 << 20
+
+
+def _text(path: str | Path, what: str) -> str:
+    """A learner-named text file, through the one bounded reader that never blocks (a missing one in one line)."""
+    from ..errors import TraceError
+    from ..outputs import read_regular
+
+    try:
+        return read_regular(path, _NCU_TEXT_LIMIT, what).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file; check the path") from None
+    except TypeError:
+        raise TraceError(f"{path!r}: not a path; pass the {what}'s file name") from None
+
+
 def ncu_long(path: str | Path):
     """An ncu details CSV in long form: ``kernel, section, metric, unit, value`` (value a float where numeric)
     plus the rules' ``rule``/``description`` rows (metric empty)."""
@@ -241,7 +257,7 @@ def ncu_long(path: str | Path):
 
     from ..errors import TraceError
 
-    text = Path(path).read_text(errors="replace")
+    text = _text(path, "ncu CSV")
     at = text.find('"ID"')
     if at < 0:
         raise TraceError(f"{path}: no ncu CSV header (\"ID\",...); save ncu --csv --page details output there")
@@ -262,13 +278,14 @@ def ncu_stalls(raw_path: str | Path):
     """Warp stall reasons of the first launch on an ncu raw page (``ncu --import R --csv --page raw``): cycles a
     warp spends stalled per issued instruction, by reason, largest first (a pandas Series)."""
     import csv
+    import io
 
     import pandas as pd
 
     from ..errors import TraceError
 
-    with open(raw_path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r]
+    text = _text(raw_path, "ncu raw page")
+    rows = [r for r in csv.reader(io.StringIO(text, newline="")) if r]
     at = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
     if at is None or len(rows) < at + 3:
         raise TraceError(f"{raw_path}: not an ncu raw page (ncu --import R --csv --page raw)")
@@ -395,9 +412,13 @@ def check_alloc_churn(answer: dict, trace: Trace) -> str:
 def gpu_metrics(path: str | Path) -> dict[str, float]:
     """The per-metric means of a recorded nsys --gpu-metrics-devices summary (data/nsight/*.gpumetrics.json)."""
     from ..errors import TraceError
+    from ..outputs import read_state_json
 
-    try:
-        return {str(k): float(v) for k, v in dict(json.loads(Path(path).read_text())["metrics"]).items()}
+    try:  # bounded and never blocking; too deep a nesting is one line too
+        doc = read_state_json(path, _NCU_TEXT_LIMIT, "GPU-metrics summary")
+        return {str(k): float(v) for k, v in dict(doc["metrics"]).items()}
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file; check the path") from None
     except (ValueError, TypeError, KeyError, AttributeError):  # JSON that is not a --gpu-metrics summary
         raise TraceError(f"{path}: not a GPU-metrics summary (a JSON object whose 'metrics' maps names to numbers, "
                          "as data/nsight/*.gpumetrics.json)") from None

@@ -10,7 +10,6 @@ nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch
 
 from .. import memory as mem
 from .. import thresholds as th
+from ..outputs import shipped_json
 from . import _core
 from . import behaviour as _behaviour
 from ._core import DATA, NUMBER, CheckFailed, _check, _close, _record, run_learner, unit_slip
@@ -321,7 +321,7 @@ def check_optimizer_in_backward(fn: Callable[[torch.nn.Module, float], Any]) -> 
 # --- 5. out of memory -----------------------------------------------------------------------------------
 def oom_messages() -> list[dict]:
     """The out-of-memory messages others posted (``data/oom_messages.json``): ``id, source, repository, posted, text``."""
-    return json.loads((DATA / "oom_messages.json").read_text())["messages"]
+    return shipped_json(DATA / "oom_messages.json")["messages"]
 
 
 def _reference_cause(f: dict) -> str:

@@ -29,9 +29,9 @@ BACKWARD_RANGE = "## backward ##"
 
 def published_job_entry() -> dict:
     """The job's manifest entry: who recorded it, where it was published, its licence, hardware and files."""
-    import json
+    from ..outputs import shipped_json
 
-    entries = json.loads((DATA / "manifest.json").read_text()).get("recorded_elsewhere", [])
+    entries = shipped_json(DATA / "manifest.json").get("recorded_elsewhere", [])
     return next(e for e in entries if e["file"].rstrip("/") == PUBLISHED_JOB.name)
 
 

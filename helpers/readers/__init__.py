@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from pandas.api.types import union_categoricals
 from ..errors import TraceError
 from ..interrupts import temporary_dir
 from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
+from ..outputs import open_regular, size_words
 from ..paths import unreachable, working_folder
 from ..procs import Hung, last_line, run_bounded, worker_pool
 from . import kineto, nsys
@@ -126,18 +128,13 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
                budget: Budget | None = None) -> tuple[pd.DataFrame | dict, dict, str]:
     max_bytes, max_events = limit(max_bytes, "max_bytes"), limit(max_events, "max_events")
     try:
-        info = os.stat(p)
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot be examined ({exc.strerror}); check the path and its permissions") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise TraceError(f"{p}: not a regular file (a pipe, device or socket); save the trace to a file and pass that")
-    if p.suffix in (".nsys-rep", ".qdrep"):
-        return _read_nsys_report(p, max_bytes, max_events, budget)
-    try:
-        with open(p, "rb") as fh:
+        with _open(p) as fh:  # judged on the open file: a path swapped for a FIFO after a check cannot block
+            info = os.fstat(fh.fileno())
             head = fh.read(16)
     except OSError as exc:
-        raise TraceError(f"{p}: cannot be opened ({exc.strerror}); check its permissions") from None
+        raise TraceError(f"{p}: cannot be read ({exc.strerror}); check the path and its permissions") from None
+    if p.suffix in (".nsys-rep", ".qdrep"):
+        return _read_nsys_report(p, max_bytes, max_events, budget)
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
@@ -146,6 +143,9 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
     if head.startswith(GZIP_MAGIC):
         blocks = _gunzip_blocks(p, max_bytes, budget)
         first = _take(blocks, len(SQLITE_MAGIC))
+        if not first:
+            raise TraceError(f"{p}: the gzip file is whole but holds nothing (it decompresses to 0 bytes: an empty file "
+                             "was compressed); record the trace again (did the profiled run finish?)")
         if first.startswith(SQLITE_MAGIC):
             return _read_sqlite_blocks(p, itertools.chain((first,), blocks), max_events, budget)
         size_hint = _gzip_size_hint(p, info.st_size)
@@ -159,7 +159,7 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
                 "make it with: nsys export --type sqlite -o OUT.sqlite REPORT.nsys-rep"
             )
         if info.st_size > max_bytes:
-            raise TraceError(f"{p}: {info.st_size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+            raise TraceError(f"{p}: {size_words(info.st_size)}, over the limit of {size_words(max_bytes)}; "
                              "raise it with --max-mb (API: max_bytes=) if the trace is really this big")
         blocks = _file_blocks(p, max_bytes, budget)  # the limit holds for the bytes read, not only the size stat() gave
         first = _take(blocks, 4)
@@ -175,11 +175,23 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
     return events, metadata, "kineto"
 
 
+def _open(p: Path) -> BinaryIO:
+    """The one way a reader opens a trace file: never blocking, judged on the open descriptor
+    (:func:`helpers.outputs.open_regular`); every read of a trace's bytes, first or again, goes through here."""
+    try:
+        return open_regular(p, "trace", "save the trace to a file and pass that")
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no longer exists (it was moved or deleted while it was read); check the path") from None
+
+
 def _json_text(first: bytes, blocks: Iterator[bytes], p: Path) -> Iterator[bytes]:
     """The JSON document's bytes as UTF-8 (``first``: what was already taken of ``blocks``), checked to open
     like a trace: an object, or Chrome's bare array of events."""
     if len(first) < 4:
         first += _take(blocks, 4 - len(first))
+    if first[:4] == b"\0\0\0\0":  # no text, in any encoding, starts so: zeros (a file allocated and never written)
+        raise TraceError(f"{p}: starts with NUL bytes where a trace's text should be: the file was padded with zeros or "
+                         "never fully written (a crash mid-write, a preallocated copy); record or copy it again")
     first, blocks = _as_utf8(first, blocks, p)
     while not first.strip() and (more := _take(blocks, 1)):  # leading whitespace of any length
         first += more
@@ -195,10 +207,10 @@ def _gzip_size_hint(p: Path, size: int) -> int:
     """About how many bytes a gzip file expands to: its last member's recorded size (mod 4 GiB), at least the
     compressed size. Only a hint (for how a document is read), never a limit."""
     try:
-        with open(p, "rb") as fh:
+        with _open(p) as fh:
             fh.seek(max(size - 4, 0))
             tail = fh.read(4)
-    except OSError:
+    except (OSError, TraceError):
         return size
     return max(int.from_bytes(tail, "little"), size) if len(tail) == 4 else size
 
@@ -245,11 +257,11 @@ def _file_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Itera
     """The file's bytes in chunks; a file that grows past ``max_bytes`` while it is read is refused."""
     total = 0
     try:
-        with open(p, "rb") as fh:
+        with _open(p) as fh:
             while block := fh.read(min(_CHUNK, max_bytes + 1 - total)):
                 total += len(block)
                 if total > max_bytes:
-                    raise TraceError(f"{p}: grew past the limit of {max_bytes / 2**20:,.0f} MB while it was read; "
+                    raise TraceError(f"{p}: grew past the limit of {size_words(max_bytes)} while it was read; "
                                      "let the program writing it finish, or raise the limit with --max-mb (API: max_bytes=)")
                 charge_bytes(budget, len(block))
                 yield block
@@ -296,22 +308,23 @@ def _gunzip_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Ite
     total = 0
     d = zlib.decompressobj(wbits=31)
     try:
-        with open(p, "rb") as fh:
+        with _open(p) as fh:
             data = fh.read(_CHUNK)
             while data:
                 out = d.decompress(data, min(_CHUNK, max_bytes + 1 - total))  # never 0, which would mean unbounded
                 total += len(out)
                 if total > max_bytes:
                     raise TraceError(
-                        f"{p}: expands to over {max_bytes / 2**20:,.0f} MB; if the trace is really this big "
+                        f"{p}: expands to over {size_words(max_bytes)}; if the trace is really this big "
                         "raise the limit with --max-mb (API: max_bytes=)")
                 if out:
                     charge_bytes(budget, len(out))
                     yield out
                 data = d.unconsumed_tail
-                if d.eof:  # another gzip member may follow; anything else after the end is ignored
+                if d.eof:  # another gzip member may follow; what else may is _after_members'
                     data = d.unused_data + fh.read(_CHUNK)
                     if not data.startswith(GZIP_MAGIC):
+                        _after_members(p, data, fh)
                         break
                     d = zlib.decompressobj(wbits=31)
                 elif not data:
@@ -324,6 +337,24 @@ def _gunzip_blocks(p: Path, max_bytes: int, budget: Budget | None = None) -> Ite
         ) from None
     except OSError as exc:
         raise TraceError(f"{p}: cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _after_members(p: Path, data: bytes, fh: BinaryIO) -> None:
+    """What follows a gzip file's last member (``data``, then the rest of ``fh``), judged as gzip(1) judges it:
+    nothing, or zero bytes to the end (tape and block padding), is accepted silently; anything else is refused
+    (``gzip -t`` says "decompression OK, trailing garbage ignored" and exits 2, a warning, so a script stops;
+    here it is one line, since bytes that are not the trace could be a second file appended by mistake or a
+    damaged member, and a trace read without them could be the wrong one). Zeros followed by more gzip
+    members are garbage to gzip(1) too."""
+    at = fh.tell() - len(data)  # where ``data`` starts in the file
+    while data:
+        if data.strip(b"\0"):
+            at += len(data) - len(data.lstrip(b"\0"))
+            raise TraceError(f"{p}: after the end of its gzip data, from byte {at:,} on, come bytes that are not gzip "
+                             "(gzip -t calls them trailing garbage): two files joined, or a damaged copy; copy or "
+                             "record it again")
+        at += len(data)
+        data = fh.read(_CHUNK)
 
 
 def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_EVENTS,
@@ -370,7 +401,7 @@ def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
             raise TraceError(f"{p}: nsys export failed ({why}); export it by hand: nsys export --type sqlite {p}")
         size = out.stat().st_size  # what is read is the export: the limit is on it, not on the report
         if size > max_bytes:
-            raise TraceError(f"{p}: its SQLite export is {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+            raise TraceError(f"{p}: its SQLite export is {size_words(size)}, over the limit of {size_words(max_bytes)}; "
                              "if the report is really this big raise it with --max-mb (API: max_bytes=)")
         events, metadata = _renamed(lambda: nsys.read(out, max_events, max_bytes, budget=budget), out, p)
     return events, metadata, "nsys-sqlite"
@@ -382,7 +413,7 @@ def _export_within(p: Path, tmp: Path, max_bytes: int) -> None:
     with contextlib.suppress(OSError), os.scandir(tmp) as it:
         written = sum(e.stat(follow_symlinks=False).st_size for e in it if e.is_file(follow_symlinks=False))
     if written > max_bytes:
-        raise TraceError(f"{p}: its SQLite export grew past the limit of {max_bytes / 2**20:,.0f} MB and was stopped; "
+        raise TraceError(f"{p}: its SQLite export grew past the limit of {size_words(max_bytes)} and was stopped; "
                          "if the report is really this big raise it with --max-mb (API: max_bytes=)")
 
 
@@ -490,8 +521,8 @@ def _refuse_folder_size(d: Path, files: list[Path], sizes: list[int], max_bytes:
     file counts, hard links to one file too); compressed ones are counted as they expand."""
     plain = sum(size for f, size in zip(files, sizes) if not f.name.endswith(".gz"))
     if plain > max_bytes:
-        raise TraceError(f"{d}: its {len(files):,} trace files add up to {plain / 2**20:,.0f} MB, over the limit of "
-                         f"{max_bytes / 2**20:,.0f} MB; if the job is really this big raise it with --max-mb (API: max_bytes=)")
+        raise TraceError(f"{d}: its {len(files):,} trace files add up to {size_words(plain)}, over the limit of "
+                         f"{size_words(max_bytes)}; if the job is really this big raise it with --max-mb (API: max_bytes=)")
 
 
 def _read_ranks(d: Path, files: list[Path], max_bytes: int, max_events: int, workers: int) -> list:

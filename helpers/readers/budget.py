@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceError
+from ..outputs import size_words
 
 
 class Budget:
@@ -41,7 +42,7 @@ class Budget:
     def add_bytes(self, n: int) -> None:
         """``n`` more bytes decoded; over the folder's limit is refused."""
         if n and self._add(0, n) > self.max_bytes:
-            raise TraceError(f"{self.folder}: its ranks together expand to over {self.max_bytes / 2**20:,.0f} MB, over the "
+            raise TraceError(f"{self.folder}: its ranks together expand to over {size_words(self.max_bytes)}, over the "
                              "limit; if the job is really this big raise it with --max-mb (API: max_bytes=)")
 
     def add_events(self, n: int) -> None:

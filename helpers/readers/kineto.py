@@ -617,11 +617,22 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns, bare: bool = False) -> 
                 continue
             cols.add(events)
             return tail
-    raise _not_json(path, why)
+    raise _not_json(path, why, rest)
 
 
-def _not_json(path: Path, why: str) -> TraceError:
-    """Invalid JSON, with the advice that fits the parser's reason (a cut-off file is the common one)."""
+def _not_json(path: Path, why: str, data: bytes | bytearray = b"") -> TraceError:
+    """Invalid JSON, with the advice that fits the parser's reason (a cut-off file is the common one) or what
+    ``data`` (the document, or its end) shows: NUL bytes, which JSON never holds, are a file padded with zeros or
+    not fully written (a crash mid-write, a preallocated copy), not a document that "ends early"."""
+    end = bytes(data[-(1 << 16):]).rstrip(b" \t\r\n")
+    if end.endswith(b"\0"):
+        zeros = len(end) - len(end.rstrip(b"\0"))
+        return TraceError(f"{path}: not valid JSON (it ends in {'at least ' if zeros == len(end) else ''}{zeros:,} NUL "
+                          "bytes where JSON text should be: the file was padded with zeros or not fully written); "
+                          "record or copy it again")
+    if b"\0" in data:
+        return TraceError(f"{path}: not valid JSON (it holds NUL bytes, which JSON text never does: the file is "
+                          "damaged, or was not fully written); record or copy it again")
     said = why.lower()
     if "depth" in said or "recursion" in said:
         advice = "its brackets nest deeper than any trace's: the file is damaged or not a trace"
@@ -647,7 +658,7 @@ def _whole(buf: bytes | bytearray, path: Path, cols: _Columns, blocks: Iterable[
     try:
         doc = _loads(buf)
     except _DecodeError as exc:
-        raise _not_json(path, str(exc).splitlines()[0][:80]) from None
+        raise _not_json(path, str(exc).splitlines()[0][:80], buf) from None
     del buf
     if isinstance(doc, list):  # Chrome's "JSON Array Format": the events alone (streamed by _scan; here for a whole read)
         doc = {"traceEvents": doc}

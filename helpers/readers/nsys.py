@@ -29,6 +29,7 @@ from ..model import (
     is_host_collective,
     lane_name,
 )
+from ..outputs import open_regular, size_words
 from .budget import Budget, charge_bytes, charge_events
 
 ACTIVITY_TABLES = (
@@ -79,14 +80,31 @@ def read(path: Path, max_events: int | None = None, max_bytes: int | None = None
     ``budget`` counts them against a folder's limits too (``charged``: its bytes were counted as they were
     decompressed)."""
     _refuse_live_wal(path)
-    size = os.stat(path).st_size
+    try:  # judged on an open descriptor (a path swapped for a FIFO after a check would block SQLite's open) ...
+        fh = open_regular(path, "SQLite export", "export the report to a file: nsys export --type sqlite REPORT")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no longer exists (moved or deleted while it was read); check the path") from None
+    with fh:
+        return _read_open(path, fh.fileno(), max_events, max_bytes, budget, charged)
+
+
+def _by_descriptor(path: Path, fd: int) -> str:
+    """... and SQLite opens the file that descriptor holds, wherever it was moved since (Linux names it
+    /proc/self/fd/N, a link to the open file: SQLite follows it to the file's current name); elsewhere the path."""
+    proc = Path(f"/proc/self/fd/{fd}")
+    return str(proc) if proc.exists() else str(path)
+
+
+def _read_open(path: Path, fd: int, max_events: int | None, max_bytes: int | None, budget: Budget | None,
+               charged: bool) -> tuple[pd.DataFrame, dict]:
+    size = os.fstat(fd).st_size
     if max_bytes is not None and size > max_bytes:
-        raise TraceError(f"{path}: {size / 2**20:,.0f} MB, over the limit of {max_bytes / 2**20:,.0f} MB; "
+        raise TraceError(f"{path}: {size_words(size)}, over the limit of {size_words(max_bytes)}; "
                          "raise it with --max-mb (API: max_bytes=) if the export is really this big")
     if not charged:
         charge_bytes(budget, size)
     try:
-        con = sqlite3.connect(readonly_uri(path), uri=True)
+        con = sqlite3.connect(readonly_uri(Path(_by_descriptor(path, fd))), uri=True)
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if max_events is not None or budget is not None:
