@@ -50,7 +50,7 @@ def json_schema_doc() -> str:
         '  {"trace": str, "summary": {...metrics.summary...},\n'
         '   "findings": [{"pattern": str, "cost": float, "summary": str, "evidence": {...}, "fix": str,\n'
         '                 "window": [start_us, end_us] | null, "step_ms": float | null,\n'
-        '                 "step_ms_if_fixed": float | null, "if_fixed": str}],\n'
+        '                 "step_ms_if_fixed": float | null, "if_fixed": str, "ranked_above": str}],\n'
         '   "steady_state": {"source": "markers"|"inferred"|"capture", "steps": int, "capture_us": [a, b],\n'
         '                    "kept_us": [a, b], "kept_share": float, "left_out": [{"start_us", "end_us", "why"}]},\n'
         '   "critical_path": {"step_ms": float, "path_ms_per_step": {cause: ms}, "work_ms_per_step": {cause: ms},\n'
@@ -59,6 +59,8 @@ def json_schema_doc() -> str:
         "step_ms_if_fixed is the step the critical path predicts with the finding's fix applied (if_fixed says\n"
         "what that is); cost is the share of the step it saves (for gpu_bound, the share the kernels run). Findings\n"
         "are ranked by it; fixes overlap, so costs need not add up (step_ms_if_all_fixed: every fix together).\n"
+        "Where two predictions lie within the what-if's error, the share of the step the trace shows for each\n"
+        "decides, and ranked_above says so on the finding listed above the larger predicted saving.\n"
         "evidence.gpu_utilization is the GPU busy share (GPU traces); evidence.steps_inferred,\n"
         "on a trace without step markers, says which repeats were taken as its steps (source, period, steps).\n"
         f"pattern is one of {', '.join(PATTERNS)}.\n"
@@ -238,6 +240,8 @@ def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str
         lines += [head, *_wrapped(f.summary, "   ")]
         if what_if_text(f):
             lines += _wrapped(what_if_text(f), "   ")
+        if getattr(f, "ranked_above", ""):  # a near-tie the trace's own figure decided: say so beside the numbers
+            lines += _wrapped(f"order: {f.ranked_above}", "   ")
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):
                 lines += _wrapped(f"- {k}: {steady_text(v)}", "     ")

@@ -262,6 +262,8 @@ def _diagnosis(trace: Trace, findings, timeline: int) -> str:
         out.append(f'<div class="finding"><h3>{i}. {_e(f.pattern)}{" — " + _e(cost) if cost else ""}</h3><p>{_e(f.summary)}</p>')
         if render.what_if_text(f):
             out.append(f'<p class="what-if">{_e(render.what_if_text(f))}</p>')
+        if getattr(f, "ranked_above", ""):  # a near-tie the trace's own figure decided (helpers.diagnosis._ranked)
+            out.append(f'<p class="what-if">order: {_e(f.ranked_above)}</p>')
         out.append('<ul class="evidence">')
         for k, v in f.evidence.items():
             if k == "steps_inferred" and isinstance(v, dict):

@@ -36,7 +36,8 @@ def test_diagnose_json_schema(capsys):
     assert set(doc) == {"trace", "summary", "findings", "steady_state", "critical_path", "capture"}
     assert doc["steady_state"]["source"] == "markers" and doc["steady_state"]["steps"] > 0
     f = doc["findings"][0]
-    assert set(f) == {"pattern", "cost", "summary", "evidence", "fix", "window", "step_ms", "step_ms_if_fixed", "if_fixed"}
+    assert set(f) == {"pattern", "cost", "summary", "evidence", "fix", "window", "step_ms", "step_ms_if_fixed", "if_fixed",
+                      "ranked_above"}
     assert f["pattern"] == "data_stall" and len(f["window"]) == 2
     # what the fix buys, on the critical path: the step it predicts, and the cost is the share that saves
     assert f["step_ms_if_fixed"] < f["step_ms"] == pytest.approx(doc["critical_path"]["step_ms"])

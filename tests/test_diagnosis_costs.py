@@ -35,6 +35,14 @@ def _reconciles(trace, findings) -> None:
             continue
         step = a.step_ms
         assert step * (1 - a.cost) <= step * (1 - b.cost) * (1 + th.WHAT_IF_TIE_SHARE) + 1e-9, (a.pattern, b.pattern)
+    # the reader never sees a smaller predicted saving above a larger one unexplained: exactly the findings listed
+    # above a larger saving say so, naming each
+    for i, a in enumerate(findings):
+        larger = [b.pattern for b in findings[i + 1:] if "gpu_bound" not in (a.pattern, b.pattern)
+                  and a.step_ms_if_fixed is not None and b.step_ms_if_fixed is not None
+                  and b.step_ms_if_fixed < a.step_ms_if_fixed]
+        assert bool(a.ranked_above) == bool(larger), (a.pattern, a.ranked_above, larger)
+        assert all(p in a.ranked_above for p in larger) and ("20% error" in a.ranked_above or not larger)
 
 
 @pytest.mark.parametrize("key", RECORDED, ids=lambda k: ":".join(k))
@@ -51,12 +59,20 @@ def test_costs_are_what_each_fix_saves_on_the_critical_path(key):
 
 def test_recorded_sync_stall_leads_with_the_sync():
     """Its sync fix and its host-work fix save about the same (21% and 27%: within the what-if's error of each
-    other), and the GPU idles after the syncs more than for anything else: the sync stall leads."""
+    other), and the GPU idles after the syncs more than for anything else: the sync stall leads, and says why it
+    is listed above the larger prediction, in the text and the JSON alike."""
+    from helpers import render
+
     trace = recorded("sync_stall", "broken", "h200")
     findings = helpers.diagnose(trace)
     idle = m.summary(trace)["idle_by_cause_us"]
     assert findings[0].pattern == "sync_stall" and idle["sync"] == max(idle.values())
     assert {"host_bound", "sync_stall"} <= {f.pattern for f in findings}
+    top = findings[0]
+    assert top.ranked_above.startswith("listed above host_bound") and "sync_stall_share 27%" in top.ranked_above
+    assert all(not f.ranked_above for f in findings[1:] if f.pattern == "launch_overhead")
+    text = render.diagnose_text("t", findings, True)
+    assert "order: listed above host_bound" in text and top.to_dict()["ranked_above"] == top.ranked_above
 
 
 @pytest.mark.parametrize("name", ["data_stall__fixed", "sync_stall__broken", "host_bound__synced", "mystery__broken",
