@@ -1129,7 +1129,7 @@ def _walk(g: _Graph) -> pd.DataFrame:
     s, e, c, r, on_gpu = s[order], e[order], c[order], r[order], on_gpu[order]
     out = pd.DataFrame({"rank": np.full(s.size, g.rank, dtype=np.int64), "start_us": s, "end_us": e, "dur_us": e - s,
                         "cause": np.asarray(PATH_CAUSES, dtype=object)[c], "row": r,
-                        "on": np.where(on_gpu, "gpu", "host").astype(object)})
+                        "on": _ON[on_gpu.astype(np.intp)]})  # two shared strings, not a new string a stretch
     out.attrs["end_us"] = t_end
     return out
 
@@ -1187,6 +1187,10 @@ def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray,
     base = np.maximum.accumulate(np.where(first, before, 0.0))
     s = g.h_start[it] + (before - base)
     return s, s + vs, cs, g.h_row[it]
+
+
+#: A stretch's side, by whether it is the GPU's (index 1).
+_ON = np.array(["host", "gpu"], dtype=object)
 
 
 def _empty_path() -> pd.DataFrame:
@@ -1289,11 +1293,12 @@ def critical_path(trace: Trace) -> CriticalPath:
         per = np.zeros((len(win), _NC))
         tot = np.zeros(_NC)
         cause_col = path["cause"].to_numpy()
+        p_start, p_end = path["start_us"].to_numpy(), path["end_us"].to_numpy()
         for ci, cause in enumerate(PATH_CAUSES):
-            sel = path[cause_col == cause]
-            if sel.empty:
+            hit = cause_col == cause
+            if not hit.any():
                 continue
-            us, ue = m.merge_intervals(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+            us, ue = m.merge_intervals(p_start[hit], p_end[hit])
             per[:, ci] = m.overlap(us, ue, ws, we)
             tot[ci] = float((ue - us).sum())
         n = max(len(win), 1)
@@ -1457,8 +1462,7 @@ def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
     if steps.empty:
         return []
     stepped = m._memo(trace)["critical_graphs"][1]
-    ev = stepped.events
-    on = ev[ev["rank"] == rank]
+    on = m.rank_events(stepped, rank)  # the rank's rows, filtered once per trace (not a copy of the table per rank)
     coll = on[on["kind"] == "collective"].sort_values("start_us", kind="stable")
     if len(coll):
         gpu = on["device"].to_numpy() >= 0
@@ -1470,13 +1474,18 @@ def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
         cov = m.overlap(cs, ce, coll["start_us"].to_numpy(), coll["end_us"].to_numpy()) if len(cs) else np.zeros(len(coll))
         exposed = coll["dur_us"].to_numpy() - cov
     out = []
-    for _, s in steps.iterrows():
-        row: dict[str, Any] = {"step": int(s["step"]), "ms": float(s["dur_us"]) / 1e3,
-                               "by_cause": {c: float(s[f"{c}_ms"]) for c in PATH_CAUSES if s[f"{c}_ms"] > 0}}
+    # the steps' columns as arrays (a row at a time through pandas cost more than the rest of this function)
+    number, dur, start, end = (steps[c].to_numpy() for c in ("step", "dur_us", "start_us", "end_us"))
+    by = [(c, steps[f"{c}_ms"].to_numpy()) for c in PATH_CAUSES]
+    if len(coll):
+        c_start, c_name, c_dur = coll["start_us"].to_numpy(), coll["name"].to_numpy(), coll["dur_us"].to_numpy()
+    for k in range(len(number)):
+        row: dict[str, Any] = {"step": int(number[k]), "ms": float(dur[k]) / 1e3,
+                               "by_cause": {c: float(v[k]) for c, v in by if v[k] > 0}}
         if len(coll):
-            inside = (coll["start_us"].to_numpy() >= s["start_us"]) & (coll["start_us"].to_numpy() < s["end_us"])
+            inside = (c_start >= start[k]) & (c_start < end[k])
             row["collectives"] = [(str(n)[:80], float(d) / 1e3, float(x) / 1e3) for n, d, x in
-                                  zip(coll["name"].to_numpy()[inside], coll["dur_us"].to_numpy()[inside], exposed[inside])]
+                                  zip(c_name[inside], c_dur[inside], exposed[inside])]
         else:
             row["collectives"] = []
         out.append(row)
