@@ -153,6 +153,18 @@ def name_mask(trace: Trace, key: str, predicate: Callable[[str], object]) -> np.
     return memo[slot]
 
 
+def rank_rows(trace: Trace, rank: int) -> np.ndarray | None:
+    """Where one rank's rows are in the table (ascending positions: the rows of :func:`rank_events`, in its order),
+    found once per trace; None when every row is the rank's (its table is the trace's own). A metric of one rank
+    takes a whole-table mask at these positions instead of testing every rank's rows for each rank."""
+    memo = _memo(trace)
+    key = ("__rank_rows__", int(rank))
+    if key not in memo:
+        ranks = trace.events["rank"].to_numpy()
+        memo[key] = None if len(ranks) and (ranks == rank).all() else np.flatnonzero(ranks == rank)
+    return memo[key]
+
+
 def rank_events(trace: Trace, rank: int) -> pd.DataFrame:
     """The rows of one rank, filtered once per trace (many metrics look at one rank at a time; the
     filter copies every column). A trace of one rank is its own table. Read it; do not edit it."""

@@ -12,7 +12,7 @@ from .. import thresholds as _th
 from ..errors import ArgumentError
 from ..model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace, kind_in
 from ..patterns import IDLE_CAUSES
-from ._store import _memo, name_mask, rank_events
+from ._store import _memo, name_mask, rank_events, rank_rows
 from .intervals import intersect, merge_intervals, subtract
 
 # --- what the host is doing -----------------------------------------------------------------
@@ -94,15 +94,6 @@ CAUSES = IDLE_CAUSES
 SMALL_KERNEL_US = _th.SMALL_KERNEL_US
 GAP_AFTER_SYNC_TOLERANCE_US = _th.GAP_AFTER_SYNC_TOLERANCE_US
 SYNC_RETURN_US = _th.SYNC_RETURN_US
-
-
-def _union(trace: Trace, key: Any, mask_fn) -> tuple[np.ndarray, np.ndarray]:
-    memo = _memo(trace)
-    if key not in memo:
-        ev = trace.events
-        rows = np.asarray(mask_fn(ev), dtype=bool)  # two columns taken, not the whole table's rows
-        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
-    return memo[key]
 
 
 def gpu_work_union(trace: Trace, rank: int, device: int, kinds=GPU_WORK_KINDS):
@@ -199,32 +190,52 @@ def is_sync_call(trace: Trace) -> np.ndarray:
     return named | blocking_copy_calls(trace)
 
 
+def _own(full: np.ndarray, at: np.ndarray | None) -> np.ndarray:
+    """A whole-table mask at one rank's rows (:func:`rank_rows`; None: the table is the rank's)."""
+    return full if at is None else full[at]
+
+
+def _rank_union(trace: Trace, key: Any, rank: int, mask_fn) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals of one rank's rows that ``mask_fn(rows, at)`` picks, kept with the trace under
+    ``key``: it is given the rank's rows (:func:`rank_events`) and their positions in the table (whole-table masks
+    are taken there), so each rank reads its own rows, not every rank's (a folder of 8 ranks tested all 8 ranks'
+    rows for each). Only two columns of the picked rows are taken, not the rows themselves."""
+    memo = _memo(trace)
+    if key not in memo:
+        at = rank_rows(trace, rank)
+        ev = rank_events(trace, rank)
+        rows = np.asarray(mask_fn(ev, at), dtype=bool)
+        memo[key] = merge_intervals(ev["start_us"].to_numpy()[rows], ev["end_us"].to_numpy()[rows])
+    return memo[key]
+
+
 def host_union(trace: Trace, rank: int, cause: str):
     """Union of host time spent on one activity: ``sync``, ``data_wait``, ``collective``, ``launch``."""
 
-    def mask(ev: pd.DataFrame) -> pd.Series:
+    def mask(ev: pd.DataFrame, at: np.ndarray | None) -> pd.Series:
         on_rank = (ev["rank"] == rank) & (ev["device"] < 0)
         if cause == "sync":
-            return on_rank & is_sync_call(trace)
+            return on_rank & _own(is_sync_call(trace), at)
         if cause == "data_wait":
-            ranges = ev["kind"].isin(("annotation", "cpu_op")) & name_mask(trace, "data", DATA_WAIT.search)
-            frames = (ev["kind"] == "python").to_numpy() & name_mask(trace, "data_frame", _is_data_frame)
+            ranges = ev["kind"].isin(("annotation", "cpu_op")) & _own(name_mask(trace, "data", DATA_WAIT.search), at)
+            frames = (ev["kind"] == "python").to_numpy() & _own(name_mask(trace, "data_frame", _is_data_frame), at)
             if frames.any():  # only on the threads that run the loop (a decoding thread's frames are beside it)
                 frames &= ev["tid"].isin(_loop_threads(trace, rank)).to_numpy()
             return on_rank & (ranges | frames)
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
-            launches = name_mask(trace, "launch", _is_launch_call) & ~blocking_copy_calls(trace)  # that one waits
+            launches = _own(name_mask(trace, "launch", _is_launch_call) & ~blocking_copy_calls(trace), at)  # that one waits
             return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
-        if cause == "host_compute":  # framework ops on threads that are not collective threads
-            coll_threads = ev.loc[ev["kind"] == "collective", "tid"].unique()
+        if cause == "host_compute":  # framework ops on threads that are not collective threads (of any rank)
+            every = trace.events
+            coll_threads = every.loc[every["kind"] == "collective", "tid"].unique()
             return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
         raise ArgumentError(f"unknown host activity {cause!r}")
 
     if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
         return _phases_less_waits(trace, rank)
-    us, ue = _union(trace, ("host", rank, cause), mask)
+    us, ue = _rank_union(trace, ("host", rank, cause), rank, mask)
     if cause == "data_wait":
         if us.size:
             us, ue = _data_less_device_copies(trace, rank, us, ue)
@@ -242,7 +253,8 @@ def host_union(trace: Trace, rank: int, cause: str):
         memo = _memo(trace)
         key = ("host", rank, "launch_less_syncs")
         if key not in memo:
-            memo[key] = _less_own_syncs(trace, rank, mask(trace.events).to_numpy(bool), us, ue)
+            at = rank_rows(trace, rank)
+            memo[key] = _less_own_syncs(trace, rank, np.asarray(mask(rank_events(trace, rank), at), dtype=bool), us, ue)
         return memo[key]
     if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
@@ -269,10 +281,10 @@ def _loop_threads(trace: Trace, rank: int) -> np.ndarray:
 
 
 def _less_own_syncs(trace: Trace, rank: int, launch: np.ndarray, us: np.ndarray, ue: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The dispatching union (``us, ue``, of the rows ``launch``) less each thread's own time inside sync
-    calls: one thread waiting does not stop another from dispatching."""
-    ev = trace.events
-    sync = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy() & is_sync_call(trace)
+    """The dispatching union (``us, ue``, of the rows ``launch`` of the rank's rows, :func:`rank_events`) less each
+    thread's own time inside sync calls: one thread waiting does not stop another from dispatching."""
+    ev = rank_events(trace, rank)
+    sync = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy() & _own(is_sync_call(trace), rank_rows(trace, rank))
     if not sync.any():
         return us, ue
     tids = ev["tid"].to_numpy()
@@ -330,13 +342,13 @@ def _data_less_device_copies(trace: Trace, rank: int, us: np.ndarray, ue: np.nda
     memo = _memo(trace)
     key = ("host", rank, "data_less_copies")
     if key not in memo:
-        ev = trace.events
+        ev, at = rank_events(trace, rank), rank_rows(trace, rank)  # the rank's own rows
         host = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy()
-        calls = ev[host & name_mask(trace, "memcpy_call", _is_memcpy_call) & (ev["kind"] == "runtime").to_numpy()]
+        calls = ev[host & _own(name_mask(trace, "memcpy_call", _is_memcpy_call), at) & (ev["kind"] == "runtime").to_numpy()]
         if calls.empty:
             memo[key] = (us, ue)
             return memo[key]
-        ops = ev[host & name_mask(trace, "copy_op", COPY_OPS.__contains__) & (ev["kind"] == "cpu_op").to_numpy()]
+        ops = ev[host & _own(name_mask(trace, "copy_op", COPY_OPS.__contains__), at) & (ev["kind"] == "cpu_op").to_numpy()]
         cs, ce = [calls["start_us"].to_numpy()], [calls["end_us"].to_numpy()]
         call_starts = {tid: np.sort(g["start_us"].to_numpy()) for tid, g in calls.groupby("tid")}
         for tid, g in ops.groupby("tid"):
