@@ -421,6 +421,31 @@ def _say_data_stall(s: Signals) -> str:
                "overlapping GPU work the step still waits for."))
 
 
+def _shown(value: float, fmt: str) -> str | None:
+    """``value`` as ``fmt`` shows it, or None where that shows a zero: a figure that rounds to 0 is never quoted as
+    evidence ("0.0 host syncs per step" beside a sync stall whose waits are not named syncs)."""
+    text = format(value, fmt)
+    return text if any(c in "123456789" for c in text) else None
+
+
+def _say_sync_stall(s: Signals) -> str:
+    """The sync stall in words. The cost model counts as syncs the calls named so and the frees made once the GPU has
+    work (critical.freeing_after_gpu_work: cudaFree synchronizes the device); the sync figures count named syncs
+    only, so where those round to 0 the waits are frees, and are said to be."""
+    count = _shown(get(s, "sync_points_per_step"), ".1f")
+    waits = _shown(get(s, "sync_blocked_share"), ".0%")
+    idle = f"{s['sync_gpu_idle_share']:.0%}"
+    if count is None:
+        return ("The host waits for the GPU in calls that free GPU memory (cudaFree synchronizes the device: "
+                "torch.cuda.empty_cache() in the loop, or the allocator giving memory back), not in named syncs; the GPU "
+                f"then idles {idle} of the step waiting for the host; they take turns instead of overlapping"
+                f"{_sync_share_words(s)}.")
+    blocked = (f"the host waits {waits} of the step for the GPU, and the GPU then idles {idle} of it" if waits else
+               f"the host's waits are short, and the GPU then idles {idle} of the step")
+    return (f"{count} host syncs per step: {blocked} waiting for the host; they take turns instead of overlapping"
+            f"{_sync_share_words(s)}.")
+
+
 def _sync_share_words(s: Signals) -> str:
     if _idle_counted_elsewhere(s, "sync_stall", "sync_stall_share"):
         return ("; the GPU's idle time after them is counted to what the host does next, which removing the syncs "
@@ -639,9 +664,7 @@ CATALOGUE: tuple[Pattern, ...] = (
     Pattern(
         "sync_stall", "synchronization stall",
         rules=(Rule(_sync_stall, ("gains",), "sync_stall_share",
-                    lambda s: (f"{s['sync_points_per_step']:.1f} host syncs per step: the host waits {s['sync_blocked_share']:.0%} of "
-                               f"the step for the GPU, and the GPU then idles {s['sync_gpu_idle_share']:.0%} of it waiting for the host; "
-                               f"they take turns instead of overlapping{_sync_share_words(s)}."),
+                    _say_sync_stall,
                     ("sync_stall_share", "sync_points_per_step", "host_blocked_ms_per_step", "sync_blocked_share",
                      "sync_caused_by"), "longest_sync"),),
         fix="Remove syncs from the hot loop: drop torch.cuda.synchronize(), keep losses/metrics on the GPU "

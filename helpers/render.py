@@ -80,6 +80,12 @@ def device_line(names: list[str]) -> str:
 
 def summary_text(s: dict[str, Any]) -> str:
     lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    if s.get("ranks_without_events"):
+        silent = s["ranks_without_events"]
+        one = len(silent) == 1
+        lines.append(f"  rank{'' if one else 's'} {', '.join(map(str, silent))} {'has' if one else 'have'} no events: "
+                     f"{'its file was' if one else 'their files were'} read and held none; the figures are of the "
+                     "other ranks")
     if s.get("job_world_size"):
         lines.append("  " + part_of_job_text(int(s["job_world_size"]), list(s["ranks"])))
     if s.get("steps_inferred"):

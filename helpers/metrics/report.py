@@ -66,6 +66,16 @@ def step_breakdown(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols) if rows else pd.DataFrame(columns=cols, dtype=float)
 
 
+def ranks_without_events(trace: Trace) -> list[int]:
+    """The ranks a folder held whose file had no events (the reader's ``metadata["ranks"]``): no row of the events
+    table names them, so a list of ranks taken from the table would leave them out as if they were never read."""
+    held = trace.metadata.get("ranks") if isinstance(trace.metadata, dict) else None
+    if not isinstance(held, dict):
+        return []
+    read = {int(r) for r in held if isinstance(r, (int, np.integer)) and not isinstance(r, bool)}
+    return sorted(read - set(trace.ranks))
+
+
 def summary(trace: Trace) -> dict[str, Any]:
     """Headline figures of a trace as a JSON-friendly dict (no DataFrames), taken over its steps: the marked
     ones, else the steady state's repeats (:func:`stepped`; ``steps_inferred`` says how they were found)."""
@@ -73,11 +83,13 @@ def summary(trace: Trace) -> dict[str, Any]:
     win = windows(trace)
     steps = win[win["step"] >= 0]
     kstats = kernel_stats(trace)
+    silent = ranks_without_events(trace)
     out: dict[str, Any] = {
         "source": trace.source,
         "format": trace.format,
         "events": int(len(trace.events)),
-        "ranks": trace.ranks,
+        "ranks": sorted(set(trace.ranks) | set(silent)),  # every rank read, those without events too
+        **({"ranks_without_events": silent} if silent else {}),
         # a folder holding only part of its job: the job's size as its traces give it (absent when whole)
         **({"job_world_size": int(trace.metadata["job_world_size"])} if trace.metadata.get("job_world_size") else {}),
         "devices": trace.devices,
