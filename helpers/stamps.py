@@ -228,7 +228,78 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
             if value is not None and _worth(value):
                 todo.append((value, depth + 1))
     step = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
-    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner)}
+    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn)}
+
+
+def _unwrap_step(fn: Any) -> Any:
+    """The Python function a call of ``fn`` runs first: through functools.partial, bound methods and a callable
+    object's ``__call__`` (a few levels at most)."""
+    for _ in range(8):
+        if isinstance(fn, types.FunctionType):
+            return fn
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        elif hasattr(fn, "func") and callable(getattr(fn, "func", None)) and hasattr(fn, "args"):  # functools.partial
+            fn = fn.func
+        elif callable(fn) and not isinstance(fn, type) and isinstance(inspect.getattr_static(type(fn), "__call__", None), types.FunctionType):
+            fn = type(fn).__call__
+        else:
+            return None
+    return None
+
+
+def _code_digest(code: types.CodeType) -> str:
+    """The digest :func:`describe_step` gives a learner function of this code (its source text's, as ``learner``)."""
+    try:
+        text = inspect.getsource(code)
+    except (OSError, TypeError):
+        text = repr((code.co_code, code.co_consts))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
+def _entry(fn: Any) -> str:
+    """The digest of the learner's function a capture of ``fn`` calls each step ('' where that is the course's,
+    torch's or Python's code): which of the learner's functions the traced loop is (:func:`step_codes`)."""
+    inner = _unwrap_step(fn)
+    if inner is None or not _is_learners(inner.__module__ or "__main__"):
+        return ""
+    return _code_digest(inner.__code__)
+
+
+def step_codes(fn: Any) -> set[str]:
+    """The digests of every learner function ``fn`` can hand back as a step, or is: ``fn`` itself, the functions
+    and lambdas defined inside it, and the learner's functions, classes' methods and their inner functions that
+    its code reaches (:func:`describe_step`'s walk). A capture's ``entry`` among them is a capture of a step
+    ``fn`` made (``my_step(...)``'s inner ``step``), not of some other loop of the learner's."""
+    out: set[str] = set()
+    todo: list[Any] = [fn]
+    seen: set[int] = set()
+    while todo and len(seen) < 400:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.CodeType):
+            out.add(_code_digest(obj))
+            todo += [c for c in obj.co_consts if isinstance(c, types.CodeType)]
+            continue
+        if isinstance(obj, type):
+            if _is_learners(obj.__module__ or ""):
+                todo += [v for v in vars(obj).values() if isinstance(v, (types.FunctionType, staticmethod, classmethod))]
+            continue
+        if isinstance(obj, (staticmethod, classmethod)):
+            todo.append(obj.__func__)
+            continue
+        inner = _unwrap_step(obj)
+        if inner is None or not _is_learners(inner.__module__ or "__main__"):
+            continue
+        todo.append(inner.__code__)
+        nxt: list[Any] = [c.cell_contents for c in (inner.__closure__ or ()) if _has_contents(c)]
+        nxt += list(inner.__defaults__ or ()) + list((inner.__kwdefaults__ or {}).values())
+        g = inner.__globals__
+        nxt += [g[n] for n in _names(inner.__code__) if n in g]
+        todo += [o for o in nxt if callable(o) or isinstance(o, type)]
+    return out
 
 
 def _has_contents(cell: Any) -> bool:

@@ -62,6 +62,13 @@ class Takes:
     of: str = ""
     shipped: tuple[str, ...] = ()
     mine: bool = False  # the learner's own loop (a fix, their annotated step): it must run code of theirs
+    #: for a ``mine`` trace: the function input of this exercise whose step the trace must be a capture of (the
+    #: step it returns, or it: ``helpers.stamps.step_codes``), or ``"<check>:<input>"``, a function that
+    #: exercise's check passed in this kernel; the function the check judges is then the loop the trace timed
+    step_of: str = ""
+    #: for a ``mine`` trace: function inputs of this exercise the traced loop must run (the update, the device copy
+    #: the check judges must be the one the timed loop calls)
+    runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,8 +107,9 @@ class Exercise:
         return check == self.check or ("[" not in self.check and check.startswith(self.check + "["))
 
 
-def _t(name: str, what: str, *made: str, of: str = "", shipped: tuple[str, ...] = (), mine: bool = False) -> Takes:
-    return Takes(name, what, tuple(made), of, shipped, mine)
+def _t(name: str, what: str, *made: str, of: str = "", shipped: tuple[str, ...] = (), mine: bool = False,
+       step_of: str = "", runs: tuple[str, ...] = ()) -> Takes:
+    return Takes(name, what, tuple(made), of, shipped, mine, step_of, runs)
 
 
 _FN, _ANS = "function", "answer"
@@ -134,7 +142,7 @@ EXERCISES: tuple[Exercise, ...] = (
                                       shipped=("data_stall:broken", "data_stall:broken:cpu"))),
              reference="the trace's diagnosis", workload="data_stall"),
     Exercise("01", "data", "check_data_stall_fixed", "fix the input pipeline and prove it before/after",
-             (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True),
+             (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True, runs=("to_device",)),
               _t("make_loader", _FN), _t("to_device", _FN)),
              reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall"),
     Exercise("01", "h2d", "check_reading[h2d]", "read the host-to-device copies off the timeline",
@@ -154,7 +162,7 @@ EXERCISES: tuple[Exercise, ...] = (
                                       shipped=("launch_overhead:broken", "launch_overhead:broken:cpu"))),
              reference="the trace's diagnosis", workload="launch_overhead"),
     Exercise("02", "launch", "check_launch_fixed", "fuse or graph the step and prove it before/after",
-             (_t("before", "trace", "capture", of="launch_overhead"), _t("after", "trace", "capture", of="launch_overhead", mine=True),
+             (_t("before", "trace", "capture", of="launch_overhead"), _t("after", "trace", "capture", of="launch_overhead", mine=True, runs=("update",)),
               _t("update", _FN)),
              reference="torch's Adam on the same parameters", figures=("launches per step", "step time"),
              workload="launch_overhead"),
@@ -166,7 +174,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("03", "sync", "check_sync_scan_clean", "write a step with no hidden sync", (_t("fn", _FN),),
              reference="the broken step's losses", workload="sync_stall"),
     Exercise("03", "sync", "check_sync_fixed", "prove the fix before/after",
-             (_t("before", "trace", "capture", of="sync_stall"), _t("after", "trace", "capture", of="sync_stall", mine=True)),
+             (_t("before", "trace", "capture", of="sync_stall"),
+              _t("after", "trace", "capture", of="sync_stall", mine=True, step_of="check_sync_scan_clean:fn")),
              figures=("syncs per step", "step time"), workload="sync_stall"),
     # lab 04
     Exercise("04", "comm", "check_reading[comm]", "read the exposed communication off the timeline",
@@ -196,7 +205,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("07", "workflow", "check_triage", "read eight of the ten unlabelled traces",
              (_t("trace_id", _ANS), _t("reading", _ANS)), reference="the sealed triage key"),
     Exercise("05", "workflow", "check_capstone", "fix the mystery loop and prove it before/after",
-             (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery", mine=True),
+             (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery", mine=True, step_of="make_step"),
               _t("make_step", _FN)),
              reference="the mystery loop's training", figures=("data wait share", "syncs per step", "step time"),
              workload="mystery"),
@@ -242,7 +251,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("fn", _FN), _t("trace", "trace", "capture", of="callsite")), workload="callsite"),
     Exercise("11", "callsites", "check_backtrace_command", "write the nsys backtrace command", (_t("command", _ANS),)),
     Exercise("11", "callsites", "check_callsites_fixed", "remove the syncs at their call sites",
-             (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite", mine=True)),
+             (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite", mine=True, step_of="fn")),
              figures=("syncs per step",), workload="callsite"),
     Exercise("11", "callsites", "check_environment_pitfalls", "name the environment's pitfalls", (_t("fn", _FN),)),
 )
@@ -359,7 +368,10 @@ def judge(fn: Callable) -> Callable:
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)
-            return fn(*bound.args, **bound.kwargs) if bound is not None else fn(*args, **kwargs)
+            out = fn(*bound.args, **bound.kwargs) if bound is not None else fn(*args, **kwargs)
+            if isinstance(out, str) and out.startswith("passed"):
+                provenance.note_judged(ex, arguments)  # a later exercise's trace may be a capture of these functions
+            return out
 
     run.__exercises__ = by_function(fn.__name__)  # type: ignore[attr-defined]
     return run

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import Trace
-from ..stamps import events_digest, stamp_of, table_digest, table_stamp_of
+from ..stamps import _code_digest, events_digest, stamp_of, step_codes, table_digest, table_stamp_of
 
 #: How a trace an exercise takes must have been made (:mod:`helpers.checks.provenance` judges each).
 MADE = {
@@ -134,12 +134,66 @@ def _workload_problem(ex: Any, takes: Any, label: str, trace: Trace, how: dict, 
         if takes.of and loops and takes.of not in loops:  # it runs another lab's loop, not a fix of this one
             return (f"{what} runs the course's {', '.join(loops)} loop, not a fix of the {takes.of} loop this exercise "
                     f"is about: capture your fix of the lab's loop for {takes.name}")
-        return None
+        return _tie_problem(ex, takes, what, how, arguments)
     if takes.of and takes.of not in (how.get("workloads") or []):
         runs = ", ".join(how.get("workloads") or []) or "a loop of your own"
         return (f"{what} is a capture of another loop ({runs}), not of the {takes.of} loop this exercise is about: "
                 f"capture the lab's {takes.of} step (helpers.workloads.{takes.of}) for {takes.name}")
     return None
+
+
+#: ``"<check>:<input>"`` -> the step digests (:func:`helpers.stamps.step_codes`) of the functions that check passed
+#: in this kernel: a later exercise's trace (``Takes.step_of``) must be a capture of one of them.
+JUDGED: dict[str, set[str]] = {}
+
+
+def note_judged(ex: Any, arguments: dict[str, Any]) -> None:
+    """Note the learner functions ``ex``'s check just passed (its function inputs) as judged in this kernel."""
+    for takes in ex.takes:
+        fn = arguments.get(takes.name)
+        if takes.what == "function" and callable(fn):
+            JUDGED.setdefault(f"{ex.check}:{takes.name}", set()).update(step_codes(fn))
+
+
+def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str, Any]) -> str | None:
+    """Whether the learner's loop the trace timed is the one the check judges: a capture of the step the judged
+    function returns (``takes.step_of``), running the judged functions (``takes.runs``). A good function passed to
+    the check beside a capture of another loop (one that skips the optimizer, the logging or the data) earns nothing."""
+    if takes.step_of:
+        source, _, name = takes.step_of.partition(":")
+        if name:  # a function another exercise's check passed in this kernel
+            codes = JUDGED.get(takes.step_of, set())
+            if not codes:
+                return (f"{what}: run {source}(your step function) first, in this notebook: this check times the "
+                        f"step that check judged, so capture the step that function returns for {takes.name}")
+            judged, call = f"a function {source} passed", "my_step"
+        else:
+            fn = arguments.get(source)
+            if not callable(fn):
+                return None  # the check asks for its function itself, in its own words
+            codes = step_codes(fn)
+            judged, call = f"{getattr(fn, '__name__', source)}, the {source} you passed,", getattr(fn, "__name__", source)
+        if how.get("entry") not in codes:
+            return (f"{what} is a capture of another step than the one this check judges: capture the step that "
+                    f"{judged} returns, as it returns it (helpers.capture({call}(...))); the check runs that function "
+                    "to see it trains as the loop as first written, and times its capture")
+    for name in takes.runs:
+        fn = arguments.get(name)
+        if callable(fn) and _source_digest(fn) not in (how.get("learner") or []):
+            return (f"{what} is a capture of a loop that never calls {getattr(fn, '__name__', name)}, the {name} you "
+                    f"passed: capture the loop that runs it, so the function the check judges is the one it times")
+    return None
+
+
+def _source_digest(fn: Any) -> str:
+    """The digest :func:`helpers.stamps.describe_step` lists a learner function reached by a step under."""
+    import types
+
+    inner = fn
+    while isinstance(inner, types.MethodType):
+        inner = inner.__func__
+    code = getattr(inner, "__code__", None)
+    return _code_digest(code) if code is not None else ""
 
 
 def _table_problem(ex: Any, takes: Any, label: str, table: Any) -> str | None:

@@ -1,0 +1,176 @@
+"""A fix's capture is of the loop its check judges: a good function passed beside a capture of another loop earns nothing.
+
+The fix checks run the learner's function (their step, their update, their device copy) to see it still trains as
+the loop as first written, then judge the structure and speed of a capture. Without a tie between the two, a learner
+could pass a function that trains correctly and a capture of another loop of theirs, one that skips the optimizer,
+the logging or the host's data preparation, and be credited for a faster loop that does less. The capture's stamp
+names the learner's function the profiler called each step (``entry``, :func:`helpers.stamps.describe_step`); the
+check's provenance stage (:func:`helpers.checks.provenance._tie_problem`) holds it to the judged function's steps.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import own_capture
+
+from helpers import course, stamps
+from helpers.checks import exercise, provenance
+
+pytestmark = pytest.mark.tied
+
+
+def _stamped(step_fn):
+    """A made-up trace stamped as :func:`helpers.capture` of ``step_fn`` stamps its capture (no profiler run)."""
+    t = course.recorded("data_stall", "broken", "cpu")
+    t = replace(t, events=t.events.copy(), metadata={}, _memo={}, source="")
+    return stamps.stamp(t, {"by": "capture", **stamps.describe_step(step_fn), "pace_ms": [1.0, 1.0]})
+
+
+def _before():
+    """The loop as first written: a capture of the course's loops (every workload), no code of the learner's."""
+    t = course.recorded("data_stall", "broken", "cpu")
+    return own_capture(replace(t, events=t.events.copy(), metadata={}, _memo={}, source=""), mine=False)
+
+
+# --- the learner's functions, as a notebook's cells would have them -----------------------------------
+def good_make_step(device):
+    w = torch.zeros(4, requires_grad=True)
+
+    def step(i):
+        loss = (w * i).sum()
+        loss.backward()
+        with torch.no_grad():
+            w.sub_(0.1 * w.grad)
+
+    return step
+
+
+def cheat_make_step(device):
+    def step(i):  # the same loop without the backward and the update: faster, and trains nothing
+        return torch.zeros(4).sum()
+
+    return step
+
+
+def _global_step(i, w):
+    return (w * i).sum()
+
+
+def partial_make_step(device):
+    return functools.partial(_global_step, w=torch.zeros(4))
+
+
+class Stepper:
+    def __init__(self) -> None:
+        self.w = torch.zeros(4)
+
+    def __call__(self, i):
+        return (self.w * i).sum()
+
+
+def class_make_step(device):
+    return Stepper()
+
+
+def lambda_make_step(device):
+    w = torch.zeros(4)
+    return lambda i: (w * i).sum()
+
+
+def my_update(params):
+    for p in params:
+        p.mul_(0.5)
+
+
+def other_update(params):
+    pass
+
+
+# --- lab 05 (step_of the function argument) and lab 11 ----------------------------------------------
+def test_a_capture_of_another_step_than_the_judged_make_step_is_refused():
+    ex = exercise.find("workflow", "check_capstone")
+    before = _before()
+    cheat = _stamped(cheat_make_step(torch.device("cpu")))
+    problem = provenance.problems(ex, {"before": before, "after": cheat, "make_step": good_make_step})
+    assert problem and "is a capture of another step than the one this check judges" in problem
+    assert "good_make_step" in problem
+    good = _stamped(good_make_step(torch.device("cpu")))
+    assert provenance.problems(ex, {"before": before, "after": good, "make_step": good_make_step}) is None
+
+
+@pytest.mark.parametrize("make", [partial_make_step, class_make_step, lambda_make_step],
+                         ids=["partial", "callable-object", "lambda"])
+def test_a_step_returned_as_a_partial_an_object_or_a_lambda_is_still_the_judged_ones(make):
+    ex = exercise.find("workflow", "check_capstone")
+    after = _stamped(make(torch.device("cpu")))
+    assert provenance.problems(ex, {"before": _before(), "after": after, "make_step": make}) is None
+    assert "another step" in provenance.problems(ex, {"before": _before(), "after": after,
+                                                      "make_step": good_make_step})
+
+
+def test_lab11_callsites_fix_times_the_step_its_fn_returns():
+    ex = exercise.find("callsites", "check_callsites_fixed")
+    cheat = _stamped(cheat_make_step(None))
+    assert "another step" in provenance.problems(ex, {"fn": good_make_step, "before": _before(), "after": cheat})
+    good = _stamped(good_make_step(None))
+    assert provenance.problems(ex, {"fn": good_make_step, "before": _before(), "after": good}) is None
+
+
+# --- lab 03 (step_of another exercise's judged function) -----------------------------------------------
+def test_lab03_sync_fix_times_a_step_check_sync_scan_clean_passed():
+    ex = exercise.find("sync", "check_sync_fixed")
+    scan = exercise.find("sync", "check_sync_scan_clean")
+    good = _stamped(good_make_step(None))
+    problem = provenance.problems(ex, {"before": _before(), "after": good})
+    assert problem and "run check_sync_scan_clean(your step function) first" in problem  # nothing judged yet
+    provenance.note_judged(scan, {"fn": good_make_step})
+    assert provenance.problems(ex, {"before": _before(), "after": good}) is None
+    cheat = _stamped(cheat_make_step(None))
+    assert "another step" in provenance.problems(ex, {"before": _before(), "after": cheat})
+
+
+# --- labs 01 and 02 (runs: the traced loop calls the judged function) -------------------------------------
+def test_lab02_launch_fix_times_a_loop_that_runs_the_judged_update():
+    ex = exercise.find("launch", "check_launch_fixed")
+    params = [torch.zeros(3)]
+
+    def mine(i):
+        my_update(params)
+
+    def skips(i):
+        other_update(params)
+
+    assert provenance.problems(ex, {"before": _before(), "after": _stamped(mine), "update": my_update}) is None
+    problem = provenance.problems(ex, {"before": _before(), "after": _stamped(skips), "update": my_update})
+    assert problem and "never calls my_update" in problem
+
+
+def test_lab01_data_fix_times_a_loop_that_runs_the_judged_device_copy():
+    ex = exercise.find("data", "check_data_stall_fixed")
+    cached = torch.zeros(4)
+
+    def my_to_device(batch):
+        return batch
+
+    def cheat_to_device(batch):
+        return cached  # the first batch, every step: loading vanishes from the timeline
+
+    def loop_of(copy):
+        return lambda i: copy(torch.ones(4))
+
+    args = {"before": _before(), "make_loader": good_make_step, "to_device": my_to_device}
+    assert provenance.problems(ex, {**args, "after": _stamped(loop_of(my_to_device))}) is None
+    assert "never calls my_to_device" in provenance.problems(ex, {**args, "after": _stamped(loop_of(cheat_to_device))})
+
+
+def test_a_real_capture_names_the_step_it_called(tmp_path):
+    import helpers
+
+    trace = helpers.capture(good_make_step(None), steps=1, warmup=0, wait=0, out_dir=tmp_path, name="tie")
+    how = stamps.stamp_of(trace)
+    assert how["entry"] in stamps.step_codes(good_make_step)
+    assert how["entry"] not in stamps.step_codes(cheat_make_step)
