@@ -328,3 +328,48 @@ def test_report_of_names_that_are_html_draws_and_runs_none_of_them(tmp_path, bro
     assert page.evaluate("() => window.__pwned") is None
     assert page.evaluate("() => document.querySelectorAll('img, [onerror], [onload]').length") == 0
     assert errors == []
+
+
+def test_report_search_enter_at_once_pins_the_first_match_and_no_match_unpins(tmp_path, browser, shots):
+    """Enter pressed straight after typing (before the search's 200 ms debounce sends the query) goes to the first
+    match once the answer comes; a later search that finds nothing takes down the card its match pinned, and one a
+    click pinned stays."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synth import host_bound_loop, write_json
+
+    path = _report(tmp_path, write_json(host_bound_loop(steps=6), tmp_path / "loop.json"))
+    page, errors = _open(browser, path)
+    root = page.locator(".gtl-explore")
+    root.scroll_into_view_if_needed()
+    search = root.locator(".gtl-search")
+    search.fill("gemm")
+    search.press("Enter")  # no wait for the count: the query is not even sent yet
+    page.wait_for_function("() => document.querySelector('.gtl-pinned').innerText.includes('gemm')", timeout=20_000)
+    start_ms = float(root.get_attribute("data-pinned-ms").split(",")[0])
+    assert start_ms == pytest.approx(0.010, abs=1e-6)  # step 0's kernel: the first of the six in the whole view
+    assert "1 / 6" in root.locator(".gtl-count").inner_text()
+    search.fill("no_such_event_anywhere")
+    page.wait_for_function("() => document.querySelector('.gtl-count').innerText === 'no match'", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('.gtl-pinned').style.display === 'none'", timeout=5_000)
+    assert root.get_attribute("data-pinned-ms") == ""
+    page.screenshot(path=str(shots / "search-no-match-unpinned.png"))
+    # a pin the user made by a click is theirs: a search for nothing leaves it
+    search.fill("gemm")
+    search.press("Enter")
+    page.wait_for_function("() => document.querySelector('.gtl-pinned').innerText.includes('gemm')", timeout=20_000)
+    page.wait_for_function("() => document.querySelector('.gtl-explore').dataset.binsView === "
+                           "document.querySelector('.gtl-explore').dataset.view", timeout=20_000)
+    trace = m.stepped(helpers.load(tmp_path / "loop.json"))
+    gpu = next(i for i, ln in enumerate(Lanes(trace, max_lanes=64).lanes) if ln.kind == "gpu")
+    box = root.locator(".gtl-canvas").bounding_box()
+    left, width = box["x"] + float(root.get_attribute("data-plot-left")), float(root.get_attribute("data-plot-width"))
+    ps, pe = (float(v) for v in root.get_attribute("data-pinned-ms").split(","))
+    view = _view(root)
+    page.mouse.click(left + ((ps + pe) / 2 - view[0]) / (view[1] - view[0]) * width, _lane_y(root, gpu))
+    page.wait_for_timeout(300)  # the click's pin answered
+    assert "gemm" in root.locator(".gtl-pinned").inner_text()
+    search.fill("no_such_event_anywhere")
+    page.wait_for_function("() => document.querySelector('.gtl-count').innerText === 'no match'", timeout=20_000)
+    page.wait_for_timeout(300)
+    assert root.locator(".gtl-pinned").is_visible() and "gemm" in root.locator(".gtl-pinned").inner_text()
+    assert errors == [], errors

@@ -98,6 +98,9 @@ export function mount(el, model, opts = {}) {
   let drag = null, hover = null, pointerX = null, seq = 0, sendTimer = null, probeTimer = null, searchTimer = null;
   let rows = [], collapsed = new Set(), groupsCollapsed = new Set(opts.collapsedRanks || []);
   let matches = [], matchIndex = -1, searchSeq = 0, pinSeq = 0;
+  // Enter pressed before its query's answer came (typed, then Enter within the debounce): the direction to go once
+  // it comes; the query last sent and the seq of the last answer shown; the pin a search made (its pinSeq)
+  let goPending = 0, sentQuery = null, answeredSeq = 0, searchPinSeq = -1;
   const viewListeners = [];
 
   const plotW = () => Math.max(50, canvas.clientWidth - LABEL_W - RIGHT);
@@ -623,10 +626,15 @@ export function mount(el, model, opts = {}) {
   function onSearchResult() {
     const res = model.get("search_result") || {};
     if (res.seq !== searchSeq) return;
+    answeredSeq = res.seq;
     matches = res.matches || [];
     matchIndex = -1;
+    // a search that finds nothing takes down the card its previous match pinned: a card beside "no match" reads
+    // as a match (a pin the user made since, by a click or a link, stays)
+    if (!matches.length && search.value.trim() && pinSeq === searchPinSeq) unpin();
     showCount();
     draw();
+    if (goPending) { const d = goPending; goPending = 0; goMatch(d); }
   }
 
   function goMatch(delta) {
@@ -641,20 +649,32 @@ export function mount(el, model, opts = {}) {
     const [, s, e, row] = matches[matchIndex];
     centreOn(s, e, true);
     pinRow(row);
+    searchPinSeq = pinSeq;
     showCount();
+  }
+
+  function sendQuery() {
+    clearTimeout(searchTimer);
+    searchSeq += 1;
+    sentQuery = search.value;
+    model.set("search_query", { q: search.value, seq: searchSeq });
+    model.save_changes();
   }
 
   search.addEventListener("input", () => {
     clearTimeout(searchTimer);
-    searchTimer = setTimeout(() => {
-      searchSeq += 1;
-      model.set("search_query", { q: search.value, seq: searchSeq });
-      model.save_changes();
-    }, 200);
+    searchTimer = setTimeout(sendQuery, 200);
   });
   search.addEventListener("keydown", (ev) => {
     ev.stopPropagation();  // typing here is not a notebook command, nor the view's W/A/S/D
-    if (ev.key === "Enter") { ev.preventDefault(); goMatch(ev.shiftKey ? -1 : 1); }
+    if (ev.key === "Enter") {
+      ev.preventDefault();
+      const d = ev.shiftKey ? -1 : 1;
+      // the box's text not yet sent (Enter within the debounce) or its answer not yet here: go once it comes
+      if (search.value !== sentQuery) { sendQuery(); goPending = d; }
+      else if (answeredSeq !== searchSeq) goPending = d;
+      else goMatch(d);
+    }
     if (ev.key === "Escape") { search.blur(); root.focus({ preventScroll: true }); }
   });
   prev.addEventListener("click", () => goMatch(-1));
