@@ -129,7 +129,7 @@ def check_capture(trace: Trace) -> list[CaptureIssue]:
     if len(st) >= th.STEADY_MIN_REPEATS:
         d = st.groupby("step")["dur_us"].max().to_numpy()
         spread = float(np.std(d) / np.mean(d)) if np.mean(d) > 0 else 0.0
-        if spread >= th.CAPTURE_STEP_SPREAD:
+        if spread >= th.CAPTURE_STEP_SPREAD and not _waits_make_the_spread(trace):
             out.append(CaptureIssue(
                 "varying_steps", spread,
                 f"the steps' lengths vary by {spread:.0%} (coefficient of variation; {d.min() / 1e3:.3g}-{d.max() / 1e3:.3g} "
@@ -137,6 +137,17 @@ def check_capture(trace: Trace) -> list[CaptureIssue]:
                 "mark the steps that do the same work (ProfilerStep#N around each training step), or read the longest "
                 "step on its own (plot --step N)"))
     return out
+
+
+def _waits_make_the_spread(trace: Trace) -> bool:
+    """The steps do the same work and wait for their data for different times (a loader's workers falling behind
+    in bursts): with the waits taken out their lengths no longer vary. Then the spread is the data stall itself,
+    which the diagnosis names and costs, not steps of different work."""
+    b = m.step_breakdown(trace)
+    if b.empty or not (b["data_wait_us"] > 0).any():
+        return False
+    work = (b["step_us"] - b["data_wait_us"]).groupby(b["step"]).max().to_numpy()
+    return bool(np.mean(work) > 0 and np.std(work) / np.mean(work) < th.CAPTURE_STEP_SPREAD)
 
 
 def _kernels_before_launch(trace: Trace) -> float:

@@ -210,3 +210,23 @@ def test_a_saving_under_the_noise_floor_is_no_finding(tmp_path):
     result = dg.diagnose(_load(tmp_path, _steps(5, body, 905)))
     assert [f.pattern for f in result] == ["gpu_bound"]
     assert 0 < result.signals["gains"]["launch_overhead"] < th.GAIN_FLOOR_SHARE
+
+
+def test_steps_that_differ_only_in_their_wait_for_data_are_not_noted_as_different_work(tmp_path):
+    """A loader's workers falling behind in bursts: every step runs the same 3 ms of GPU work, but waits 0.2 ms or
+    12 ms for its batch. The lengths vary (a coefficient of variation near 1) because of the waits alone, which the
+    data_stall finding costs; a note that the steps "do different work" would send the reader to the wrong fix."""
+    events, t = [], 0
+    for i in range(8):
+        wait = 12_000 if i % 2 else 200
+        dur = wait + 3_300
+        events += [Ev("annotation", f"ProfilerStep#{i}", t * US, (t + dur) * US),
+                   Ev("annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t * US,
+                      (t + wait) * US),
+                   Ev("runtime", "cudaLaunchKernel", (t + wait + 10) * US, (t + wait + 15) * US, correlation=i + 1),
+                   Ev("kernel", "conv", (t + wait + 20) * US, (t + wait + 3_020) * US, correlation=i + 1),
+                   Ev("runtime", "cudaDeviceSynchronize", (t + wait + 16) * US, (t + wait + 3_030) * US, correlation=100 + i)]
+        t += dur
+    result = dg.diagnose(_load(tmp_path, events))
+    assert result[0].pattern == "data_stall"
+    assert "varying_steps" not in {c.name for c in result.capture}
