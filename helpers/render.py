@@ -124,10 +124,12 @@ def steady_text(info: dict[str, Any]) -> str:
     """How the steady state's steps were found, in words."""
     what = {"ranges": "host ranges", "kernels": "kernels", "ops": "PyTorch ops"}.get(info.get("source"), "events")
     period = ", ".join(info.get("period") or [])
-    text = f"{info.get('steps')} repeats of {info.get('period_length')} {what} ({period}) taken as the steps"
-    if info.get("ramp_up_dropped"):
-        text += ", the first repeat left out as ramp-up"
-    return text
+    found = f"repeats of {info.get('period_length')} {what} ({period})"
+    if info.get("ramp_up_dropped"):  # ``steps`` counts the repeats kept: one more was found
+        n = info.get("steps")
+        n = n + 1 if isinstance(n, int) else n
+        return f"{n} {found}: the first left out as ramp-up, the other {info.get('steps')} taken as the steps"
+    return f"{info.get('steps')} {found} taken as the steps"
 
 
 def steady_state_text(st: SteadyState) -> str:

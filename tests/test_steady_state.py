@@ -198,3 +198,12 @@ def test_unified_memory_migrations_are_not_a_loop(tmp_path):
                      Ev("kernel", name, t0 + j * 1_000_000 + 100_000, t0 + j * 1_000_000 + 900_000, correlation=c)]
     steps, info = m.steady_steps(load(_with_migrations(write_sqlite(loop, tmp_path / "loop.sqlite"), 400, 200_000_000)))
     assert info["source"] == "kernels" and info["period_length"] == 3 and len(steps) >= 7
+
+
+def test_the_repeat_count_said_is_the_one_found_when_the_first_is_left_out():
+    """Three repeats found, the first dropped as ramp-up, two kept: the text read "2 repeats ... taken as the steps,
+    the first repeat left out", as if one step were left."""
+    info = {"source": "ranges", "period": ["MoE"], "period_length": 1, "steps": 2, "ramp_up_dropped": True}
+    text = render.steady_text(info)
+    assert text.startswith("3 repeats of 1 host ranges (MoE)") and "the other 2 taken as the steps" in text
+    assert render.steady_text({**info, "ramp_up_dropped": False}).startswith("2 repeats of 1 host ranges (MoE) taken")
