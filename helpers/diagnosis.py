@@ -213,12 +213,12 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
     ev = trace.events
     rt = ev[(ev["kind"] == "runtime") & (ev["device"] < 0)]
     total = start = unload = 0.0
+    startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
+    calls = rt[startup[rt.index]] if len(rt) else rt  # every rank's start-up calls, picked once (not once a rank)
     for rank in sorted(int(r) for r in ev["rank"].unique()):
         on = m.rank_events(trace, rank)
         total += float(on["end_us"].max() - on["start_us"].min())
-        mine = rt[rt["rank"] == rank]
-        startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
-        hits = mine[startup[mine.index]] if len(mine) else mine
+        hits = calls[calls["rank"] == rank]
         us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
         start += float((ue - us).sum())
         un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits

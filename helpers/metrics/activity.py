@@ -225,7 +225,7 @@ def host_union(trace: Trace, rank: int, cause: str):
         if cause == "collective":
             return on_rank & (ev["kind"] == "collective")
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
-            launches = _own(name_mask(trace, "launch", _is_launch_call) & ~blocking_copy_calls(trace), at)  # that one waits
+            launches = _own(name_mask(trace, "launch", _is_launch_call), at) & ~_own(blocking_copy_calls(trace), at)  # that one waits
             return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
         if cause == "host_compute":  # framework ops on threads that are not collective threads (of any rank)
             every = trace.events

@@ -10,6 +10,7 @@ import pandas as pd
 from ..model import GPU_WORK_KINDS, Trace
 from ..seal import figure_gate
 from ._cache import _cached
+from ._store import rank_events, rank_rows
 from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, graph_spans, host_union, is_sync_call
 from .intervals import gaps_in, merge_intervals, overlap
 from .windows import _devices_of, windows
@@ -99,7 +100,8 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     for rank in trace.ranks:
         win = windows(trace, rank)
         host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
-        sync_ends = np.sort(trace.events.loc[(trace.events["rank"] == rank) & is_sync_call(trace), "end_us"].to_numpy())
+        at = rank_rows(trace, rank)  # the rank's own rows, not every rank's tested for each rank
+        sync_ends = np.sort(rank_events(trace, rank)["end_us"].to_numpy()[is_sync_call(trace) if at is None else is_sync_call(trace)[at]])
         for device in _devices_of(trace, rank):
             us, ue = gpu_work_union(trace, rank, device)
             # Collect every window's gaps, then ask each host activity once (not once per window).
