@@ -268,7 +268,7 @@ def timeline(trace: Trace, window: tuple[float, float] | None = None, step: int 
     for y, (rank, lane) in enumerate(lanes):
         rows = on_lanes[(rank, lane)]
         if lane.startswith("ranges"):
-            range_names |= _draw_ranges(ax, ev.iloc[rows], y, origin, px_us)
+            range_names |= _draw_ranges(ax, ev.iloc[rows], y, origin, px_us, (t0, t1))
             continue
         codes = colour_code[rows]
         for key, c in sorted((colour_names[c], c) for c in np.unique(codes[codes >= 0]).tolist()):
@@ -392,9 +392,12 @@ RANGE_LABEL = "range-label"
 RANGES_GID = "ranges"
 
 
-def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) -> set[str]:
+def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float,
+                 visible: tuple[float, float] = (-np.inf, np.inf)) -> set[str]:
     """Nested annotation ranges: deeper ranges drawn thinner on top, labels where they fit; the names of
-    those drawn (their colours are the legend's)."""
+    those drawn (their colours are the legend's). A label is centred on the ``visible`` part of its range (the
+    window): centred on the whole range, a 1 us window's label lay thousands of axis widths away, and the
+    renderer failed on it (FreeType's "raster overflow")."""
     from matplotlib.collections import PolyCollection
 
     ranges = ranges.sort_values(["start_us", "dur_us"], ascending=[True, False])
@@ -414,8 +417,9 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float) 
         bars.append([(x0, y0), (x0, y1), (x1, y1), (x1, y0)])
         colors.append(_phase_color(name))
         drawn.add(name)
-        if (e - s) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
-            label = ax.text((s + e) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
+        vs, ve = max(s, visible[0]), min(e, visible[1])
+        if (ve - vs) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
+            label = ax.text((vs + ve) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
                             color="black", clip_on=True, gid=RANGE_LABEL, parse_math=False)
             label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this
     if bars:  # one collection, drawn bar by bar in the same order (a collection per bar took 2 ms each)

@@ -32,6 +32,8 @@ def check_output(path: str | os.PathLike, force: bool = False, inputs: Iterable[
     inside one of those folders, is refused even with ``force`` (the command would destroy what it reads).
     """
     text = os.fsdecode(path)
+    if "\0" in text:  # no file name holds one: os.lstat raised ValueError
+        raise TraceError(f"{text!r}: holds a NUL character, which no file name can; give another output name")
     if text.endswith(("/", os.sep)):  # pathlib drops the slash: a file named like the folder would be written
         raise TraceError(f"{text}: ends in '/', so it names a folder; give a file name inside it")
     p = Path(text)

@@ -78,3 +78,53 @@ def test_the_empty_cache_trace_says_what_its_sync_waits_are():
     sync = next((f for f in findings if f.pattern == "sync_stall"), None)
     if sync is not None:
         assert "0.0 host syncs" not in sync.summary and "free GPU memory" in sync.summary, sync.summary
+
+
+# --- JSON that Python's json writes and JSON does not allow: said as what it is ---------------------------------
+
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("size", [1, 200_000])
+def test_nan_and_infinity_are_named_not_called_a_truncation(tmp_path, word, size):
+    evs = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": i * 2.0, "dur": 1.0}
+           for i in range(size)]
+    text = json.dumps({"traceEvents": evs})
+    at = text.index('"dur": 1.0', len(text) // 2)
+    p = tmp_path / "t.json"
+    p.write_text(text[:at] + f'"dur": {word}' + text[at + 10:])
+    with pytest.raises(helpers.TraceError, match="NaN or Infinity") as e:
+        helpers.load(p)
+    assert "truncated" not in str(e.value)
+
+
+@pytest.mark.parametrize("number", ["1e999999", "9" * 400])
+def test_a_number_past_a_double_is_not_called_a_truncation(tmp_path, number):
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": ' + number
+                 + ', "dur": 1}]}')
+    with pytest.raises(helpers.TraceError) as e:
+        helpers.load(p)
+    assert "truncated" not in str(e.value) and "beyond any time" in str(e.value)
+
+
+# --- outputs: a name no file can have ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, suffix", [(["export"], "json"), (["plot"], "png"), (["compare", "{src}"], "png"),
+                                             (["report"], "html")])
+def test_an_output_name_with_a_nul_is_one_line(tmp_path, capsys, monkeypatch, command, suffix):
+    monkeypatch.chdir(tmp_path)
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    args = [command[0], str(src), *(a.format(src=src) for a in command[1:])]
+    assert main([*args, "-o", f"a\0b.{suffix}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("NUL" in err or "null" in err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+# --- a timeline window far narrower than the ranges it cuts through ------------------------------------------------
+
+@pytest.mark.parametrize("window", ["0:0.000001", "0.2:0.2000001", "0:1e-12", "0:0.001"])
+def test_a_window_narrower_than_its_ranges_draws(tmp_path, window):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    out = tmp_path / "w.png"
+    assert main(["plot", str(src), "--window", window, "--findings", "-o", str(out)]) == 0
+    assert out.stat().st_size > 0

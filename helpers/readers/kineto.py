@@ -620,6 +620,10 @@ def _last_piece(rest: bytes, path: Path, cols: _Columns, bare: bool = False) -> 
     raise _not_json(path, why, rest)
 
 
+#: The number words Python's json writes and JSON does not have, where a value goes (after ``:``, ``,`` or ``[``).
+_NOT_JSON_NUMBER = re.compile(rb"[:,\[]\s*-?(?:NaN|Infinity)\s*[,}\]]")
+
+
 def _not_json(path: Path, why: str, data: bytes | bytearray = b"") -> TraceError:
     """Invalid JSON, with the advice that fits the parser's reason (a cut-off file is the common one) or what
     ``data`` (the document, or its end) shows: NUL bytes, which JSON never holds, are a file padded with zeros or
@@ -634,6 +638,13 @@ def _not_json(path: Path, why: str, data: bytes | bytearray = b"") -> TraceError
         return TraceError(f"{path}: not valid JSON (it holds NUL bytes, which JSON text never does: the file is "
                           "damaged, or was not fully written); record or copy it again")
     said = why.lower()
+    if _NOT_JSON_NUMBER.search(bytes(data[:1 << 20])) or _NOT_JSON_NUMBER.search(bytes(data[-(1 << 20):])):
+        return TraceError(f"{path}: not valid JSON (it holds NaN or Infinity, which JSON has no words for: Python's "
+                          "json.dump writes them for a time that is not a number); the trace is damaged: record it "
+                          "again, or replace them with numbers")
+    if "infinity" in said or "out of range" in said:
+        return TraceError(f"{path}: not valid JSON ({why}: a number beyond any time or count a trace holds); the file "
+                          "is damaged: record or copy it again")
     if "depth" in said or "recursion" in said:
         advice = "its brackets nest deeper than any trace's: the file is damaged or not a trace"
     elif "surrogate" in said or "utf-8" in said or "unicode" in said:
@@ -998,7 +1009,9 @@ def _times(evs: list[_Event], values: list, key: str, path: Path) -> np.ndarray:
         try:
             return np.array([float(v) for v in values], dtype=np.float64)
         except OverflowError:
-            bad = next(e for e, v in zip(evs, values) if abs(v) > 1e308)
+            bad, big = next((e, v) for e, v in zip(evs, values) if abs(v) > 1e308)
+            raise TraceError(f"{path}: an event ({str(bad.name)[:40]!r}, {bad.cat}) has a {key!r} of {len(str(abs(big))):,} "
+                             "digits, beyond any time or count a trace holds; the trace is damaged: record it again") from None
     raise TraceError(
         f"{path}: an event ({str(bad.name)[:40]!r}, {bad.cat}) lacks a numeric {key!r}; "
         "the trace is damaged: record it again"
