@@ -53,6 +53,7 @@ class RankSummary:
     diagnosed: bool = True  # False: only its figures were taken (a job of more than DIAGNOSED_RANKS ranks)
     path: dict[str, Any] = field(default_factory=dict)  # its critical path: step_ms, ms a step by cause, each fix's step
     world_size: int = 0  # the job's size as this rank's trace gives it (0: not given), readers.job_world_size
+    process: tuple[int, float, float] | None = None  # a file naming no rank: its host pid and span, readers.process_span
 
     @property
     def steps(self) -> int:
@@ -150,9 +151,10 @@ def _read_rank(path: str | os.PathLike, index: int, max_bytes: int | None, max_e
 def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> RankSummary:
     from . import metrics
     from .diagnosis import diagnose
-    from .readers import job_world_size
+    from .readers import job_world_size, process_span
 
     p, columns, meta, fmt, rank = read
+    process = process_span(p, meta, columns)
     trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
@@ -160,7 +162,7 @@ def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> Rank
     world = job_world_size([meta])
     if not findings:
         return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False,
-                           world_size=world)
+                           world_size=world, process=process)
     result = diagnose(trace)
     found = [(f.pattern, float(f.cost), f.summary) for f in result]
     sg = result.signals
@@ -169,7 +171,7 @@ def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> Rank
 
     path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
     return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path,
-                       world_size=world)
+                       world_size=world, process=process)
 
 
 def analyse_figures(args: list[tuple], budget: Budget | None = None) -> list[RankSummary]:
@@ -250,7 +252,7 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
     of its own is left for its own analysis."""
     from . import metrics
     from .model import GPU_WORK_KINDS, kind_in
-    from .readers import _concat, job_world_size
+    from .readers import _concat, job_world_size, process_span
 
     tables = []
     for _, columns, _, _, _ in reads:
@@ -283,7 +285,7 @@ def _figures_together(reads: list[tuple], step_pattern: str | None, where: list[
         rows = by_rank.get(r, empty)
         comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64)[rows] for c in COMM_COLUMNS}
         out[where[k]] = RankSummary(r, str(p), fmt, int(counts.get(r, 0)), r in gpu, comm, [], diagnosed=False,
-                                    world_size=job_world_size([meta]))
+                                    world_size=job_world_size([meta]), process=process_span(p, meta, reads[k][1]))
 
 
 def default_workers(n_files: int) -> int:
@@ -648,12 +650,17 @@ def reduce_ranks(summaries: list[RankSummary]) -> dict[str, Any]:
     ``per_rank`` has a row per rank (mean per step) and ``stragglers`` the ranks whose compute per
     step exceeds the median rank's by :data:`helpers.thresholds.STRAGGLER_EXCESS`.
     """
+    from .readers import refuse_one_process_at_different_times
+
     seen: dict[int, str] = {}
     for s in summaries:
         if s.rank in seen:
             raise TraceError(f"two files claim rank {s.rank} ({Path(seen[s.rank]).name} and {Path(s.source).name}); "
                              "keep one trace per rank in the folder")
         seen[s.rank] = s.source
+    if summaries:
+        refuse_one_process_at_different_times(Path(summaries[0].source).parent,
+                                              [(Path(s.source).name, s.process) for s in summaries])
     cs = pd.DataFrame({c: np.concatenate([s.comm[c] for s in summaries]) if summaries else [] for c in COMM_COLUMNS})
     cs.insert(0, "rank", np.concatenate([np.full(len(s.comm["step"]), s.rank) for s in summaries]) if summaries else [])
     per_rank = (cs.groupby("rank")[["window_us", "compute_us", "exposed_us", "collective_us"]].mean()

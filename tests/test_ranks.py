@@ -205,3 +205,36 @@ def test_no_scheduler_at_the_address_is_one_line():
     pytest.importorskip("distributed", reason="dask[distributed] is not installed (requirements.txt pins it)")
     with pytest.raises(TraceError, match="no Dask scheduler"):
         jobs._on_dask("tcp://127.0.0.1:9", [], None, timeout=2)
+
+
+def test_successive_windows_of_one_process_are_not_read_as_ranks(tmp_path):
+    """tensorboard_trace_handler writes one file a profiling cycle (HOST_PID.TIMESTAMP.pt.trace.json): a log folder
+    of one process's cycles, none naming a rank, was read as a 4-rank job and its cycles compared as stragglers
+    (a published batch-size sweep's folder). One process id, one window after another: refused in one line, by the
+    folder reader and the rank-by-rank path alike. Ranks that run at the same time, or say their rank, are ranks."""
+    def cycle(t0_ns):
+        return [Ev("cpu_op", "aten::mm", t0_ns, t0_ns + 50_000),
+                Ev("runtime", "cudaLaunchKernel", t0_ns + 10_000, t0_ns + 15_000, correlation=1),
+                Ev("kernel", "gemm", t0_ns + 20_000, t0_ns + 90_000, correlation=1)]
+    windows = tmp_path / "log"
+    windows.mkdir()
+    for i in range(3):  # one process (synth's PID), cycles a second apart
+        write_json(cycle(i * 1_000_000_000), windows / f"host_4242.17337698{i}.pt.trace.json")
+    with pytest.raises(TraceError, match="one process .pid 4242. recorded at different times") as err:
+        helpers.load(windows)
+    assert "\n" not in str(err.value)
+    with pytest.raises(TraceError, match="one process"):
+        jobs.reduce_ranks(jobs.analyse_figures([(str(f), i, None, None, None)
+                                                for i, f in enumerate(jobs.job_files(windows))]))
+    with pytest.raises(TraceError, match="one process"):
+        jobs.analyse_job(windows, workers=1)
+    together = tmp_path / "together"  # the same process id, at the same time (synthetic ranks): still ranks
+    together.mkdir()
+    for i in range(3):
+        write_json(cycle(0), together / f"host_4242.{i}.pt.trace.json")
+    assert helpers.load(together).ranks == [0, 1, 2]
+    declared = tmp_path / "declared"  # ranks that say so are believed, whatever their clocks
+    declared.mkdir()
+    for i in range(3):
+        write_json(cycle(i * 1_000_000_000), declared / f"w{i}.pt.trace.json", rank=i, world=3)
+    assert helpers.load(declared).ranks == [0, 1, 2]

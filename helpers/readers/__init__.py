@@ -567,11 +567,13 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     results = _read_ranks(d, files, max_bytes, max_events, _workers(len(files)) if sum(sizes) >= _PARALLEL_FROM_BYTES else 1)
     tables, metadata = [], {"files": [str(f) for f in files], "ranks": {}}
     used_ranks: set[int] = set()
+    processes: list[tuple[str, tuple[int, float, float] | None]] = []
     for i, (f, (events, meta, _)) in enumerate(zip(files, results)):
         rank = meta.get("distributed", {}).get("rank")
         if rank is None:
             named = rank_in_name(f)
             rank = i if named is None else named
+        processes.append((f.name, process_span(f, meta, events)))
         if rank in used_ranks:
             raise TraceError(
                 f"{d}: two files claim rank {rank} (second: {f.name}); keep one trace per rank in the folder"
@@ -589,6 +591,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
         for cat, n in (meta.get("other_accelerator_events") or {}).items():  # the whole job's, as one file's
             other = metadata.setdefault("other_accelerator_events", {})
             other[cat] = other.get(cat, 0) + n
+    refuse_one_process_at_different_times(d, processes)
     keys = [c for c in tables[0] if c != "step" and all(c in t for t in tables)]  # step is labelled below
     events = build_events({c: _concat([t[c] for t in tables]) for c in keys})
     _refuse_damaged_times(events, d)
@@ -600,6 +603,38 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     if declared > len(files):  # ranks of the job not in the folder: said wherever the job's figures are shown
         metadata["job_world_size"] = declared
     return Trace(events, str(d), "directory", metadata)
+
+
+def process_span(f: Path, meta: dict, events: pd.DataFrame | dict) -> tuple[int, float, float] | None:
+    """For a file of a folder that names no rank (neither its distributed info nor its file name): the process its
+    host events come from (the most common host pid) and the span they cover on the absolute clock. None for a
+    file that names its rank, or has no host event with a process id."""
+    if meta.get("distributed", {}).get("rank") is not None or rank_in_name(f) is not None:
+        return None
+    pid, dev = np.asarray(events.get("pid", [])), np.asarray(events.get("device", []))
+    if not len(pid) or len(dev) != len(pid) or not (host := dev < 0).any():
+        return None
+    values, counts = np.unique(pid[host], return_counts=True)
+    start = np.asarray(events["start_us"], dtype=float)[host] + float(meta.get("origin_us", 0.0))
+    end = start + np.asarray(events["dur_us"], dtype=float)[host]
+    return int(values[np.argmax(counts)]), float(np.nanmin(start)), float(np.nanmax(end))
+
+
+def refuse_one_process_at_different_times(d: Path, spans: list[tuple[str, tuple[int, float, float] | None]]) -> None:
+    """Files that name no rank, whose host events come from one process id, one after another in time
+    (:func:`process_span`): the successive windows of one process (tensorboard_trace_handler writes a file each
+    profiling cycle, HOST_PID.TIMESTAMP.pt.trace.json), not ranks of a job, which are separate processes that run
+    at the same time. Read as ranks they were compared for stragglers and imbalance."""
+    seen: dict[int, tuple[str, float, float]] = {}
+    for name, span in spans:
+        if span is None or span[0] <= 0:
+            continue
+        pid, lo, hi = span
+        if pid in seen and (hi <= seen[pid][1] or lo >= seen[pid][2]):
+            raise TraceError(
+                f"{d}: {seen[pid][0]} and {name} are one process (pid {pid}) recorded at different times, not two "
+                "ranks of a job; read each file on its own, or compare two: python -m helpers compare A B")
+        seen[pid] = (name, lo, hi)
 
 
 #: The largest job a trace's own rank metadata is believed about (a world size beyond it is a damaged field).
