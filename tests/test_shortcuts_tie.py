@@ -20,8 +20,6 @@ from conftest import own_capture
 from helpers import course, stamps
 from helpers.checks import exercise, provenance
 
-pytestmark = pytest.mark.tied
-
 
 def _stamped(step_fn):
     """A made-up trace stamped as :func:`helpers.capture` of ``step_fn`` stamps its capture (no profiler run)."""
@@ -90,6 +88,7 @@ def other_update(params):
     pass
 
 
+@pytest.mark.tied
 # --- lab 05 (step_of the function argument) and lab 11 ----------------------------------------------
 def test_a_capture_of_another_step_than_the_judged_make_step_is_refused():
     ex = exercise.find("workflow", "check_capstone")
@@ -102,6 +101,7 @@ def test_a_capture_of_another_step_than_the_judged_make_step_is_refused():
     assert provenance.problems(ex, {"before": before, "after": good, "make_step": good_make_step}) is None
 
 
+@pytest.mark.tied
 @pytest.mark.parametrize("make", [partial_make_step, class_make_step, lambda_make_step],
                          ids=["partial", "callable-object", "lambda"])
 def test_a_step_returned_as_a_partial_an_object_or_a_lambda_is_still_the_judged_ones(make):
@@ -112,6 +112,7 @@ def test_a_step_returned_as_a_partial_an_object_or_a_lambda_is_still_the_judged_
                                                       "make_step": good_make_step})
 
 
+@pytest.mark.tied
 def test_lab11_callsites_fix_times_the_step_its_fn_returns():
     ex = exercise.find("callsites", "check_callsites_fixed")
     cheat = _stamped(cheat_make_step(None))
@@ -120,6 +121,7 @@ def test_lab11_callsites_fix_times_the_step_its_fn_returns():
     assert provenance.problems(ex, {"fn": good_make_step, "before": _before(), "after": good}) is None
 
 
+@pytest.mark.tied
 # --- lab 03 (step_of another exercise's judged function) -----------------------------------------------
 def test_lab03_sync_fix_times_a_step_check_sync_scan_clean_passed():
     ex = exercise.find("sync", "check_sync_fixed")
@@ -133,6 +135,7 @@ def test_lab03_sync_fix_times_a_step_check_sync_scan_clean_passed():
     assert "another step" in provenance.problems(ex, {"before": _before(), "after": cheat})
 
 
+@pytest.mark.tied
 # --- labs 01 and 02 (runs: the traced loop calls the judged function) -------------------------------------
 def test_lab02_launch_fix_times_a_loop_that_runs_the_judged_update():
     ex = exercise.find("launch", "check_launch_fixed")
@@ -149,6 +152,7 @@ def test_lab02_launch_fix_times_a_loop_that_runs_the_judged_update():
     assert problem and "never calls my_update" in problem
 
 
+@pytest.mark.tied
 def test_lab01_data_fix_times_a_loop_that_runs_the_judged_device_copy():
     ex = exercise.find("data", "check_data_stall_fixed")
     cached = torch.zeros(4)
@@ -167,6 +171,7 @@ def test_lab01_data_fix_times_a_loop_that_runs_the_judged_device_copy():
     assert "never calls my_to_device" in provenance.problems(ex, {**args, "after": _stamped(loop_of(cheat_to_device))})
 
 
+@pytest.mark.tied
 def test_a_real_capture_names_the_step_it_called(tmp_path):
     import helpers
 
@@ -174,3 +179,47 @@ def test_a_real_capture_names_the_step_it_called(tmp_path):
     how = stamps.stamp_of(trace)
     assert how["entry"] in stamps.step_codes(good_make_step)
     assert how["entry"] not in stamps.step_codes(cheat_make_step)
+
+
+# --- the timed loop still trains each step, read off the two timelines ----------------------------------------
+def _without(trace, pattern):
+    """A copy of ``trace`` without the host events whose name matches ``pattern`` (a loop that skips that work)."""
+    ev = trace.events
+    kept = ev[~ev["name"].astype(str).str.contains(pattern, regex=True)].reset_index(drop=True)
+    return replace(trace, events=kept, metadata={k: v for k, v in trace.metadata.items() if k != "capture"}, _memo={},
+                   source="")
+
+
+@pytest.mark.parametrize("skipped,words", [(r"^Optimizer\.step#", "optimizer steps a step"),
+                                           ("AccumulateGrad", "gradients accumulated a step")],
+                         ids=["no-optimizer-step", "no-backward"])
+@pytest.mark.parametrize("ex_key", [("workflow", "check_capstone"), ("sync", "check_sync_fixed"),
+                                    ("data", "check_data_stall_fixed"), ("callsites", "check_callsites_fixed")],
+                         ids=lambda k: k[1])
+def test_a_fix_whose_capture_skips_the_update_or_the_backward_is_refused_before_its_check_runs(ex_key, skipped, words):
+    from helpers import checks
+
+    ex = exercise.find(*ex_key)
+    assert ex.trains
+    t = course.recorded("mystery", "broken", "cpu")
+    before = own_capture(_without(t, "^$"), mine=False)  # the recording as it is, its steps kept
+    after = own_capture(_without(t, skipped))
+    args = {"before": before, "after": after}
+    if ex.function == "check_callsites_fixed":
+        call = (good_make_step, before, after)
+    elif ex.function == "check_sync_fixed":
+        call = (before, after)
+    else:
+        call = (before, after, 1.3, good_make_step)
+    assert args  # the same pair the engine reads
+    with pytest.raises(checks.CheckFailed, match=words):
+        getattr(checks, ex.function)(*call)
+
+
+def test_the_training_read_off_a_timeline_counts_optimizer_steps_and_gradients():
+    from helpers.checks import behaviour
+
+    t = course.recorded("mystery", "broken", "cpu")
+    assert behaviour._training_per_step(t) == ({"Adam": 1.0}, 14.0)
+    assert behaviour.trace_training_problem(t, t) is None
+    assert behaviour.trace_training_problem(_without(t, "^Optimizer"), t) is None  # keeping more is no problem

@@ -1147,3 +1147,54 @@ def machine_verdict(before: Any, after: Any) -> tuple[str, str]:
     from .speed import speed_verdict
 
     return speed_verdict(before, after, drift=machine_drift(before, after))
+
+
+# --- every capture-based fix: the timed loop still trains, step by step ---------------------------------
+#: A gradient accumulated into one parameter by backward: one a parameter a step that trains it.
+ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+#: torch's optimizers record each step as ``Optimizer.step#<Class>.step``.
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+#: The share of the loop as first written's per-step training (optimizer steps, gradients) a fixed loop keeps at least:
+#: the same training keeps all of it; 0.9 leaves room for a step cut at a capture's edge.
+TRAINING_KEPT = 0.9
+
+
+def _training_per_step(trace: Any) -> tuple[dict[str, float], float]:
+    """({optimizer class: its steps per step}, gradients accumulated per step) read off ``trace``'s host events."""
+    from .. import metrics as m
+
+    ev = trace.events
+    steps = max(int((m.windows(trace)["step"] >= 0).sum()), 1)
+    host = ev[ev["device"] < 0] if "device" in ev.columns else ev
+    if "step" in host.columns and (host["step"] >= 0).any():
+        host = host[host["step"] >= 0]
+    names = host["name"].astype(str)
+    opt = names.str.extract(_OPTIMIZER_STEP, expand=False).dropna()
+    per = {str(k): float(v) / steps for k, v in opt.value_counts().items()}
+    return per, float((names == ACCUMULATE_GRAD).sum()) / steps
+
+
+def trace_training_problem(before: Any, after: Any) -> str | None:
+    """What the fix's capture ``after`` no longer does each step that the loop as first written (``before``) did,
+    read off the two timelines: the optimizer's steps (the same optimizer, as often) and the gradients backward
+    accumulates into the parameters. A loop that skips the update or the backward, or runs its forward under
+    no_grad, is faster for the wrong reason, however correct the function the check ran beside it. None when it
+    keeps them."""
+    from ..model import Trace
+
+    if not isinstance(before, Trace) or not isinstance(after, Trace):
+        return None
+    opt_b, grads_b = _training_per_step(before)
+    opt_a, grads_a = _training_per_step(after)
+    for name, n in opt_b.items():
+        if opt_a.get(name, 0.0) < TRAINING_KEPT * n:
+            other = ", ".join(f"{k} {v:.1f}" for k, v in opt_a.items()) or "none"
+            return (f"your capture shows {opt_a.get(name, 0.0):.1f} {name} optimizer steps a step, the loop as first "
+                    f"written {n:.1f} (Optimizer.step#{name}.step on the timeline; yours: {other}): the timed loop must "
+                    "still step the same optimizer every step")
+    if grads_b > 0 and grads_a < TRAINING_KEPT * grads_b:
+        return (f"your capture shows {grads_a:.1f} gradients accumulated a step (AccumulateGrad, one a parameter), the "
+                f"loop as first written {grads_b:.1f}: the timed loop must still run backward through the whole model "
+                "every step, with gradients on")
+    return None
+

@@ -84,6 +84,9 @@ class Exercise:
     reference: str = ""  # what the learner's work is compared with
     figures: tuple[str, ...] = ()  # what the verdict reports
     workload: str = ""  # the loop the exercise is about (helpers.workloads.<name>)
+    #: its ``after`` capture must still train each step as its ``before`` does, read off the two timelines (the
+    #: optimizer's steps, backward's gradients: :func:`helpers.checks.behaviour.trace_training_problem`)
+    trains: bool = False
     order: tuple[str, ...] = field(default=("provenance", "behaviour", "structure", "speed"), repr=False)
 
     @property
@@ -144,7 +147,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("01", "data", "check_data_stall_fixed", "fix the input pipeline and prove it before/after",
              (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True, runs=("to_device",)),
               _t("make_loader", _FN), _t("to_device", _FN)),
-             reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall"),
+             reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall",
+             trains=True),
     Exercise("01", "h2d", "check_reading[h2d]", "read the host-to-device copies off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "capture", "shipped", of="h2d_copy", shipped=("h2d_copy:broken",))),
              reference="the trace's diagnosis", workload="h2d_copy"),
@@ -176,7 +180,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("03", "sync", "check_sync_fixed", "prove the fix before/after",
              (_t("before", "trace", "capture", of="sync_stall"),
               _t("after", "trace", "capture", of="sync_stall", mine=True, step_of="check_sync_scan_clean:fn")),
-             figures=("syncs per step", "step time"), workload="sync_stall"),
+             figures=("syncs per step", "step time"), workload="sync_stall", trains=True),
     # lab 04
     Exercise("04", "comm", "check_reading[comm]", "read the exposed communication off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "communication.run", "shipped", of="communication",
@@ -208,7 +212,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery", mine=True, step_of="make_step"),
               _t("make_step", _FN)),
              reference="the mystery loop's training", figures=("data wait share", "syncs per step", "step time"),
-             workload="mystery"),
+             workload="mystery", trains=True),
     # lab 06
     Exercise("06", "nsight", "check_stats_reading", "read nsys stats' top API call and kernel",
              (_t("answers", _ANS), _t("trace", "trace", "shipped", shipped=("nsys:data_stall:broken",))),
@@ -252,7 +256,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("11", "callsites", "check_backtrace_command", "write the nsys backtrace command", (_t("command", _ANS),)),
     Exercise("11", "callsites", "check_callsites_fixed", "remove the syncs at their call sites",
              (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite", mine=True, step_of="fn")),
-             figures=("syncs per step",), workload="callsite"),
+             figures=("syncs per step",), workload="callsite", trains=True),
     Exercise("11", "callsites", "check_environment_pitfalls", "name the environment's pitfalls", (_t("fn", _FN),)),
 )
 
@@ -365,6 +369,10 @@ def judge(fn: Callable) -> Callable:
             _read_one_pass_runs(ex, bound.arguments)
         with _proof.SIGNER.judging(ex):
             problem = provenance.problems(ex, arguments)
+            if problem is None and ex.trains:
+                from . import behaviour
+
+                problem = behaviour.trace_training_problem(arguments.get("before"), arguments.get("after"))
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)
