@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import helpers
@@ -288,3 +289,23 @@ def test_lab11_sync_debug_backtraces_and_launch_blocking_figures():
     for quote in ("5.59 ms a step by default, 11.28 ms with `CUDA_LAUNCH_BLOCKING=1`", "from 6.4 us to 37.6 us",
                   "from 164 us to 8.7 us", "drops from 78% to 42%", "The eight `to_dtype_layout` rows"):
         assert quote in text, quote
+
+
+def test_lab02_host_time_per_op_and_the_recorded_steps_it_quotes():
+    """Lab 02 explains the CPU verdict's host time per op with the CPU recordings' figures, and its section 4 the
+    eager recording's slow first step and the compare figure's median: each figure as the notebook states it."""
+    import json
+
+    from helpers.checks import lab02
+
+    text = "".join("".join(c["source"]) for c in json.loads((DATA.parent / "solutions" / "02_launch_overhead.ipynb").read_text())["cells"])
+    b, f = recorded("launch_overhead", "broken", "cpu"), recorded("launch_overhead", "foreach", "cpu")
+    ops = [round(m.host_op_stats(t)["top_level_ops_per_step"]) for t in (b, f)]
+    per_op = [lab02.host_us_per_op(t) for t in (b, f)]
+    assert f"{ops[0]} → {ops[1]} top-level calls a step" in text
+    assert f"{per_op[0]:.1f} → {per_op[1]:.1f} µs each" in text
+    assert f"{ops[0] * per_op[0] / 1e3:.1f} → {ops[1] * per_op[1] / 1e3:.1f} ms a step in all" in text
+    eager = m.step_times(m.stepped(recorded("launch_overhead", "broken")))
+    assert f"{eager[0]:.1f} ms against {eager[1]:.1f} and {eager[2]:.1f}" in text and len(eager) == 3
+    graph = m.step_times(m.stepped(recorded("launch_overhead", "graphs")))
+    assert f"the {round(float(np.median(eager) / np.median(graph)))}x" in text

@@ -2,6 +2,7 @@
 
 import io
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -101,3 +102,42 @@ def test_the_ranges_lane_has_a_key_like_the_other_lanes_and_it_fits_under_the_ax
                  if getattr(leg, "get_gid", lambda: None)() == "timeline-legend")
     assert lowest > cmp.axes[1].title.get_window_extent(r).y1
     assert png_width(fig) <= NOTEBOOK_WIDTH_PX
+
+
+def test_compare_and_one_step_views_draw_the_steps_nearest_the_median():
+    """The recorded eager loop's first profiled step is 37.6 ms, its others 33.5 and 34.0: compare draws steps 1-2
+    (the run nearest the median), says so, and typical_steps picks the median step itself for a one-step view."""
+    from helpers import metrics as m
+
+    t = m.stepped(recorded("launch_overhead", "broken"))
+    times = m.step_times(t)
+    assert times[0] > 1.05 * float(sorted(times)[1])  # the slow start this is about
+    assert m.typical_steps(t, 2) == [1, 2] and m.typical_steps(t) == [int(times.argsort()[len(times) // 2])]
+    assert m.typical_steps(t, 9) == [0, 1, 2] and m.typical_steps(recorded("launch_overhead", "graphs"), 1)
+    fig = plots.compare(t, recorded("launch_overhead", "graphs"))
+    title = fig.axes[0].get_title(loc="left")
+    assert "steps 1-2 of 3" in title
+    w = m.windows(t)
+    start_ms = (float(w.loc[w["step"] == 1, "start_us"].iat[0]) - plots.time_origin_us(t)) / 1e3
+    assert fig.axes[0].get_xlim()[0] == pytest.approx(start_ms, abs=1e-6)
+    assert png_width(fig) <= NOTEBOOK_WIDTH_PX
+
+
+def test_lab07_one_step_views_show_the_median_step_not_the_long_one():
+    """Triage t1 stalls every fourth step (a 44 ms step among 3-4 ms ones, step 1 of the capture): the notebook's
+    "one step" views draw the step metrics.typical_steps picks, a representative one, for every trace."""
+    import json
+    from pathlib import Path
+
+    from helpers import metrics as m
+    from helpers.checks import triage_trace
+
+    t = triage_trace("t1")
+    times = m.step_times(m.stepped(t))
+    (step,) = m.typical_steps(t)
+    assert times.argmax() == 1 and times[step] == float(np.median(times)) and times[step] < 2 * times.min()
+    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "07_blind_triage.ipynb").read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    one_step = [c for c in code if "one step" in c and "plots.timeline" in c]
+    assert len(one_step) == 10 and all("step = metrics.typical_steps(t)[0]" in c and "step=step" in c for c in one_step)
+    assert not any("step=1" in c for c in code)

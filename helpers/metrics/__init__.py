@@ -57,7 +57,7 @@ from .intervals import covered_before, gaps_in, intersect, merge_intervals, over
 from .kernels import kernel_stats, launch_stats
 from .pace import judge_step, machine_pace
 from .precision import api_calls_per_step, compile_time_us, gemm_kernels, gemm_math, gemm_math_shares, triton_kernels
-from .report import comparison, step_breakdown, step_time_band, step_time_ms, step_times, summary, timing_verdict
+from .report import comparison, step_breakdown, step_time_band, step_time_ms, step_times, summary, timing_verdict, typical_steps
 from .steady import capture_stats, find_period, steady_steps, stepped
 from .stretch import window_stats
 from .syncs import _inside_ranges, host_op_stats, outermost_ops, sync_point_calls, sync_stats
@@ -70,7 +70,7 @@ __all__ = [
     "host_copy_stats",
     "find_period", "host_op_stats", "host_union", "idle_by_cause", "idle_cost_by_cause", "idle_gaps", "intersect", "is_sync_call", "blocking_copy_calls",
     "kernel_stats", "launch_stats", "merge_intervals", "name_mask", "rank_events", "overlap", "rank_imbalance", "step_breakdown",
-    "steady_steps", "judge_step", "machine_pace", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "stream_busy", "summary", "sync_point_calls", "sync_stats", "unrecorded_gpu_lead", "windows",
+    "steady_steps", "judge_step", "machine_pace", "step_time_band", "step_time_ms", "step_times", "stepped", "timing_verdict", "typical_steps", "stream_busy", "summary", "sync_point_calls", "sync_stats", "unrecorded_gpu_lead", "windows",
     "api_calls_per_step", "compile_time_us", "gemm_kernels", "gemm_math", "gemm_math_shares", "triton_kernels",
 ]
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import thresholds as th
+from ..errors import ArgumentError
 from ..model import Trace
 from ._store import handed_out
 from .activity import CAUSES, host_union
@@ -156,6 +157,29 @@ def step_times(t: Trace) -> np.ndarray:
     if w.empty:
         return np.array([])
     return (w.groupby("step")["dur_us"].max() / 1e3).to_numpy(dtype=float)
+
+
+def typical_steps(t: Trace, count: int = 1) -> list[int]:
+    """The ``count`` consecutive steps of ``t`` (step numbers, as :func:`windows` and ``plots.timeline(step=)`` take
+    them) whose mean time is nearest the median step's (:func:`step_times`; the earliest such run on a tie): the
+    steps a figure of "one step" shows, rather than the first, which often carries a slow start (the course's
+    recorded lab-02 loops: the first profiled step 3-12% longer than the median), or one a periodic stall
+    lengthens. Fewer than ``count`` steps: all of them; no steps: ``[]``. Among the steps the analysis and the
+    timelines read (:func:`stepped`: a trace without markers, its steady state's repeats)."""
+    if count < 1:
+        raise ArgumentError(f"typical_steps(): count={count}: give 1 or more")
+    w = windows(stepped(t))
+    w = w[w["step"] >= 0]
+    if w.empty:
+        return []
+    per = w.groupby("step")["dur_us"].max()
+    steps, times = per.index.to_numpy(dtype=int), per.to_numpy(dtype=float)
+    if len(steps) <= count:
+        return [int(s) for s in steps]
+    mid = float(np.median(times))
+    means = np.convolve(times, np.ones(count) / count, mode="valid")
+    first = int(np.argmin(np.abs(means - mid)))  # argmin: the earliest of equals
+    return [int(s) for s in steps[first:first + count]]
 
 
 def _spread(x: np.ndarray) -> float:
