@@ -220,8 +220,13 @@ def finding_cost_text(f: Finding) -> str:
 def what_if_text(f: Finding) -> str:
     """The finding's what-if replay in words, or empty: ``what if: step 23.7 ms -> about 4.08 ms if ...``."""
     if getattr(f, "step_ms", None) and getattr(f, "step_ms_if_fixed", None) is not None and getattr(f, "if_fixed", ""):
-        return f"what if: step {f.step_ms:.3g} ms -> about {f.step_ms_if_fixed:.3g} ms if {f.if_fixed}"
+        return f"what if: step {_duration(f.step_ms)} -> about {_duration(f.step_ms_if_fixed)} if {f.if_fixed}"
     return ""
+
+
+def _duration(ms: float) -> str:
+    """Milliseconds in words to three digits, in seconds from a second on: a 50 s step read '5.02e+04 ms'."""
+    return f"{ms:.3g} ms" if abs(ms) < 999.5 else f"{ms / 1e3:.3g} s"
 
 
 def diagnose_text(path: str, findings: list[Finding], has_gpu: bool, source: str | None = None,

@@ -76,3 +76,14 @@ def test_triage_recordings_top_finding_is_the_truth_in_both_formats():
         got = top(helpers.load(DATA / e["file"]))
         truth = TRIAGE_KEY[e["variant"]]["patterns"]
         assert got == truth[:1], (e["file"], got, truth)
+
+
+def test_a_what_if_of_seconds_is_said_in_seconds():
+    """A published nsys export of one 50 s kernel read 'what if: step 5.02e+04 ms -> about 32.9 ms'."""
+    from types import SimpleNamespace
+
+    from helpers import render
+    f = SimpleNamespace(step_ms=50_173.9, step_ms_if_fixed=32.9, if_fixed="the GPU's kernels took no time")
+    assert render.what_if_text(f).startswith("what if: step 50.2 s -> about 32.9 ms if")
+    f = SimpleNamespace(step_ms=334.4, step_ms_if_fixed=999.7, if_fixed="x")
+    assert render.what_if_text(f).startswith("what if: step 334 ms -> about 1 s if")
