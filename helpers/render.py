@@ -414,6 +414,10 @@ def verdict_text(step: dict[str, Any], steps: tuple[int, int]) -> str:
             return (text + f", and beyond the machine's own slowdown ({j['factor']:.2f}x, "
                     f"{slowdown_words(j.get('drift', 1.0), j['pace'], 'the second')}: the first run would have taken "
                     f"{number(j['then_ms'])} ms a step then, +/- {number(j['allowed_ms'])})")
+        if v == "slower" and j and not math.isfinite(j["pace"]["ratio"]):  # files from disk: no probe to read
+            return text + (", and no pace probe says whether the machine itself ran slower during the second capture "
+                           "(helpers.capture records one for each capture in the session that makes it; a trace read "
+                           "from a file carries none)")
         return text + (pace_words(j["pace"], "the second capture", "the second") if v == "slower" and j else "")
     if v == "too noisy":
         return (f"too noisy to tell: {moved}; a run's steps spread more than the machine allows for a verdict "
