@@ -172,6 +172,7 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
     reaches that are not the course's, torch's or Python's)."""
     workloads: set[str] = set()
     learner: set[str] = set()
+    loaders: list[dict] = []
     seen: set[int] = set()
     todo: list[tuple[Any, int]] = [(fn, 0)]
     parts: list[str] = []
@@ -223,12 +224,36 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
             todo += [(v, depth + 1) for v in vars(type(obj)).values() if isinstance(v, types.FunctionType)]
         if isinstance(obj, type) or not (module.startswith(("helpers.workloads.", "torch.utils.data")) or _is_learners(module)):
             continue
+        if hasattr(obj, "dataset") and hasattr(obj, "batch_size") and len(loaders) < 16:
+            loaders.append(_loader_signature(obj))
         for attr in ("dataset", "collate_fn", "worker_init_fn", "forward"):  # a DataLoader's parts, a module's forward
             value = getattr(obj, attr, None)
             if value is not None and _worth(value):
                 todo.append((value, depth + 1))
     step = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
-    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn)}
+    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn),
+            "loaders": loaders}
+
+
+def _loader_signature(loader: Any) -> dict:
+    """What a loader the step holds feeds it: its class, its dataset's class, length and scalar settings (an image
+    size, a number of passes), its batch size and worker processes. The fix checks compare it with the loop as first
+    written's: a capture of a loop fed from a smaller or cheaper dataset, or smaller batches, is another loop."""
+    def name(kind: type) -> str:
+        return f"{kind.__module__}.{kind.__qualname__}"
+
+    dataset = getattr(loader, "dataset", None)
+    try:
+        length = len(dataset)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - an iterable dataset has no length
+        length = -1
+    settings = {k: v for k, v in (getattr(dataset, "__dict__", None) or {}).items()
+                if type(v) in (int, float, bool, str) and not k.startswith("_")}
+    workers = getattr(loader, "num_workers", None)
+    batch = getattr(loader, "batch_size", None)
+    return {"type": name(type(loader)), "dataset": name(type(dataset)), "length": length,
+            "settings": dict(sorted(settings.items())), "batch_size": batch if type(batch) is int else None,
+            "workers": workers if type(workers) is int else None}
 
 
 def _unwrap_step(fn: Any) -> Any:

@@ -223,3 +223,48 @@ def test_the_training_read_off_a_timeline_counts_optimizer_steps_and_gradients()
     assert behaviour._training_per_step(t) == ({"Adam": 1.0}, 14.0)
     assert behaviour.trace_training_problem(t, t) is None
     assert behaviour.trace_training_problem(_without(t, "^Optimizer"), t) is None  # keeping more is no problem
+
+
+# --- lab 01: the fix's loop is fed the lab's dataset, in the lab's batches ---------------------------------------
+def _data_stall_pair(after_loader, to_device=None):
+    """(before, after): stamped as captures of data_stall's step over the broken loader and over ``after_loader``."""
+    from torch.utils.data import DataLoader
+
+    from helpers.workloads import data_stall
+
+    cpu = torch.device("cpu")
+    dataset = data_stall.AugmentedImages(length=64, size=8, blur_passes=1)
+    before = _stamped(data_stall.make_step_from_loader(data_stall.broken_loader(dataset), cpu))
+    loader = after_loader(dataset, DataLoader, data_stall)
+    kwargs = {"to_device": to_device} if to_device else {}
+    return before, _stamped(data_stall.make_step_from_loader(loader, cpu, **kwargs))
+
+
+@pytest.mark.parametrize("loader,words", [
+    (lambda ds, DL, w: [ds[0]] * 8, "no loader at all"),  # one cached batch, every step: loading vanishes
+    (lambda ds, DL, w: DL(w.AugmentedImages(length=64, size=8, blur_passes=0), batch_size=w.BATCH_SIZE), "blur_passes"),
+    (lambda ds, DL, w: DL(w.AugmentedImages(length=8, size=8, blur_passes=1), batch_size=w.BATCH_SIZE), "8 samples"),
+    (lambda ds, DL, w: DL(ds, batch_size=2), "in batches of 2"),
+], ids=["cached-list", "cheaper-samples", "fewer-samples", "smaller-batches"])
+def test_a_data_fix_whose_loop_is_fed_less_or_cheaper_data_is_refused(loader, words):
+    before, after = _data_stall_pair(loader)
+    problem = provenance.same_data_problem(before, after)
+    assert problem and "your capture's loop is fed from" in problem and words in problem
+
+
+def test_a_data_fix_over_the_labs_dataset_with_workers_and_pinned_memory_is_fed_the_same():
+    before, after = _data_stall_pair(lambda ds, DL, w: DL(ds, batch_size=w.BATCH_SIZE, shuffle=False, pin_memory=False,
+                                                          num_workers=0, drop_last=True))
+    assert provenance.same_data_problem(before, after) is None
+    assert stamps.stamp_of(after)["loaders"][0]["dataset"].endswith("AugmentedImages")
+
+
+def test_check_data_stall_fixed_refuses_a_capture_fed_from_a_cached_batch_before_running_anything():
+    from helpers import checks
+
+    def my_copy(batch, device):
+        return batch
+
+    before, after = _data_stall_pair(lambda ds, DL, w: [ds[0]] * 8, to_device=my_copy)
+    with pytest.raises(checks.CheckFailed, match="no loader at all"):
+        checks.check_data_stall_fixed(before, after, 1.3, good_make_step, my_copy)

@@ -87,6 +87,9 @@ class Exercise:
     #: its ``after`` capture must still train each step as its ``before`` does, read off the two timelines (the
     #: optimizer's steps, backward's gradients: :func:`helpers.checks.behaviour.trace_training_problem`)
     trains: bool = False
+    #: its ``after`` capture's loop must be fed as its ``before``'s is: a loader of the same kind over the same dataset
+    #: (class, length, settings), in batches of the same size (:func:`helpers.checks.provenance.same_data_problem`)
+    same_data: bool = False
     order: tuple[str, ...] = field(default=("provenance", "behaviour", "structure", "speed"), repr=False)
 
     @property
@@ -148,7 +151,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True, runs=("to_device",)),
               _t("make_loader", _FN), _t("to_device", _FN)),
              reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall",
-             trains=True),
+             trains=True, same_data=True),
     Exercise("01", "h2d", "check_reading[h2d]", "read the host-to-device copies off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "capture", "shipped", of="h2d_copy", shipped=("h2d_copy:broken",))),
              reference="the trace's diagnosis", workload="h2d_copy"),
@@ -373,6 +376,8 @@ def judge(fn: Callable) -> Callable:
                 from . import behaviour
 
                 problem = behaviour.trace_training_problem(arguments.get("before"), arguments.get("after"))
+            if problem is None and ex.same_data:
+                problem = provenance.same_data_problem(arguments.get("before"), arguments.get("after"))
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)

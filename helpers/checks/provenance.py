@@ -17,6 +17,7 @@ events digest is signed with the result).
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,34 @@ def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str,
         if callable(fn) and _source_digest(fn) not in (how.get("learner") or []):
             return (f"{what} is a capture of a loop that never calls {getattr(fn, '__name__', name)}, the {name} you "
                     f"passed: capture the loop that runs it, so the function the check judges is the one it times")
+    return None
+
+
+def same_data_problem(before: Any, after: Any) -> str | None:
+    """What feeds the fix's capture ``after`` that did not feed the loop as first written (``before``), from the loaders
+    each capture's step holds (:func:`helpers.stamps.describe_step`'s ``loaders``): every loader of ``before`` must have
+    one in ``after`` of the same class, over a dataset of the same class, length and settings, in batches of the same
+    size (its worker processes, pinned memory and prefetching are the fix). A loop fed from a list of cached batches,
+    a smaller or cheaper dataset or smaller batches times less work; None when it is fed the same."""
+    how_b, how_a = stamp_of(before), stamp_of(after)
+    if how_b is None or how_a is None:
+        return None  # provenance has judged where each came from; a capture of the lab's loop holds its loaders
+    def fed(sig: dict) -> tuple:
+        return (sig.get("type"), sig.get("dataset"), sig.get("length"), json.dumps(sig.get("settings"), sort_keys=True),
+                sig.get("batch_size"))
+
+    theirs = [fed(s) for s in how_a.get("loaders") or [] if isinstance(s, dict)]
+    for sig in how_b.get("loaders") or []:
+        if isinstance(sig, dict) and fed(sig) not in theirs:
+            mine = next((s for s in how_a.get("loaders") or [] if isinstance(s, dict)), None)
+            was = (f"a {sig.get('type', '?').rsplit('.', 1)[-1]} over {sig.get('dataset', '?').rsplit('.', 1)[-1]} "
+                   f"({sig.get('length')} samples, {sig.get('settings')}) in batches of {sig.get('batch_size')}")
+            now = ("no loader at all (batches from a list or a cache)" if mine is None else
+                   f"a {mine.get('type', '?').rsplit('.', 1)[-1]} over {mine.get('dataset', '?').rsplit('.', 1)[-1]} "
+                   f"({mine.get('length')} samples, {mine.get('settings')}) in batches of {mine.get('batch_size')}")
+            return (f"your capture's loop is fed from {now}; the loop as first written from {was}: the fix changes how "
+                    "the batches are made (workers, pinned memory, prefetching), not which: capture your loader over the "
+                    "lab's dataset, with the lab's batch size")
     return None
 
 
