@@ -70,9 +70,11 @@ def compare(before: Trace, after: Trace, labels: tuple[str, str] = ("before", "a
     length = max(e - s for s, e in spans)
     table = m.comparison(before, after)
     n_lanes = [len(set(tr.window(*sp).events["lane"])) for tr, sp in zip((before, after), spans)]
-    # each timeline's legends (kinds, and the ranges' phases) take about an inch under its axis
-    fig = plt.figure(figsize=(FIGURE_WIDTH_PX / 100, 0.42 * sum(n_lanes) + 3.2 + 0.3 * len(table)), dpi=100)
-    grid = fig.add_gridspec(3, 1, height_ratios=[max(n_lanes[0], 3), max(n_lanes[1], 3), 0.5 * len(table) + 1])
+    # each timeline's cell: its lanes, and about 2.2 inches of what sits outside its axes (a two-line title, the
+    # axis label, the kinds' and the ranges' keys), so a timeline of two lanes keeps its lanes' height
+    heights = [0.42 * max(n, 3) + 2.2 for n in n_lanes] + [0.3 * len(table) + 0.6]
+    fig = plt.figure(figsize=(FIGURE_WIDTH_PX / 100, sum(heights)), dpi=100)
+    grid = fig.add_gridspec(3, 1, height_ratios=heights)
     for i, (tr, (s, _), label, which) in enumerate(zip((before, after), spans, labels, drawn)):
         ax = fig.add_subplot(grid[i])
         timeline(tr, window=(s, s + length), ax=ax, title=f"{label}: {trace_name(tr)}{which}")

@@ -141,3 +141,13 @@ def test_lab07_one_step_views_show_the_median_step_not_the_long_one():
     one_step = [c for c in code if "one step" in c and "plots.timeline" in c]
     assert len(one_step) == 10 and all("step = metrics.typical_steps(t)[0]" in c and "step=step" in c for c in one_step)
     assert not any("step=1" in c for c in code)
+
+
+def test_compare_keeps_its_lanes_tall_under_the_keys():
+    """Two keys under each timeline take about an inch: a CPU compare (two lanes each) still gives its lanes room
+    (it drew them 0.2 inches tall, labels overlapping, once the ranges' key came)."""
+    fig = plots.compare(recorded("launch_overhead", "broken", "cpu"), recorded("launch_overhead", "foreach", "cpu"))
+    fig.canvas.draw()
+    for ax in fig.axes[:2]:
+        lanes = len(ax.get_yticks())
+        assert ax.get_window_extent().height / fig.dpi >= 0.35 * max(lanes, 3), ax.get_title(loc="left")
