@@ -318,9 +318,17 @@ def timing_text(bands: list[dict[str, float]], verdicts: list[str], busy_spread:
     of each round; ``busy_spread`` is the step spread above which a run is too noisy (``thresholds.NOISE_BUSY_SPREAD``).
     Noise decides, and the text says so, when a run was too noisy or the rounds disagree.
     """
+    from .metrics.report import slack_ms
+    from .thresholds import SPEED_SLOWER_FLOOR
+
     lines = []
     for i, (b, v) in enumerate(zip(bands, verdicts), 1):
-        band = f"noise band +/- {b['band_ms']:.3g} ms" if math.isfinite(b["band_ms"]) else "no noise band"
+        # the slack the verdict used (the band, at least SPEED_SLOWER_FLOOR of the step), as compare and the checks say it
+        slack = slack_ms(b["band_ms"], b["before_ms"]) if math.isfinite(b["band_ms"]) else float("nan")
+        band = (f"noise band +/- {slack:.3g} ms" + (f" (the runs' spread gives {b['band_ms']:.3g}; at least "
+                                                   f"{SPEED_SLOWER_FLOOR:.0%} of the step)"
+                                                   if slack > b["band_ms"] else "")
+                if math.isfinite(slack) else "no noise band")
         lines.append(f"round {i}: step {b['before_ms']:.3g} -> {b['after_ms']:.3g} ms ({band}; steps spread "
                      f"{b['before_spread']:.0%} / {b['after_spread']:.0%}): {v}")
     kinds = set(verdicts)

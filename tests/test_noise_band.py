@@ -74,3 +74,6 @@ def test_timing_text_says_when_noise_decides():
     busy = render.timing_text([band(20, 10, 0.4), band(20, 10)], ["too noisy", "faster"], 0.25)
     assert "noise decides: a run's steps spread more than 25%" in busy and "faster in every round" not in busy
     assert render.timing_text([band(20, 20)], ["within noise"], 0.25).splitlines()[-1].startswith("timing: no change beyond")
+    # the band quoted is the one the verdict used: at least SPEED_SLOWER_FLOOR (5%) of a 40 ms step, not the spread's 1 ms
+    wide = render.timing_text([band(40, 41)], ["within noise"], 0.25)
+    assert "(noise band +/- 2 ms (the runs' spread gives 1; at least 5% of the step)" in wide
