@@ -402,13 +402,20 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float,
 
     ranges = ranges.sort_values(["start_us", "dur_us"], ascending=[True, False])
     depth_end: list[float] = []
+    step_above: list[bool] = []  # each open range: a step's (ProfilerStep#N, "step N")
     bars, colors = [], []
     drawn: set[str] = set()
     for s, e, name in zip(ranges["start_us"].tolist(), ranges["end_us"].tolist(), ranges["name"].tolist()):
         while depth_end and depth_end[-1] <= s:
             depth_end.pop()
+            step_above.pop()
         depth = len(depth_end)
+        is_step = _phase_color(name) == PHASE_COLORS["step"]
+        # the phases are the first level that is not a step's: depth 1 under a ProfilerStep range, depth 0 in an
+        # Nsight export, whose NVTX phases no step range encloses (labelled at depth 1 only, they never were)
+        phase_level = not is_step and depth == sum(step_above)
         depth_end.append(e)
+        step_above.append(is_step)
         if depth > 2 or (e - s) < px_us:
             continue
         h = 0.8 - 0.25 * depth
@@ -418,7 +425,7 @@ def _draw_ranges(ax, ranges: pd.DataFrame, y: int, origin: float, px_us: float,
         colors.append(_phase_color(name))
         drawn.add(name)
         vs, ve = max(s, visible[0]), min(e, visible[1])
-        if (ve - vs) / px_us > 7 * len(name) and depth == 1:  # label the phases, not their insides
+        if (ve - vs) / px_us > 7 * len(name) and phase_level:  # label the phases, not their insides
             label = ax.text((vs + ve) / 2e3 - origin / 1e3, y, printable(name), ha="center", va="center", fontsize=9,
                             color="black", clip_on=True, gid=RANGE_LABEL, parse_math=False)
             label.range_ms = (x0, x1)  # _tidy drops the label if, once laid out, it is wider than this

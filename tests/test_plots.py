@@ -151,3 +151,21 @@ def test_compare_keeps_its_lanes_tall_under_the_keys():
     for ax in fig.axes[:2]:
         lanes = len(ax.get_yticks())
         assert ax.get_window_extent().height / fig.dpi >= 0.35 * max(lanes, 3), ax.get_title(loc="left")
+
+
+def test_an_nsight_exports_phases_are_labelled_like_the_profilers():
+    """An Nsight export's NVTX phases sit at the top of their lane, no ProfilerStep range around them: they are the
+    phases, labelled where they fit, as the profiler trace's phases one level down are (they were never labelled)."""
+    from conftest import DATA
+
+    from helpers import load
+    from helpers.lanes import RANGE_LABEL
+
+    def labels(fig):
+        fig.canvas.draw()
+        return {t.get_text() for t in fig.axes[0].texts if t.get_gid() == RANGE_LABEL}
+
+    nsys = labels(plots.timeline(load(DATA / "nsys" / "launch_overhead__broken__h200.sqlite.gz"), step=1))
+    kineto = labels(plots.timeline(recorded("launch_overhead", "broken"), step=1))
+    assert {"forward", "backward", "optimizer"} <= nsys and {"forward", "backward", "optimizer"} <= kineto
+    assert not any(n.startswith("ProfilerStep") for n in kineto)
