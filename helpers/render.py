@@ -99,10 +99,12 @@ def summary_text(s: dict[str, Any]) -> str:
     if s["has_gpu"]:
         lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%} of step time")
         shares = s.get("idle_share_by_cause") or {}
-        if shares:  # the shares diagnose's costs are: of step time, not of the idle time
+        said = ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005)
+        if said:  # the shares diagnose's costs are: of step time, not of the idle time
             lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
-                         "(% of step time, as diagnose's evidence gives them): "
-                         + ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005))
+                         f"(% of step time, as diagnose's evidence gives them): {said}")
+        elif shares:  # idle under half a percent of the step: no cause worth a figure
+            lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time")
         k = s["kernels"]
         lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
         for c in s["copies"]:

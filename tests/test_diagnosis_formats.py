@@ -87,3 +87,18 @@ def test_a_what_if_of_seconds_is_said_in_seconds():
     assert render.what_if_text(f).startswith("what if: step 50.2 s -> about 32.9 ms if")
     f = SimpleNamespace(step_ms=334.4, step_ms_if_fixed=999.7, if_fixed="x")
     assert render.what_if_text(f).startswith("what if: step 334 ms -> about 1 s if")
+
+
+def test_a_busy_gpu_summary_ends_no_line_on_an_empty_list():
+    """A GPU busy through its steps read 'GPU idle 0% of step time; by what the host was doing meanwhile (...): '
+    with nothing after the colon (a published A100 GEMM loop)."""
+    from helpers import render
+    s = {"source": "t", "format": "kineto", "events": 1, "ranks": [0], "steps": 2, "steps_inferred": None,
+         "device_names": ["GPU"], "has_gpu": True, "step_time_ms": 15.7, "gpu_utilization": 1.0,
+         "idle_share_by_cause": {"sync": 0.0, "launch": 0.001}, "kernels": {"per_step": 1, "median_us": 15720.2,
+                                                                          "share_under_10us": 0.0},
+         "copies": [], "sync": {"sync_points_per_step": 0.0, "blocked_us_per_step": 0.0},
+         "data_wait_us_per_step": 0.0, "data_wait_share": 0.0}
+    lines = render.summary_text(s).splitlines()
+    idle = [x for x in lines if "GPU idle" in x]
+    assert idle == ["  GPU idle 0% of step time"], lines
