@@ -599,7 +599,8 @@ def _say_startup(s: Signals) -> str:
 
 
 def _say_cold(s: Signals) -> str:
-    return (f"The capture holds {s['capture_kernels']} kernels in {max(s.get('steps', 0), 1)} iteration(s) and the GPU is busy "
+    k, n = int(s["capture_kernels"]), max(int(s.get("steps", 0)), 1)
+    return (f"The capture holds {k} kernel{'s' if k != 1 else ''} in {n} iteration{'s' if n != 1 else ''} and the GPU is busy "
             f"{s['capture_idle_gpu_share']:.0%} of it: these are first calls, whose host time is lazy initialisation "
             "(module loading, the allocator, library handles) that a warm loop does not pay.")
 

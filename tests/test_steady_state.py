@@ -189,6 +189,7 @@ def test_unified_memory_migrations_are_not_a_loop(tmp_path):
     assert m.steady_steps(t)[0].empty
     found = helpers.diagnose(t)
     assert found[0].pattern == "capture_window" and found[0].evidence["reason"] == "cold", found[0]
+    assert "holds 1 kernel in 1 iteration and" in found[0].summary  # it read "1 kernels in 1 iteration(s)"
     loop = []
     for i in range(8):  # eight steps of three kernels, 10 ms apart
         t0 = 200_000_000 + i * 10_000_000
