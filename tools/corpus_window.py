@@ -75,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.dst.exists():
         print(f"{a.dst}: already exists; choose another name", file=sys.stderr)
         return 2
-    raw, doc = _load(a.src)
+    try:
+        raw, doc = _load(a.src)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        print(f"{a.src}: not a Kineto JSON trace this tool can cut ({type(exc).__name__})", file=sys.stderr)
+        return 2
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        print(f"{a.src}: no traceEvents list to cut", file=sys.stderr)
+        return 2
     out, kept, total = cut(doc, a.start_ms, a.end_ms)
     body = json.dumps(out, separators=(",", ":")).encode()
     a.dst.write_bytes(gzip.compress(body, compresslevel=9, mtime=0))
