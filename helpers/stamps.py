@@ -173,6 +173,7 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
     workloads: set[str] = set()
     learner: set[str] = set()
     loaders: list[dict] = []
+    held: dict[int, tuple[Any, str]] = {}  # id -> (the object, kept alive while its id is a key; what it says)
     seen: set[int] = set()
     todo: list[tuple[Any, int]] = [(fn, 0)]
     parts: list[str] = []
@@ -202,6 +203,9 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
             nxt += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
             g = obj.__globals__
             nxt += [g[n] for n in _names(obj.__code__) if n in g]
+            for value in nxt:  # each object once, however many of the step's functions hold it
+                if id(value) not in held and len(held) < 64 and (what := _held(value)):
+                    held[id(value)] = (value, what)
             if hasattr(obj, "__wrapped__"):
                 nxt.append(obj.__wrapped__)
             todo += [(o, depth + 1) for o in nxt if _worth(o)]
@@ -232,7 +236,30 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
                 todo.append((value, depth + 1))
     step = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
     return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn),
-            "loaders": loaders}
+            "loaders": loaders, "holds": sorted(what for _, what in held.values())}
+
+
+def _held(obj: Any) -> str:
+    """What one value a step's code holds says about the work it does: a tensor's shape and dtype, a model's class and
+    parameter count, an optimizer's class, learning rate and parameter count; '' for anything else. The fix checks
+    compare them with the loop as first written's (:func:`helpers.checks.provenance.same_setup_problem`): a fix timed
+    on smaller batches, a smaller model or another learning rate is another loop."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ""
+    try:
+        if isinstance(obj, torch.Tensor):
+            return f"tensor {tuple(obj.shape)} {str(obj.dtype).replace('torch.', '')}"
+        if isinstance(obj, torch.nn.Module):
+            return f"model {type(obj).__name__} {sum(p.numel() for p in obj.parameters())} parameters"
+        if isinstance(obj, torch.optim.Optimizer):
+            groups = obj.param_groups
+            lrs = sorted({float(g["lr"]) for g in groups if "lr" in g})
+            n = sum(p.numel() for g in groups for p in g["params"])
+            return f"optimizer {type(obj).__name__} lr {','.join(f'{lr:g}' for lr in lrs)} {n} parameters"
+    except Exception:  # noqa: BLE001 - an object that cannot be read says nothing
+        return ""
+    return ""
 
 
 def _loader_signature(loader: Any) -> dict:

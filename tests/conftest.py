@@ -21,7 +21,7 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def own_capture(trace, by: str = "capture", of: tuple[str, ...] | None = None, mine: bool = True):
+def own_capture(trace, by: str = "capture", of: tuple[str, ...] | None = None, mine: bool = True, like: dict | None = None):
     """Stands in for helpers.capture (or communication.run) in this process: gives ``trace`` the stamp a trace
     made here carries, as if made of every course workload (``of``) by a step of the learner's own (``mine``).
 
@@ -36,6 +36,8 @@ def own_capture(trace, by: str = "capture", of: tuple[str, ...] | None = None, m
     workloads = sorted(p.stem for p in (ROOT / "helpers" / "workloads").glob("*.py")
                        if not p.stem.startswith("_")) if of is None else sorted(of)
     how = {"by": by, "step": secrets.token_hex(8), "workloads": workloads, "learner": ["a test's step"] if mine else []}
+    like = stamps.stamp_of(trace) if like is None else like  # a capture made here: its loop held and was fed the same
+    how.update({k: like[k] for k in ("holds", "loaders") if k in (like or {})})
     return stamps.stamp(trace, how)
 
 
@@ -44,11 +46,13 @@ def as_learners(trace):
     wrote their step so that it still does what ``trace``'s loop did): what the checks judge past provenance."""
     from dataclasses import replace
 
+    from helpers import stamps
+
     made = trace.metadata.get("capture")
     by = made.get("how", {}).get("by", "capture") if isinstance(made, dict) else "capture"  # the tool it stands in for
     copy = replace(trace, events=trace.events.copy(), metadata={k: v for k, v in trace.metadata.items() if k != "capture"},
                    _memo={})
-    return own_capture(copy, by=by)
+    return own_capture(copy, by=by, like=stamps.stamp_of(trace))
 
 
 

@@ -268,3 +268,59 @@ def test_check_data_stall_fixed_refuses_a_capture_fed_from_a_cached_batch_before
     before, after = _data_stall_pair(lambda ds, DL, w: [ds[0]] * 8, to_device=my_copy)
     with pytest.raises(checks.CheckFailed, match="no loader at all"):
         checks.check_data_stall_fixed(before, after, 1.3, good_make_step, my_copy)
+
+
+# --- labs 01, 03, 05, 11: the fix is timed on the lab's setup ---------------------------------------------------
+def my_sync_step(model, opt, xs, ys, log):
+    def step(i):
+        loss = torch.nn.functional.cross_entropy(model(xs[i % len(xs)]), ys[i % len(ys)])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+def _smaller_batches(model, opt, xs, ys):
+    return model, opt, xs[:, :8], ys[:, :8]
+
+
+def _smaller_model(model, opt, xs, ys):
+    from helpers.workloads import sync_stall
+
+    small = sync_stall.make_model(xs.shape[-1], depth=1)
+    return small, torch.optim.Adam(small.parameters(), lr=1e-4), xs, ys
+
+
+def _other_lr(model, opt, xs, ys):
+    return model, torch.optim.Adam(model.parameters(), lr=1e-2), xs, ys
+
+
+@pytest.mark.parametrize("change,words", [(_smaller_batches, "tensor (8, 1024, 256) float32"),
+                                          (_smaller_model, "model Sequential"),
+                                          (_other_lr, "optimizer Adam lr 0.0001")],
+                         ids=["smaller-batches", "smaller-model", "other-lr"])
+@pytest.mark.parametrize("ex_key", [("sync", "check_sync_fixed"), ("callsites", "check_callsites_fixed"),
+                                    ("workflow", "check_capstone"), ("data", "check_data_stall_fixed")],
+                         ids=lambda k: k[1])
+def test_a_fix_timed_on_a_smaller_setup_than_the_loop_as_first_written_is_refused(ex_key, change, words):
+    from helpers.workloads import sync_stall
+
+    ex = exercise.find(*ex_key)
+    assert ex.same_setup
+    cpu = torch.device("cpu")
+    before = _stamped(sync_stall.broken_step(*sync_stall.setup(cpu), []))
+    problem = provenance.same_setup_problem(before, _stamped(my_sync_step(*change(*sync_stall.setup(cpu)), [])))
+    assert problem and "does not hold what the loop as first written's holds" in problem and words in problem
+    assert provenance.same_setup_problem(before, _stamped(my_sync_step(*sync_stall.setup(cpu), []))) is None
+
+
+def test_check_sync_fixed_refuses_a_fix_timed_on_smaller_batches_before_reading_its_syncs():
+    from helpers import checks
+    from helpers.workloads import sync_stall
+
+    cpu = torch.device("cpu")
+    before = _stamped(sync_stall.broken_step(*sync_stall.setup(cpu), []))
+    after = _stamped(my_sync_step(*_smaller_batches(*sync_stall.setup(cpu)), []))
+    with pytest.raises(checks.CheckFailed, match="does not hold what the loop as first written's holds"):
+        checks.check_sync_fixed(before, after)

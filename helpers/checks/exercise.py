@@ -90,6 +90,9 @@ class Exercise:
     #: its ``after`` capture's loop must be fed as its ``before``'s is: a loader of the same kind over the same dataset
     #: (class, length, settings), in batches of the same size (:func:`helpers.checks.provenance.same_data_problem`)
     same_data: bool = False
+    #: its ``after`` capture's step holds the tensors, model and optimizer its ``before``'s holds, of the same shapes,
+    #: sizes and learning rate (:func:`helpers.checks.provenance.same_setup_problem`)
+    same_setup: bool = False
     order: tuple[str, ...] = field(default=("provenance", "behaviour", "structure", "speed"), repr=False)
 
     @property
@@ -151,7 +154,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("before", "trace", "capture", of="data_stall"), _t("after", "trace", "capture", of="data_stall", mine=True, runs=("to_device",)),
               _t("make_loader", _FN), _t("to_device", _FN)),
              reference="the broken loader's batches", figures=("data wait share", "step time"), workload="data_stall",
-             trains=True, same_data=True),
+             trains=True, same_setup=True, same_data=True),
     Exercise("01", "h2d", "check_reading[h2d]", "read the host-to-device copies off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "capture", "shipped", of="h2d_copy", shipped=("h2d_copy:broken",))),
              reference="the trace's diagnosis", workload="h2d_copy"),
@@ -183,7 +186,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("03", "sync", "check_sync_fixed", "prove the fix before/after",
              (_t("before", "trace", "capture", of="sync_stall"),
               _t("after", "trace", "capture", of="sync_stall", mine=True, step_of="check_sync_scan_clean:fn")),
-             figures=("syncs per step", "step time"), workload="sync_stall", trains=True),
+             figures=("syncs per step", "step time"), workload="sync_stall", trains=True, same_setup=True),
     # lab 04
     Exercise("04", "comm", "check_reading[comm]", "read the exposed communication off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "communication.run", "shipped", of="communication",
@@ -215,7 +218,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("before", "trace", "capture", of="mystery"), _t("after", "trace", "capture", of="mystery", mine=True, step_of="make_step"),
               _t("make_step", _FN)),
              reference="the mystery loop's training", figures=("data wait share", "syncs per step", "step time"),
-             workload="mystery", trains=True),
+             workload="mystery", trains=True, same_setup=True),
     # lab 06
     Exercise("06", "nsight", "check_stats_reading", "read nsys stats' top API call and kernel",
              (_t("answers", _ANS), _t("trace", "trace", "shipped", shipped=("nsys:data_stall:broken",))),
@@ -259,7 +262,7 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("11", "callsites", "check_backtrace_command", "write the nsys backtrace command", (_t("command", _ANS),)),
     Exercise("11", "callsites", "check_callsites_fixed", "remove the syncs at their call sites",
              (_t("fn", _FN), _t("before", "trace", "capture", of="callsite"), _t("after", "trace", "capture", of="callsite", mine=True, step_of="fn")),
-             figures=("syncs per step",), workload="callsite", trains=True),
+             figures=("syncs per step",), workload="callsite", trains=True, same_setup=True),
     Exercise("11", "callsites", "check_environment_pitfalls", "name the environment's pitfalls", (_t("fn", _FN),)),
 )
 
@@ -378,6 +381,8 @@ def judge(fn: Callable) -> Callable:
                 problem = behaviour.trace_training_problem(arguments.get("before"), arguments.get("after"))
             if problem is None and ex.same_data:
                 problem = provenance.same_data_problem(arguments.get("before"), arguments.get("after"))
+            if problem is None and ex.same_setup:
+                problem = provenance.same_setup_problem(arguments.get("before"), arguments.get("after"))
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)

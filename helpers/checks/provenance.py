@@ -214,6 +214,27 @@ def same_data_problem(before: Any, after: Any) -> str | None:
     return None
 
 
+def same_setup_problem(before: Any, after: Any) -> str | None:
+    """What the loop as first written's step (``before``) holds that the fix's capture's step (``after``) does not:
+    each tensor of its shape and dtype, its model of its parameter count, its optimizer of its learning rate
+    (:func:`helpers.stamps.describe_step`'s ``holds``). A fix timed on smaller batches, a smaller model or another
+    learning rate does other work than the loop it is compared with; None when it holds them all."""
+    from collections import Counter
+
+    how_b, how_a = stamp_of(before), stamp_of(after)
+    if how_b is None or how_a is None:
+        return None
+    mine = Counter(h for h in how_a.get("holds") or [] if isinstance(h, str))
+    missing = Counter(h for h in how_b.get("holds") or [] if isinstance(h, str)) - mine
+    if not missing:
+        return None
+    want = sorted(missing)[:3]
+    near = sorted(h for h in mine if h.split(" ", 1)[0] in {w.split(" ", 1)[0] for w in want})[:3]
+    return (f"your capture's step does not hold what the loop as first written's holds: {'; '.join(want)} "
+            f"(yours: {'; '.join(near) or 'none of that kind'}): time your fix on the lab's setup (the same batches, "
+            "model and optimizer), so that the two captures compare the same work")
+
+
 def _source_digest(fn: Any) -> str:
     """The digest :func:`helpers.stamps.describe_step` lists a learner function reached by a step under."""
     import types
