@@ -27,6 +27,8 @@ from .paths import os_error_text, terminal_safe, working_folder
 from .readers import MAX_BYTES, MAX_EVENTS
 from .readers import load as _load
 
+#: The parser's description: written out, not taken from the docstring (python -OO strips docstrings).
+DESCRIPTION = "python -m helpers: summarise, diagnose, plot, compare and export traces; run the self-check."
 FIGURE_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
 
 JSON_SCHEMA_DOC = render.json_schema_doc()  # generated from diagnosis.PATTERNS
@@ -292,7 +294,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m helpers", description=__doc__.splitlines()[0].replace("``", ""),
+    p = _Parser(prog="python -m helpers", description=DESCRIPTION,
                                 epilog=JSON_SCHEMA_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 

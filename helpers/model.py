@@ -304,7 +304,32 @@ def conform(ev: Any) -> pd.DataFrame:
         first = ev["kind"].to_numpy()[np.flatnonzero(unknown)[0]] if len(ev) == len(out) else None
         raise TraceError(f"trace.events['kind'] holds {first!r:.40}, not one of the kinds {', '.join(KINDS)}: "
                          "give each event one of them, or load the trace again")
-    return out
+    return _conform_times(out, ev)
+
+
+def _conform_times(ev: pd.DataFrame, original: pd.DataFrame) -> pd.DataFrame:
+    """The times every figure is made of, as the readers leave them: each event a finite start and a duration of 0
+    or more, refused otherwise (a NaN set in, a duration made negative: the table was diagnosed without a word, its
+    figures quietly wrong). ``end_us`` is ``start_us + dur_us`` by definition: where an edit left it stale (a
+    duration changed alone) the conforming copy takes it from the two, so the table is analysed as it now is."""
+    from .errors import TraceError
+
+    start, dur, end = (ev[c].to_numpy(dtype="float64") for c in ("start_us", "dur_us", "end_us"))
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~(np.isfinite(start) & np.isfinite(dur) & (dur >= 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            what = ("no start time (NaN)" if np.isnan(start[i]) else "no duration (NaN)" if np.isnan(dur[i]) else
+                    f"a start of {start[i]:g} us" if not np.isfinite(start[i]) else f"a duration of {dur[i]:g} us")
+            raise TraceError(f"trace.events: row {i} ({str(ev['name'].iloc[i])[:40]!r}) has {what}; every event needs a "
+                             "finite start and a duration of 0 or more: fix the row, or load the trace again")
+        derived = start + dur
+        if np.array_equal(end, derived):
+            return ev
+    if ev is original:
+        ev = ev.copy(deep=False)
+    ev["end_us"] = derived
+    return ev
 
 
 #: The steps table's columns (see :func:`empty_steps`) the analysis windows are read from.

@@ -193,7 +193,7 @@ def open_regular(path: str | os.PathLike, what: str = "file", advice: str = "") 
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise TraceError(f"{p}: {file_kind(mode)}, not a regular file; "
-                             + (advice or f"the {what} must be a plain file"))
+                             + (advice or f"the {what} must be a plain file: check the path"))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

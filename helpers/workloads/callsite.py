@@ -106,4 +106,4 @@ def make_step(variant: str, device: torch.device) -> StepFn:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(__doc__.splitlines()[0], VARIANTS, make_step, default_steps=20))
+    sys.exit(run_cli((__doc__ or __name__).splitlines()[0], VARIANTS, make_step, default_steps=20))

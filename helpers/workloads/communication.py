@@ -681,7 +681,7 @@ def run(variant: str | None = None, world_size: int = 2, steps: int = 10, warmup
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or __name__).splitlines()[0])
     parser.add_argument("--variant", choices=VARIANTS, default="manual")
     parser.add_argument("--world-size", type=count_at_least(1), default=2)
     parser.add_argument("--steps", type=count_at_least(1), default=10)

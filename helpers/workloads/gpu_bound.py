@@ -148,4 +148,4 @@ def run_steps(step_fn: Callable[..., torch.Tensor], device: torch.device, steps:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(__doc__.splitlines()[0], VARIANTS, make_step, default_steps=20))
+    sys.exit(run_cli((__doc__ or __name__).splitlines()[0], VARIANTS, make_step, default_steps=20))

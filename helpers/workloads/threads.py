@@ -94,7 +94,7 @@ def serve(thread_counts: list[int], reps: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or __name__).splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=REPS)
     p.add_argument("--serve", help=argparse.SUPPRESS)  # run_together's workers: comma-separated thread counts
