@@ -324,3 +324,36 @@ def test_check_sync_fixed_refuses_a_fix_timed_on_smaller_batches_before_reading_
     after = _stamped(my_sync_step(*_smaller_batches(*sync_stall.setup(cpu)), []))
     with pytest.raises(checks.CheckFailed, match="does not hold what the loop as first written's holds"):
         checks.check_sync_fixed(before, after)
+
+
+# --- lab 00: the phase ranges hold the phases' work -------------------------------------------------------------
+def test_lab00_phase_ranges_around_no_work_or_no_phases_asked_for_earn_nothing(tmp_path):
+    import helpers
+    from helpers import checks
+    from helpers.profiling import annotate
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.ones(4, 8)
+
+    def train_step(i):
+        with annotate("forward"):
+            loss = model(x).square().mean()
+        with annotate("backward"):
+            loss.backward()
+        with annotate("optimizer"):
+            opt.step()
+            opt.zero_grad()
+
+    def ranges_only(i):  # the three ranges, around nothing: no training step annotated
+        for phase in ("forward", "backward", "optimizer"):
+            with annotate(phase):
+                pass
+
+    good = helpers.capture(train_step, steps=2, warmup=0, wait=0, out_dir=tmp_path, name="good")
+    assert checks.check_annotated_phases(good).startswith("passed")
+    hollow = helpers.capture(ranges_only, steps=2, warmup=0, wait=0, out_dir=tmp_path, name="hollow")
+    with pytest.raises(checks.CheckFailed, match="Phase ranges around none of their phase's work.*forward"):
+        checks.check_annotated_phases(hollow)
+    with pytest.raises(checks.CheckFailed, match="around none of their phase's work"):
+        checks.check_annotated_phases(hollow, phases=())  # asking for no phase asks for the course's three

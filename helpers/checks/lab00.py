@@ -8,6 +8,7 @@ import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import metrics as m
 from .. import seal as _seal
@@ -74,21 +75,49 @@ def check_tool_choice(answers: dict[str, str]) -> str:
 
 
 def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "backward", "optimizer")) -> str:
-    """Every profiled step holds a range for each phase (NVTX and record_function, via helpers.annotate)."""
+    """Every profiled step holds a range for each phase (NVTX and record_function, via helpers.annotate), and each
+    range holds its phase's work: the forward and the optimizer PyTorch ops, the backward autograd's. The course's
+    three phases are always asked for (``phases`` may add more, never drop one): empty ranges around no training, or
+    no phases asked for, annotate nothing."""
+    phases = tuple(dict.fromkeys((*PHASES, *(str(p).lower() for p in phases))))
     steps = trace.steps
     if steps.empty:
         return _check("capture", "check_annotated_phases", False,
                       "No steps found: profile with helpers.capture (it calls prof.step() after every step), "
                       "or name your step ranges 'step N'.")
-    ann = trace.events[trace.events["kind"] == "annotation"]
-    missing = []
+    ev = trace.events
+    ann = ev[ev["kind"] == "annotation"]
+    ops = ev[(ev["kind"] == "cpu_op") & (ev["device"] < 0)]
+    missing, empty = [], []
     for _, st in steps.iterrows():
         inside = ann[(ann["rank"] == st["rank"]) & (ann["start_us"] >= st["start_us"]) & (ann["end_us"] <= st["end_us"])]
-        names = set(inside["name"].str.lower())
-        missing += [f"step {int(st['step'])}: {p}" for p in phases if p not in names]
-    return _check("capture", "check_annotated_phases", not missing,
-                  f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
-                  "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
+        names = inside["name"].str.lower()
+        missing += [f"step {int(st['step'])}: {p}" for p in phases if p not in set(names)]
+        for p in PHASES:
+            ranges = inside[names == p]
+            if len(ranges) and not any(_phase_work(ops[ops["rank"] == st["rank"]], p, r) for _, r in ranges.iterrows()):
+                empty.append(f"step {int(st['step'])}: {p}")
+    if missing:
+        return _check("capture", "check_annotated_phases", False,
+                      f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
+                      "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
+    return _check("capture", "check_annotated_phases", not empty,
+                  f"Phase ranges around none of their phase's work ({', '.join(empty[:4])}): each range must hold its "
+                  "phase of the training step (the model's forward and the loss; loss.backward(); opt.step() and "
+                  "zero_grad), so that the lane shows where the step's time goes.")
+
+
+#: The phases of a training step every annotated capture shows (check_annotated_phases).
+PHASES = ("forward", "backward", "optimizer")
+
+
+def _phase_work(ops: Any, phase: str, rng: Any) -> bool:
+    """Whether the range ``rng`` of ``phase`` holds that phase's work: PyTorch ops running during it (any thread:
+    backward runs on autograd's), for the backward the autograd engine's."""
+    during = ops[(ops["start_us"] >= rng["start_us"]) & (ops["start_us"] < rng["end_us"])]
+    if phase == "backward":
+        return bool(during["name"].astype(str).str.startswith("autograd::engine::evaluate_function").any())
+    return not during.empty
 
 
 def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
