@@ -3,6 +3,7 @@ Ctrl-C, SIGTERM or SIGHUP at any moment ends in one line (see helpers.interrupts
 
 from .errors import Interrupted
 from .interrupts import ignore, install, stopped
+from .leave import leave
 
 install()  # kept to the very end: the process exits right after
 try:
@@ -12,4 +13,4 @@ try:
 except Interrupted as exc:  # while the command line itself was still being imported
     status = stopped(exc)
 ignore()  # done: a signal from here on (Python's own shutdown) changes neither the outcome nor the status
-raise SystemExit(status)
+leave(status)

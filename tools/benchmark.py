@@ -447,8 +447,8 @@ def rank_folder(folder: Path, ranks: int = 8) -> None:
             fh.write(json.dumps(doc).encode())
 
 
-_FORCE_WORKERS = ("import sys, helpers.readers as r, helpers.cli as c; w = int(sys.argv[1]); "
-                  "r._workers = lambda n: min(n, w); sys.exit(c.main(sys.argv[2:]))")
+_FORCE_WORKERS = ("import sys, helpers.readers as r, helpers.cli as c; from helpers.leave import leave; w = int(sys.argv[1]); "
+                  "r._workers = lambda n: min(n, w); leave(c.main(sys.argv[2:]))")  # ends as python -m helpers does
 
 
 def folder_of_ranks(repeat: int) -> None:
