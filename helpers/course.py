@@ -12,7 +12,6 @@ what a CPU shows honestly.
 from __future__ import annotations
 
 import ast
-import inspect
 import linecache
 import sys
 from functools import lru_cache
@@ -23,6 +22,7 @@ from .errors import CheckFailed, NoGPUError, TraceError
 from .model import Trace
 from .outputs import SHIPPED_LIMIT, read_regular, shipped_json
 from .readers import load
+from .sources import getsource
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -324,7 +324,7 @@ def steps_line(trace: Trace, label: str) -> str:
 def show(obj: object) -> object:
     """Display a function's or class's source with syntax highlighting (plain text outside Jupyter)."""
     try:
-        source = inspect.getsource(obj)  # type: ignore[arg-type]
+        source = getsource(obj)  # type: ignore[arg-type]
     except (TypeError, OSError) as exc:  # a value, a built-in, code typed at the prompt: nothing to show
         raise TraceError(f"show(): no source to show for {type(obj).__name__} ({' '.join(str(exc).split())[:120]}); "
                          "give a function or class of the course") from None

@@ -154,7 +154,9 @@ def table_digest(df: Any) -> str | None:
 # --- what a step function is --------------------------------------------------------------------
 def _code_text(fn: Any) -> str:
     try:
-        return inspect.getsource(fn)
+        from .sources import getsource
+
+        return getsource(fn)
     except (OSError, TypeError):
         code = getattr(fn, "__code__", None)
         return repr((code.co_code, code.co_consts)) if code is not None else type(fn).__qualname__
@@ -302,8 +304,10 @@ def _unwrap_step(fn: Any) -> Any:
 
 def _code_digest(code: types.CodeType) -> str:
     """The digest :func:`describe_step` gives a learner function of this code (its source text's, as ``learner``)."""
+    from .sources import getsource
+
     try:
-        text = inspect.getsource(code)
+        text = getsource(code)  # read never blocking (helpers.sources)
     except (OSError, TypeError):
         text = repr((code.co_code, code.co_consts))
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import sources
 from .errors import TraceError
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def scan(fn: Callable) -> list[SyncSite]:
     if file and os.path.exists(file) and not os.path.isfile(file):  # a FIFO or device would hang or fill memory
         raise TraceError(f"{file}: the source of {getattr(fn, '__name__', fn)} is not a regular file; define it in a .py file")
     try:
-        source, first = inspect.getsourcelines(fn)
+        source, first = sources.getsourcelines(fn)  # read never blocking: a file swapped for a pipe since the check
     except OSError as exc:
         raise TraceError(f"{getattr(fn, '__name__', fn)}: its source cannot be read ({exc}); define it in a file or cell") from None
     return scan_source("".join(source), first)

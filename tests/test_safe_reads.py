@@ -129,7 +129,7 @@ _ALLOWED_OPENS = {
     ("helpers/procs.py", "_group_cpu_s"), ("helpers/checks/_core.py", "_children"), ("helpers/doctor.py", "_read"),
     ("helpers/profiling.py", "save_trace"),  # the profiler's own export, written a line before
 }
-_ALLOWED_FILES = ("helpers/workloads/", "helpers/plots", "helpers/report.py", "helpers/outputs.py")
+_ALLOWED_FILES = ("helpers/workloads/", "helpers/plots", "helpers/report.py", "helpers/outputs.py", "helpers/sources.py")
 
 
 def _reading_opens(tree: ast.AST) -> list[tuple[str, int]]:
@@ -146,7 +146,8 @@ def _reading_opens(tree: ast.AST) -> list[tuple[str, int]]:
                 by_name = isinstance(f, ast.Name) and f.id == "open"
                 by_path = isinstance(f, ast.Attribute) and f.attr in ("read_text", "read_bytes")
                 by_module = (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in
-                             {("gzip", "open"), ("io", "open"), ("codecs", "open"), ("tokenize", "open"), ("sqlite3", "connect")})
+                             {("gzip", "open"), ("io", "open"), ("codecs", "open"), ("tokenize", "open"), ("sqlite3", "connect"),
+                              ("inspect", "getsource"), ("inspect", "getsourcelines"), ("inspect", "findsource")})
                 if (by_name or by_module) and not writes or by_path:
                     found.append((fn, child.lineno))
             visit(child, name)
@@ -165,6 +166,41 @@ def test_files_are_opened_for_reading_only_through_the_safe_reader():
             if (rel, fn) not in _ALLOWED_OPENS and not (rel == "helpers/readers/nsys.py" and fn == "_read_open"):
                 stray.append(f"{rel}:{line} in {fn}")
     assert not stray, "open these through helpers.outputs.open_regular / read_regular / read_state_json: " + ", ".join(stray)
+
+
+@posix_only
+@pytest.mark.parametrize("reader", ["sources.getsource", "syncscan.scan", "proof digest", "stamps code text"])
+def test_a_functions_source_file_that_is_a_fifo_never_blocks(tmp_path, monkeypatch, reader):
+    from helpers import sources, stamps, syncscan
+    from helpers.checks import _proof
+
+    src = tmp_path / "step.py"
+    src.write_text("def step():\n    return 1\n")
+    ns: dict = {}
+    exec(compile(src.read_text(), str(src), "exec"), ns)
+    _fifo_in_place_of(src)  # after the function was defined: its file is now a pipe
+    monkeypatch.setattr(syncscan.os.path, "isfile", lambda p: True)  # as if the check had run before the swap
+    call = {"sources.getsource": lambda: sources.getsource(ns["step"]), "syncscan.scan": lambda: syncscan.scan(ns["step"]),
+            "proof digest": lambda: _proof._source_digest(ns["step"]),
+            "stamps code text": lambda: stamps._code_text(ns["step"])}[reader]
+    box = _never_blocks(call, src)
+    if reader in ("proof digest", "stamps code text"):  # no source to read: they fall back to the code object
+        assert "value" in box, box
+    else:
+        assert isinstance(box.get("error"), (OSError, TraceError)), box
+
+
+def test_a_functions_source_is_read_as_inspect_reads_it(tmp_path):
+    import inspect
+
+    from helpers import sources
+
+    src = tmp_path / "m.py"
+    src.write_text("# -*- coding: latin-1 -*-\nX = 1\n\n\ndef f(a):\n    return 'caf\xe9'\n", encoding="latin-1")
+    ns: dict = {}
+    exec(compile(src.read_bytes(), str(src), "exec"), ns)
+    assert sources.getsourcelines(ns["f"]) == inspect.getsourcelines(ns["f"])
+    assert sources.getsource(helpers.load) == inspect.getsource(helpers.load)
 
 
 # --- what damaged bytes are, in words ---------------------------------------------------------------------

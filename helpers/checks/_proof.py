@@ -47,10 +47,10 @@ def _take_key() -> tuple[bytes, str] | None:
 
 
 def _source_digest(fn: Any) -> str:
-    import inspect
+    from ..sources import getsource
 
     try:
-        text = inspect.getsource(fn)
+        text = getsource(fn)  # the file read the safe way (helpers.sources): a pipe there cannot block the check
     except (OSError, TypeError):  # a builtin, a lambda typed at a prompt, a callable object
         code = getattr(fn, "__code__", None)
         text = repr((code.co_code, code.co_consts)) if code is not None else type(fn).__qualname__

@@ -8,7 +8,6 @@ syncs in *their* trace and names the ops (and ranges) that still sync.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 import pandas as pd
@@ -19,6 +18,7 @@ from ..diagnosis import diagnose
 from ..errors import TraceError
 from ..model import Trace
 from ..render import plural
+from ..sources import getsource
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, course_bar, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
@@ -142,7 +142,7 @@ def check_sync_scan_clean(fn: Callable) -> str:
                           "and scan that; the course's functions earn no credit")
     try:
         sites = syncscan.every_step(syncscan.scan(fn))  # first: it refuses a source file that is a pipe or device
-        source = inspect.getsource(fn)
+        source = getsource(fn)
     except (OSError, TypeError, SyntaxError, TraceError) as exc:
         _record("sync", "check_sync_scan_clean", False)
         raise CheckFailed(f"could not read the source of {getattr(fn, '__name__', fn)!r} ({exc}); define it in a cell") from None

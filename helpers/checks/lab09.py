@@ -23,6 +23,7 @@ from .. import metrics as m
 from .. import thresholds as th
 from ..model import Trace
 from ..render import plain_kernel_name
+from ..sources import getsource
 from . import _core
 from . import behaviour as _behaviour
 from ._core import NUMBER, CheckFailed, _check, _close, _record, own_capture_problem, run_learner, shipped, unit_slip
@@ -51,7 +52,7 @@ def _course_names(fn: Callable, names: tuple[str, ...]) -> list[str]:
     """Which of the course's own functions ``names`` the learner's function refers to (its syntax tree: comments
     and strings do not count)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        tree = ast.parse(textwrap.dedent(getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return []
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
