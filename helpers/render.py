@@ -83,9 +83,10 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("ranks_without_events"):
         silent = s["ranks_without_events"]
         one = len(silent) == 1
+        rest = ("no rank's file holds any: there are no figures to give" if len(silent) == len(s["ranks"]) else
+                "the figures are of the other ranks")
         lines.append(f"  rank{'' if one else 's'} {', '.join(map(str, silent))} {'has' if one else 'have'} no events: "
-                     f"{'its file was' if one else 'their files were'} read and held none; the figures are of the "
-                     "other ranks")
+                     f"{'its file was' if one else 'their files were'} read and held none; {rest}")
     if s.get("job_world_size"):
         lines.append("  " + part_of_job_text(int(s["job_world_size"]), list(s["ranks"])))
     if s.get("steps_inferred"):

@@ -41,6 +41,13 @@ def test_summary_lists_a_rank_without_events_and_says_so(tmp_path, capsys, silen
     assert json.loads(capsys.readouterr().out)["ranks_without_events"] == list(silent)
 
 
+def test_a_job_of_silent_ranks_only_says_no_rank_holds_events(tmp_path, capsys):
+    job = _job_with_a_silent_rank(tmp_path, (0, 1, 2))
+    assert main(["summary", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert "no rank's file holds any" in out and "other ranks" not in out
+
+
 def test_a_whole_job_has_no_silent_ranks_key(tmp_path):
     job = _job_with_a_silent_rank(tmp_path, ())
     assert "ranks_without_events" not in metrics.summary(helpers.load(job))
@@ -200,3 +207,18 @@ def test_a_loaded_trace_passes_the_time_check_untouched(tmp_path):
     before = t.events
     helpers.diagnose(t)
     assert t.events is before  # the check reads the table; it neither copies nor changes it
+
+
+# --- a folder without traces says where they are when they are close --------------------------------------------
+
+def test_a_folder_whose_traces_are_one_level_down_or_hidden_says_so(tmp_path, capsys):
+    top = tmp_path / "top"
+    (top / "run1").mkdir(parents=True)
+    write_json(two_step_loop(), top / "run1" / "rank0.json")
+    assert main(["summary", str(top)]) == 2
+    assert "its subfolder run1 holds trace files: pass that folder" in capsys.readouterr().err
+    hid = tmp_path / "hid"
+    hid.mkdir()
+    write_json(two_step_loop(), hid / ".rank0.json")
+    assert main(["summary", str(hid)]) == 2
+    assert "1 hidden file named like a trace (.rank0.json) is skipped" in capsys.readouterr().err

@@ -453,6 +453,28 @@ def _not_a_file(f: Path) -> str | None:
     return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
+def _what_is_there(d: Path) -> str:
+    """Where the traces of a folder without any are, when they are close: hidden files named like traces (skipped,
+    as an editor's or a sync tool's copies are), or subfolders holding them (a job's traces one level down)."""
+    try:
+        entries = sorted(itertools.islice(d.iterdir(), 10_000))
+        hidden = [f.name for f in entries if f.name.startswith(".") and f.name.endswith(_TRACE_SUFFIXES)]
+        below = [f.name for f in entries[:200] if not f.name.startswith(".") and f.is_dir() and
+                 any(g.name.endswith(_TRACE_SUFFIXES) for g in itertools.islice(f.iterdir(), 1000))]
+    except OSError:
+        return ""
+    said = []
+    if below:
+        many = len(below) > 1
+        said.append(f"its subfolder{'s' if many else ''} {', '.join(below[:3])}{', ...' if len(below) > 3 else ''} "
+                    f"hold{'' if many else 's'} trace files: pass {'one of them' if many else 'that folder'}")
+    if hidden:
+        many = len(hidden) > 1
+        said.append(f"{len(hidden):,} hidden file{'s' if many else ''} named like a trace ({', '.join(hidden[:3])}) "
+                    f"{'are' if many else 'is'} skipped: rename {'them' if many else 'it'} without the leading dot")
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def trace_files(d: Path) -> list[Path]:
     """The trace files of folder ``d`` (by name: *.json, *.json.gz, *.sqlite, ...; hidden files and manifest.json
     aside), sorted: every command that reads a folder lists it here. An entry so named that cannot be read as a
@@ -476,7 +498,7 @@ def trace_files(d: Path) -> list[Path]:
                          "exists, or give the full path")
     if not named:
         raise TraceError(
-            f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite); "
+            f"{d}: the folder holds no trace files (*.json, *.json.gz, *.pt.trace.json.gz, *.sqlite){_what_is_there(d)}; "
             "point at the folder your profiler wrote into"
         )
     if (d / "manifest.json").is_file() and len(named) > 1:
