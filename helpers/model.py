@@ -568,42 +568,41 @@ _JOIN_BLOCKS_UP_TO = 500_000
 
 def _row_order(data: dict[str, Any]) -> np.ndarray:
     """The rows sorted (stably) by start, end, kind, lane, name: one stable sort of the starts, then the
-    other keys only inside runs of rows whose earlier keys are equal (few: sorting every row by every key
-    cost most of building the table)."""
+    other keys only across runs of rows that start together, in one sort (few rows in most traces: sorting
+    every row by every key cost most of building the table). When most rows tie (a folder of synchronized
+    ranks: each event ties with its copies on the other ranks) one sort of every row by the five keys is
+    cheaper than picking the runs out."""
     start, end = data["start_us"], data["end_us"]
-    codes = data["kind"].codes.astype(np.int64)
-    codes[codes < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
+    kind = data["kind"].codes.copy()  # (a small integer type: sorted by radix)
+    kind[kind < 0] = len(KINDS)  # an unknown kind sorts last, as pandas puts missing categories
     order = np.argsort(start, kind="stable")
     if len(order) < 2:
         return order
-    # rows that start together: by end, then kind
-    order = _within_ties(order, _same(start[order]), lambda rows: (codes[rows], end[rows]))
-    # rows that start and end together and are of one kind: by lane, then name (their categories are sorted,
-    # so their codes sort as their texts do)
-    s, e, k = start[order], end[order], codes[order]
-    tie = _same(s) & _same(e) & (k[1:] == k[:-1])
-    return _within_ties(order, tie, lambda rows: (data["name"].codes[rows], data["lane"].codes[rows]))
-
-
-def _same(a: np.ndarray) -> np.ndarray:
-    """Whether each element equals the one before it (NaN equal to NaN)."""
-    return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
-
-
-def _within_ties(order: np.ndarray, tie: np.ndarray, keys) -> np.ndarray:
-    """``order`` with each run of rows tied to the one before (``tie``) sorted stably by ``keys(rows)``
-    (least significant first, as numpy's lexsort takes them)."""
-    if not tie.any():
+    tie = _same(start[order])
+    n_tied = int(np.count_nonzero(tie))
+    if not n_tied:
         return order
-    group = np.concatenate(([0], np.cumsum(~tie)))
+
+    # lane and name categories are sorted, so their codes sort as their texts do; lexsort takes the least
+    # significant key first, and is stable
+    def keys(rows):
+        return data["name"].codes[rows], data["lane"].codes[rows], kind[rows], end[rows]
+
+    if 2 * n_tied > len(order):
+        return np.lexsort((*keys(slice(None)), start))
+    group = np.concatenate(([0], np.cumsum(~tie)))  # runs of rows that start together, numbered in start order
     in_run = np.zeros(len(order), dtype=bool)
     in_run[1:] |= tie
     in_run[:-1] |= tie
     at = np.flatnonzero(in_run)
     rows = order[at]
-    order = order.copy()
     order[at] = rows[np.lexsort((*keys(rows), group[at]))]
     return order
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    """Whether each element equals the one before it (NaN equal to NaN, as sorting takes them)."""
+    return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
 
 
 def times_problem(events: pd.DataFrame | dict[str, Any]) -> str | None:

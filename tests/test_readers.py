@@ -133,9 +133,11 @@ def test_folder_read_in_parallel_processes_gives_the_same_trace(tmp_path, monkey
         helpers.load(d)
 
 
-def test_events_table_rows_are_in_the_total_order_of_start_end_kind_lane_name():
-    """build_events sorts numerically and breaks ties by text only inside runs of equal times and kind:
-    the rows must still be exactly a stable sort on all five keys."""
+@pytest.mark.parametrize(("spread", "nan_durations"), [(20, False), (20, True), (20_000, False), (20_000, True)])
+def test_events_table_rows_are_in_the_total_order_of_start_end_kind_lane_name(spread, nan_durations):
+    """build_events sorts numerically and breaks ties by text only across runs of equal starts, or sorts every row by
+    every key when most rows tie (a spread of 20 starts: nearly all tie; of 20,000: few do): either way the rows
+    must be exactly a stable sort on all five keys, a missing end (NaN) sorting last as pandas puts it."""
     import numpy as np
     import pandas as pd
 
@@ -146,12 +148,15 @@ def test_events_table_rows_are_in_the_total_order_of_start_end_kind_lane_name():
     cols = {"name": rng.choice(["b", "a", "c", "aa"], n).astype(object),
             "lane": rng.choice(["CPU 1", "CPU 2", "GPU 0 stream 7"], n).astype(object),
             "kind": rng.choice(list(KINDS[:4]), n).astype(object),
-            "start_us": rng.integers(0, 20, n).astype(float) + 5.0,
+            "start_us": rng.integers(0, spread, n).astype(float) + 5.0,
             "dur_us": rng.integers(0, 3, n).astype(float), "correlation": np.arange(n)}
+    if nan_durations:
+        cols["dur_us"][rng.random(n) < 0.2] = np.nan
+    given = cols["start_us"].copy()
     got = build_events(cols)
-    want = pd.DataFrame({**cols, "start_us": cols["start_us"] - 5.0})
+    want = pd.DataFrame({**cols, "start_us": cols["start_us"] - cols["start_us"].min()})
     want["end_us"] = want["start_us"] + want["dur_us"]
     want["kind"] = want["kind"].astype(pd.CategoricalDtype(KINDS))
     want = want.sort_values(["start_us", "end_us", "kind", "lane", "name"], kind="stable")
     assert got["correlation"].tolist() == want["correlation"].tolist()
-    assert cols["start_us"].min() == 5.0  # the caller's arrays are left as they were
+    assert np.array_equal(cols["start_us"], given)  # the caller's arrays are left as they were
