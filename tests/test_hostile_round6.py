@@ -222,3 +222,18 @@ def test_a_folder_whose_traces_are_one_level_down_or_hidden_says_so(tmp_path, ca
     write_json(two_step_loop(), hid / ".rank0.json")
     assert main(["summary", str(hid)]) == 2
     assert "1 hidden file named like a trace (.rank0.json) is skipped" in capsys.readouterr().err
+
+
+# --- compare: a side that recorded nothing --------------------------------------------------------------------
+
+@pytest.mark.parametrize("empty_side", ["before", "after"])
+def test_compare_with_a_trace_that_holds_no_events_is_one_line(tmp_path, capsys, empty_side):
+    full = write_json(two_step_loop(), tmp_path / "full.json")
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps(kineto_doc([])))
+    pair = [empty, full] if empty_side == "before" else [full, empty]
+    assert main(["compare", *map(str, pair)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the {empty_side} trace holds no events" in err
+    with pytest.raises(helpers.TraceError, match="holds no events"):
+        metrics.comparison(*(helpers.load(p) for p in pair))

@@ -133,6 +133,12 @@ def comparison(before: Trace, after: Trace) -> pd.DataFrame:
     ``lower`` or ``higher``; ``noise`` the half-width of the band a difference must leave to count, NaN
     where the traces cannot say), each over its own steps (:func:`stepped`). :func:`helpers.render.change_text`
     words the change."""
+    for side, t in (("before", before), ("after", after)):
+        if not len(t.events):  # every figure of that side would be missing or 0: 'data wait 0.045 -> 0 (better)'
+            from ..errors import ArgumentError
+
+            raise ArgumentError(f"{t.source}: the {side} trace holds no events (the profiler recorded nothing), so there is "
+                                "nothing to compare it with; record the loop again and compare that")
     before, after = stepped(before), stepped(after)
     rows = []
     band = step_time_band(before, after)
