@@ -32,7 +32,7 @@ from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_patt
 from ..outputs import open_regular, size_words
 from ..paths import unreachable, working_folder
 from ..procs import Hung, last_line, run_bounded, worker_pool
-from . import kineto, nsys
+from . import kineto  # (nsys, and sqlite3 with it, imported where an Nsight Systems file is read)
 from .budget import Budget, charge_bytes
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -138,6 +138,8 @@ def _read_file(p: Path, max_bytes: int, max_events: int, *, table: bool,
     if not head:
         raise TraceError(f"{p}: the file is empty; record the trace again (did the profiled run finish?)")
     if head.startswith(SQLITE_MAGIC):
+        from . import nsys
+
         events, metadata = nsys.read(p, max_events, max_bytes, budget=budget)
         return events, metadata, "nsys-sqlite"
     if head.startswith(GZIP_MAGIC):
@@ -361,6 +363,8 @@ def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_
                         budget: Budget | None = None) -> tuple[pd.DataFrame, dict, str]:
     """A gzipped SQLite export: decompressed block by block into a private temporary copy (never beside
     the input, never whole in memory), and read from there."""
+    from . import nsys
+
     with _scratch(p, "decompress it") as tmp:  # mode 0700: private to this user
         copy = tmp / "trace.sqlite"
         try:
@@ -376,6 +380,8 @@ def _read_sqlite_blocks(p: Path, blocks: Iterator[bytes], max_events: int = MAX_
 
 def _read_nsys_report(p: Path, max_bytes: int, max_events: int,
                       budget: Budget | None = None) -> tuple[pd.DataFrame, dict, str]:
+    from . import nsys
+
     exe = shutil.which("nsys")
     if exe is None:
         raise TraceError(
