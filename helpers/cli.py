@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import typing
@@ -285,6 +286,13 @@ def _shown(text: str, limit: int = 40) -> str:
 
 class _Parser(argparse.ArgumentParser):
     """argparse's usage errors as every other error: one line, ``error: ...``, status 2 (not the usage block)."""
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any) -> None:
+        super().__init__(*args, **kwargs)
+        # a window before the timeline's zero (--window -5:-1) is a value, not an option: argparse takes only bare
+        # negative numbers so ('expected one argument'); no option of these commands starts with '-' and a digit
+        if hasattr(self, "_negative_number_matcher"):
+            self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(?:\d|\.\d)[\d.]*(?:[eE][+-]?\d+)?:-?[\d.]*(?:[eE][+-]?\d+)?$")
 
     def error(self, message: str) -> typing.NoReturn:
         text = " ".join(message.split())

@@ -112,11 +112,22 @@ def _phase_color(name: str) -> str:
 
 def pick_window(trace: Trace, window: tuple[float, float] | None = None, step: int | None = None,
                 rank: int | None = None) -> tuple[float, float]:
-    """The time window to draw: explicit, one step's, or the whole trace (microseconds)."""
+    """The time window to draw: explicit, one step's, or the whole trace (microseconds). Both a window and a step, or
+    a window that misses every event, are refused: the step was ignored, and the figure drawn empty, without a word."""
+    if window is not None and step is not None:
+        raise ArgumentError(f"a window and step {step} given: draw one or the other (the window was drawn and the step "
+                            "ignored)")
     if window is not None:
         t0, t1 = float(window[0]), float(window[1])
         if t0 > t1:  # a reversed window: say so, not an inverted axis
             raise ArgumentError(f"the window ({t0:g}, {t1:g}) ends before it starts: give (start, end) with start before end")
+        ev = trace.events
+        if len(ev):
+            lo, hi = float(ev["start_us"].min()), float(ev["end_us"].max())
+            if t1 < lo or t0 > hi:
+                origin = time_origin_us(trace)
+                raise ArgumentError(f"the window {(t0 - origin) / 1e3:g}:{(t1 - origin) / 1e3:g} ms holds no event: the trace "
+                                    f"runs from {(lo - origin) / 1e3:g} to {(hi - origin) / 1e3:g} ms on the timeline's axis")
         return t0, t1
     if trace.events.empty:
         raise ArgumentError(f"{trace.source or 'the trace'}: no events to draw (the events table is empty)")

@@ -237,3 +237,29 @@ def test_compare_with_a_trace_that_holds_no_events_is_one_line(tmp_path, capsys,
     assert err.count("\n") == 1 and f"the {empty_side} trace holds no events" in err
     with pytest.raises(helpers.TraceError, match="holds no events"):
         metrics.comparison(*(helpers.load(p) for p in pair))
+
+
+# --- timeline windows: outside the trace, beside a step, before the axis' zero ----------------------------------
+
+@pytest.mark.parametrize("window", ["1e9:2e9", "-5:-1", "-5:-1e-3", "100:200"])
+def test_a_window_that_misses_every_event_is_one_line(tmp_path, capsys, window):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert main(["plot", str(src), "--window", window, "-o", str(tmp_path / "w.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no event" in err and not (tmp_path / "w.png").exists()
+
+
+def test_a_window_and_a_step_together_are_refused_not_one_ignored(tmp_path, capsys):
+    from helpers import plots
+
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert main(["plot", str(src), "--window", "0:1", "--step", "1", "-o", str(tmp_path / "w.png")]) == 2
+    assert "draw one or the other" in capsys.readouterr().err
+    with pytest.raises(helpers.TraceError, match="draw one or the other"):
+        plots.timeline(helpers.load(src), window_ms=(0, 1), step=1)
+
+
+@pytest.mark.parametrize("window", ["-0.5:1.5", "-1e-1:1", "-.5:2"])
+def test_a_window_starting_before_zero_is_a_value_not_an_option(tmp_path, window):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert main(["plot", str(src), "--window", window, "-o", str(tmp_path / "w.png")]) == 0
