@@ -263,3 +263,17 @@ def test_a_window_and_a_step_together_are_refused_not_one_ignored(tmp_path, caps
 def test_a_window_starting_before_zero_is_a_value_not_an_option(tmp_path, window):
     src = write_json(two_step_loop(), tmp_path / "t.json")
     assert main(["plot", str(src), "--window", window, "-o", str(tmp_path / "w.png")]) == 0
+
+
+# --- a damaged first start names the damaged event, not the ones it pushed past the limit --------------------------
+
+@pytest.mark.parametrize("ts", [-1e308, -1e300, -5e18])
+def test_a_damaged_earliest_start_names_its_own_event(tmp_path, ts):
+    doc = kineto_doc(two_step_loop())
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["ts"], kernel["name"] = ts, "the_damaged_one"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(helpers.TraceError, match="the_damaged_one") as e:
+        helpers.load(p)
+    assert f"{ts:.4g}" in str(e.value)

@@ -28,7 +28,7 @@ from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from ..interrupts import temporary_dir
-from ..model import MAX_RANK, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
+from ..model import MAX_RANK, MAX_TIME_US, Trace, assign_steps, build_events, check_step_pattern, find_steps, times_problem
 from ..outputs import open_regular, size_words
 from ..paths import unreachable, working_folder
 from ..procs import Hung, last_line, run_bounded, worker_pool
@@ -108,6 +108,13 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
     An event whose times are beyond :data:`helpers.model.MAX_TIME_US` is refused, whatever the format.
     """
     events, metadata, fmt = _read_file(p, max_bytes, max_events, table=table, budget=budget)
+    origin = metadata.get("origin_us") if isinstance(metadata, dict) else None
+    if isinstance(origin, float) and not abs(origin) < MAX_TIME_US and len(events["name"]):
+        # the times are kept from the first event's start: a damaged first start (-1e308) put every other event past
+        # the limit, and the check below named one of those, not the event whose clock is damaged
+        first = int(np.argmin(np.asarray(events["start_us"], dtype="float64")))
+        raise TraceError(f"{p}: event {str(np.asarray(events['name'], dtype=object)[first])[:40]!r} has start {origin:.4g} us, "
+                         f"beyond {MAX_TIME_US:.3g} us (146 years): its clock is damaged; record or export the trace again")
     _refuse_damaged_times(events, p)
     return events, metadata, fmt
 
