@@ -347,7 +347,7 @@ def judge(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        from . import _core, provenance
+        from . import _core, _intact, provenance
 
         # what the check compares is plain (a learner's str subclass that equals every pattern is a str again),
         # however the check was reached: helpers.checks.<name> or its lab module's own name
@@ -362,6 +362,10 @@ def judge(fn: Callable) -> Callable:
             if "item" in arguments and "label" in arguments:
                 _core._record(str(arguments["item"]), f"{fn.__name__}[{arguments['label']}]", False)
             raise
+        replaced = _intact.tampered_problem()  # the course's reference, clock and measurements are its own
+        if replaced:
+            _core._record(ex.item, ex.check, False)
+            raise CheckFailed(replaced)
         notebook = _proof.SIGNER.notebook
         if notebook is not None and ex.notebook != notebook:
             _core._record(ex.item, ex.check, False)
