@@ -110,8 +110,8 @@ def test_the_issues_patterns_on_a_3000_character_name(tmp_path, capsys, monkeypa
     started = time.monotonic()
     try:
         trace = helpers.load(src, pattern)
-    except TraceError as exc:
-        assert "did not finish within 1 s" in str(exc)
+    except TraceError as exc:  # past the limit, or (a pattern that matches none of the ranges) refused as a typo is
+        assert "did not finish within 1 s" in str(exc) or "matches no range" in str(exc)
     else:
         ranges = trace.events.loc[trace.events["kind"] == "annotation", "name"].tolist()
         want = _reference(pattern, ranges, 5.0)

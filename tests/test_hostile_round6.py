@@ -277,3 +277,19 @@ def test_a_damaged_earliest_start_names_its_own_event(tmp_path, ts):
     with pytest.raises(helpers.TraceError, match="the_damaged_one") as e:
         helpers.load(p)
     assert f"{ts:.4g}" in str(e.value)
+
+
+# --- a step pattern that names no range: a typo, not a trace without steps -----------------------------------------
+
+def test_a_step_pattern_that_matches_nothing_is_one_line(tmp_path, capsys):
+    src = write_json(two_step_loop(), tmp_path / "t.json")
+    assert main(["summary", str(src), "--steps", "tran_step"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matches no range" in err and "'step 0'" in err
+    job = tmp_path / "job"
+    job.mkdir()
+    write_json(two_step_loop(), job / "rank0.json")
+    write_json(two_step_loop(), job / "rank1.json")
+    with pytest.raises(helpers.TraceError, match="matches no range"):
+        helpers.load(job, "tran_step")
+    assert len(helpers.load(job, r"step \d").steps) == 4

@@ -94,6 +94,7 @@ def load(path: str | os.PathLike, step_pattern: str | None = None, *, max_bytes:
         return stamp_if_made(_load_directory(p, step_pattern, max_bytes, max_events))
     events, metadata, fmt = read_file(p, max_bytes, max_events)
     steps = find_steps(events, step_pattern)
+    _refuse_unmatched_pattern(p, events, steps, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps
     return stamp_if_made(Trace(events, str(p), fmt, metadata))
@@ -117,6 +118,18 @@ def read_file(p: Path, max_bytes: int = MAX_BYTES, max_events: int = MAX_EVENTS,
                          f"beyond {MAX_TIME_US:.3g} us (146 years): its clock is damaged; record or export the trace again")
     _refuse_damaged_times(events, p)
     return events, metadata, fmt
+
+
+def _refuse_unmatched_pattern(p: Path, events: pd.DataFrame, steps: pd.DataFrame, pattern: str | None) -> None:
+    """A step pattern the user gave that names no range of the trace is refused: the figures were silently taken
+    over the whole capture as if the trace had no steps ('--steps tran_step', a typo, gave '0 steps')."""
+    if pattern is None or len(steps) or not len(events):
+        return
+    names = pd.unique(events.loc[events["kind"] == "annotation", "name"].astype(str))
+    shown = ", ".join(repr(n[:30]) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    raise TraceError(f"{p}: the step pattern {pattern[:60]!r} matches no range of the trace ("
+                     + (f"its ranges: {shown}" if len(names) else "it has no annotation ranges")
+                     + "); give a pattern of the ranges that mark a step, or leave it out to have the steps found")
 
 
 def rank_in_name(path: Path) -> int | None:
@@ -631,6 +644,7 @@ def _load_directory(d: Path, step_pattern: str | None, max_bytes: int, max_event
     events = build_events({c: _concat([t[c] for t in tables]) for c in keys})
     _refuse_damaged_times(events, d)
     steps = find_steps(events, step_pattern)
+    _refuse_unmatched_pattern(d, events, steps, step_pattern)
     assign_steps(events, steps)
     metadata["steps"] = steps
     metadata["world_size"] = len(files)
