@@ -64,8 +64,24 @@ def file_digest(path: str | os.PathLike) -> str | None:
     return h.hexdigest()
 
 
+def _course_only(what: str) -> None:
+    """Refuse a call of ``what`` made by code outside the course's package (and its tests): a notebook that stamps a
+    trace, or registers a file, as made here would forge the provenance every check reads. The course's tools call
+    these; nothing else needs to."""
+    from .checks._intact import PACKAGE, TESTS, _inside
+
+    caller = sys._getframe(2).f_code.co_filename  # the function that called stamp/made: the course's, or not
+    if not (_inside(caller, PACKAGE) or _inside(caller, TESTS)):
+        from .errors import TraceError
+
+        raise TraceError(f"helpers.stamps.{what} is called by the course's own tools only (helpers.capture, "
+                         "communication.run, run_nsys, run_ncu): capture your loop with them; a stamp put on by other "
+                         "code earns nothing")
+
+
 def made(path: str | os.PathLike, how: dict) -> None:
     """Register the file at ``path`` as made in this process, ``how`` (``{"by": "capture", ...}``)."""
+    _course_only("made")
     digest = file_digest(path)
     if digest is not None:
         _MADE[digest] = dict(how)
@@ -78,6 +94,7 @@ def _token(digest: str, how: dict) -> str:
 
 def stamp(trace: Trace, how: dict) -> Trace:
     """Put the stamp of ``how`` on ``trace`` (in its metadata), over its events as they are now."""
+    _course_only("stamp")
     digest = events_digest(trace)
     trace.metadata["capture"] = {"digest": digest, "how": dict(how), "token": _token(digest, dict(how))}
     return trace
@@ -127,6 +144,7 @@ def _table_digest(df: Any) -> str:
 
 def stamp_table(df: Any, how: dict) -> Any:
     """Stamp a table (a DataFrame) this process made, e.g. run_ncu's, in its ``attrs``."""
+    _course_only("stamp_table")
     digest = _table_digest(df)
     df.attrs["made"] = {"how": dict(how), "token": _token(digest, dict(how))}
     return df

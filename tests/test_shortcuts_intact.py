@@ -64,3 +64,36 @@ def test_the_courses_tests_and_libraries_may_stand_in(monkeypatch):
 
     monkeypatch.setattr(sync_stall, "host_prepare", math.sqrt)  # a library's function, not the learner's code
     assert _intact.tampered() is None
+
+
+def test_a_stamp_or_a_made_file_is_the_course_tools_alone(tmp_path):
+    """helpers.stamps.stamp / made / stamp_table called from a notebook (directly or through a library, a thread)
+    would forge the provenance of any trace: refused in one line."""
+    import threading
+
+    from helpers import course, stamps
+    from helpers.errors import TraceError
+
+    trace = course.recorded("data_stall", "fixed", "cpu")  # the course's fix, passed off as the learner's capture
+    how = {"by": "capture", "step": "x", "workloads": ["data_stall"], "learner": ["mine"]}
+    forge = _notebook_function("def forge(stamps, trace, how):\n    return stamps.stamp(trace, how)\n", "forge")
+    with pytest.raises(TraceError, match="called by the course's own tools only"):
+        forge(stamps, trace, how)
+    register = _notebook_function("def register(stamps, path, how):\n    stamps.made(path, how)\n", "register")
+    (tmp_path / "t.json").write_text("{}")
+    with pytest.raises(TraceError, match="helpers.stamps.made is called by the course's own tools only"):
+        register(stamps, tmp_path / "t.json", how)
+    assert stamps.stamp_of(trace) is None
+    errors: list = []
+    runner = _notebook_function(
+        "def runner(threading, stamps, trace, how, errors):\n"
+        "    def go():\n"
+        "        try:\n"
+        "            stamps.stamp(trace, how)\n"
+        "        except Exception as exc:\n"
+        "            errors.append(exc)\n"
+        "    t = threading.Thread(target=go)\n"
+        "    t.start()\n"
+        "    t.join()\n", "runner")
+    runner(threading, stamps, trace, how, errors)
+    assert errors and isinstance(errors[0], TraceError) and stamps.stamp_of(trace) is None
