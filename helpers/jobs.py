@@ -54,6 +54,7 @@ class RankSummary:
     path: dict[str, Any] = field(default_factory=dict)  # its critical path: step_ms, ms a step by cause, each fix's step
     world_size: int = 0  # the job's size as this rank's trace gives it (0: not given), readers.job_world_size
     process: tuple[int, float, float] | None = None  # a file naming no rank: its host pid and span, readers.process_span
+    marked: bool = True  # whether its trace marks steps (the step pattern's ranges, or ProfilerStep) before any are inferred
 
     @property
     def steps(self) -> int:
@@ -156,13 +157,14 @@ def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> Rank
     p, columns, meta, fmt, rank = read
     process = process_span(p, meta, columns)
     trace = finish(build_events(columns), str(p), fmt, {k: v for k, v in meta.items() if k != "origin_us"}, step_pattern)
+    marked = bool(len(trace.metadata["steps"]))
     trace = metrics.stepped(trace)  # its steps: the steady state's repeats where none is marked, as diagnose takes
     cs = metrics.comm_stats(trace)
     comm = {c: cs[c].to_numpy(dtype=np.int64 if c == "step" else np.float64) for c in COMM_COLUMNS}
     world = job_world_size([meta])
     if not findings:
         return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, [], diagnosed=False,
-                           world_size=world, process=process)
+                           world_size=world, process=process, marked=marked)
     result = diagnose(trace)
     found = [(f.pattern, float(f.cost), f.summary) for f in result]
     sg = result.signals
@@ -171,7 +173,7 @@ def _analyse_read(read: tuple, step_pattern: str | None, findings: bool) -> Rank
 
     path["steps"] = rank_steps(trace, rank)  # what the job's path needs of this rank, step by step (small)
     return RankSummary(rank, str(p), fmt, len(trace.events), trace.has_gpu, comm, found, diagnosed=True, path=path,
-                       world_size=world, process=process)
+                       world_size=world, process=process, marked=marked)
 
 
 def analyse_figures(args: list[tuple], budget: Budget | None = None) -> list[RankSummary]:
@@ -357,6 +359,7 @@ def analyse_job(folder: str | os.PathLike, *, workers: int | None = None, schedu
     summaries = run(args, total, progress and (lambda done, _: progress(done, steps)))
     if scheduler is not None and total is not None:
         _refuse_job_events(total, sum(s.events for s in summaries))
+    _refuse_unmatched_pattern(Path(folder), summaries, step_pattern)
     if not every:  # the ranks worth a diagnosis of their own, read again for it (their bytes were counted once)
         chosen = ranks_to_diagnose(summaries, DIAGNOSED_RANKS)
         redone = run([(*args[i][:5], True) for i in chosen], None,
@@ -397,6 +400,16 @@ def ranks_to_diagnose(summaries: list[RankSummary], k: int) -> list[int]:
 
 
 _NO_LIMIT = 2**62  # a total not limited (only the limits given hold for the ranks together)
+
+
+def _refuse_unmatched_pattern(folder: Path, summaries: list[RankSummary], pattern: str | None) -> None:
+    """A step pattern that names no range of any rank is refused, as ``helpers.load`` of the folder refuses it
+    (readers._refuse_unmatched_pattern): every rank's figures would be its inferred steps' without a word."""
+    with_events = [s for s in summaries if s.events]
+    if pattern is None or not with_events or any(s.marked for s in with_events):
+        return
+    raise TraceError(f"{folder}: the step pattern {pattern[:60]!r} matches no range of any rank's trace; give a "
+                     "pattern of the ranges that mark a step, or leave it out to have the steps found")
 
 
 def _refuse_job_size(folder: Path, files: list[Path], max_bytes: int) -> None:

@@ -293,3 +293,21 @@ def test_a_step_pattern_that_matches_nothing_is_one_line(tmp_path, capsys):
     with pytest.raises(helpers.TraceError, match="matches no range"):
         helpers.load(job, "tran_step")
     assert len(helpers.load(job, r"step \d").steps) == 4
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_step_pattern_that_matches_nothing_is_refused_rank_by_rank_too(tmp_path, capsys, workers):
+    """`ranks` and a large folder's `diagnose` read the ranks one by one (helpers.jobs): a pattern naming no range of
+    any rank is refused there as the folder reader refuses it; one rank's match is enough to go on."""
+    from helpers.jobs import analyse_job
+
+    job = tmp_path / "job"
+    job.mkdir()
+    write_json(two_step_loop(), job / "rank0.json")
+    write_json(two_step_loop(), job / "rank1.json")
+    with pytest.raises(helpers.TraceError, match="matches no range of any rank"):
+        analyse_job(job, workers=workers, step_pattern="tran_step")
+    assert main(["ranks", str(job), "--steps", "tran_step"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matches no range" in err
+    assert analyse_job(job, workers=workers, step_pattern="step 0")["ranks"] == 2
