@@ -357,3 +357,18 @@ def test_lab00_phase_ranges_around_no_work_or_no_phases_asked_for_earn_nothing(t
         checks.check_annotated_phases(hollow)
     with pytest.raises(checks.CheckFailed, match="around none of their phase's work"):
         checks.check_annotated_phases(hollow, phases=())  # asking for no phase asks for the course's three
+
+
+def test_lab02_cpu_fix_whose_capture_skips_the_backward_is_refused_and_its_own_update_is_no_problem():
+    from helpers import checks
+
+    t = course.recorded("launch_overhead", "broken", "cpu")
+    before = own_capture(_without(t, "^$"), mine=False)
+    own_update = own_capture(_without(t, r"^Optimizer\.step#"))  # an update of its own: no torch optimizer range
+    assert exercise.find("launch", "check_launch_fixed").trains_gradients_on_cpu
+    from helpers.checks import behaviour
+
+    assert behaviour.trace_training_problem(before, own_update, optimizer=False) is None
+    no_backward = own_capture(_without(t, "AccumulateGrad"))
+    with pytest.raises(checks.CheckFailed, match="gradients accumulated a step"):
+        checks.check_launch_fixed(before, no_backward, min_gain=1.5, update=my_update)

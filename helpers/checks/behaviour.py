@@ -1176,19 +1176,20 @@ def _training_per_step(trace: Any) -> tuple[dict[str, float], float]:
     return per, float((names == ACCUMULATE_GRAD).sum()) / steps
 
 
-def trace_training_problem(before: Any, after: Any) -> str | None:
+def trace_training_problem(before: Any, after: Any, optimizer: bool = True) -> str | None:
     """What the fix's capture ``after`` no longer does each step that the loop as first written (``before``) did,
     read off the two timelines: the optimizer's steps (the same optimizer, as often) and the gradients backward
     accumulates into the parameters. A loop that skips the update or the backward, or runs its forward under
     no_grad, is faster for the wrong reason, however correct the function the check ran beside it. None when it
-    keeps them."""
+    keeps them. ``optimizer=False``: the gradients only (a fix that replaces torch's optimizer with an update of its
+    own, whose steps carry no ``Optimizer.step`` range)."""
     from ..model import Trace
 
     if not isinstance(before, Trace) or not isinstance(after, Trace):
         return None
     opt_b, grads_b = _training_per_step(before)
     opt_a, grads_a = _training_per_step(after)
-    for name, n in opt_b.items():
+    for name, n in opt_b.items() if optimizer else ():
         if opt_a.get(name, 0.0) < TRAINING_KEPT * n:
             other = ", ".join(f"{k} {v:.1f}" for k, v in opt_a.items()) or "none"
             return (f"your capture shows {opt_a.get(name, 0.0):.1f} {name} optimizer steps a step, the loop as first "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckFailed
+from ..model import Trace
 from .provenance import MADE  # noqa: F401 - how a trace may be made, named where it is judged
 
 TRACKS = ("gpu", "cpu")
@@ -87,6 +88,9 @@ class Exercise:
     #: its ``after`` capture must still train each step as its ``before`` does, read off the two timelines (the
     #: optimizer's steps, backward's gradients: :func:`helpers.checks.behaviour.trace_training_problem`)
     trains: bool = False
+    #: only its gradients (a fix with an update of its own, no torch optimizer), on CPU traces (a CUDA Graph replays
+    #: backward on the GPU, with no autograd event on the host)
+    trains_gradients_on_cpu: bool = False
     #: its ``after`` capture's loop must be fed as its ``before``'s is: a loader of the same kind over the same dataset
     #: (class, length, settings), in batches of the same size (:func:`helpers.checks.provenance.same_data_problem`)
     same_data: bool = False
@@ -175,7 +179,7 @@ EXERCISES: tuple[Exercise, ...] = (
              (_t("before", "trace", "capture", of="launch_overhead"), _t("after", "trace", "capture", of="launch_overhead", mine=True, runs=("update",)),
               _t("update", _FN)),
              reference="torch's Adam on the same parameters", figures=("launches per step", "step time"),
-             workload="launch_overhead"),
+             workload="launch_overhead", trains_gradients_on_cpu=True),
     # lab 03
     Exercise("03", "sync", "check_reading[broken loop]", "read the hidden syncs off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "capture", "shipped", of="sync_stall",
@@ -383,6 +387,11 @@ def judge(fn: Callable) -> Callable:
                 from . import behaviour
 
                 problem = behaviour.trace_training_problem(arguments.get("before"), arguments.get("after"))
+            before = arguments.get("before")
+            if problem is None and ex.trains_gradients_on_cpu and isinstance(before, Trace) and not before.has_gpu:
+                from . import behaviour
+
+                problem = behaviour.trace_training_problem(before, arguments.get("after"), optimizer=False)
             if problem is None and ex.same_data:
                 problem = provenance.same_data_problem(arguments.get("before"), arguments.get("after"))
             if problem is None and ex.same_setup:
