@@ -22,9 +22,10 @@ def leave(status: object) -> typing.NoReturn:
     logging flushed) have run; else ``SystemExit``, Python's normal exit, which reports a failed flush its way."""
     if not isinstance(status, int) or isinstance(status, bool) or not 0 <= status <= 255 or _threads_left():
         raise SystemExit(status)
-    if not _flushed():
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # (CPython's; another Python exits normally)
+    if run_exit_handlers is None or not _flushed():
         raise SystemExit(status)
-    atexit._run_exitfuncs()  # what normal exit runs after the threads are joined; it reports its own errors
+    run_exit_handlers()  # what normal exit runs after the threads are joined; it reports its own errors
     if not _flushed():  # an exit handler that printed
         raise SystemExit(status)
     os._exit(status)
