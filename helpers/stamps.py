@@ -64,12 +64,23 @@ def file_digest(path: str | os.PathLike) -> str | None:
     return h.hexdigest()
 
 
+#: The course's package and its own tests: the code allowed to stamp (and, for helpers.checks._intact, the code
+#: that may stand in for the course's functions).
+PACKAGE = Path(__file__).resolve().parent
+TESTS = PACKAGE.parent / "tests"
+
+
+def _inside(path: str, folder: Path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(folder)
+    except (OSError, ValueError):
+        return False
+
+
 def _course_only(what: str) -> None:
     """Refuse a call of ``what`` made by code outside the course's package (and its tests): a notebook that stamps a
     trace, or registers a file, as made here would forge the provenance every check reads. The course's tools call
     these; nothing else needs to."""
-    from .checks._intact import PACKAGE, TESTS, _inside
-
     caller = sys._getframe(2).f_code.co_filename  # the function that called stamp/made: the course's, or not
     if not (_inside(caller, PACKAGE) or _inside(caller, TESTS)):
         from .errors import TraceError

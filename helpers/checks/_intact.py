@@ -23,18 +23,10 @@ import types
 from pathlib import Path
 from typing import Any
 
-PACKAGE = Path(__file__).resolve().parents[1]
-#: The course's own tests (they stand in for parts of the course with functions of their own).
-TESTS = PACKAGE.parent / "tests"
+from ..stamps import PACKAGE, TESTS, _inside  # the package and its tests (they stand in with functions of their own)
+
 #: Clocks a timing reads, which must still be Python's own.
 CLOCKS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns", "process_time")
-
-
-def _inside(path: str, folder: Path) -> bool:
-    try:
-        return Path(path).resolve().is_relative_to(folder)
-    except (OSError, ValueError):
-        return False
 
 
 @functools.cache
