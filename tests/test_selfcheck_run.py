@@ -29,13 +29,24 @@ def _digest(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+#: The labs the untouched run takes: the first and the last. That every shipped lab stops at its first exercise, in
+#: one line, is test_notebooks.test_unsolved_lab_does_not_pass (each lab run as it ships); what this adds, the run's
+#: scratch copy, its count and its refusal to write anything back, is the same whatever the lab, and running all
+#: twelve here again took 2.8 minutes of CI's 20.
+UNTOUCHED = (NB00, "11_call_sites_and_environment.ipynb")
+
+
 def test_untouched_labs_earn_no_item(capsys, tmp_path):
     labs = shipped_labs(tmp_path / "course")  # the labs as shipped: a learner's work saved in labs/ is theirs
+    assert all((labs / name).is_file() for name in UNTOUCHED)
+    for other in labs.glob("[0-9][0-9]_*.ipynb"):
+        if other.name not in UNTOUCHED:
+            other.unlink()
     before = _digest(labs)
     assert run_selfcheck(labs, run=True) == 1
     out = capsys.readouterr().out.splitlines()
     ran = [line for line in out if line.startswith("ran ")]
-    assert len(ran) == len(list(labs.glob("[0-9][0-9]_*.ipynb"))) >= 8
+    assert len(ran) == len(UNTOUCHED)
     assert all("Exercise 1 is not done yet" in line for line in ran), ran  # each stops at its first exercise
     assert out[-1] == f"0/{len(checks.SELF_CHECK)} passed"
     assert _digest(labs) == before  # run in a scratch copy: no results file, no outputs written back
