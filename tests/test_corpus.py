@@ -106,19 +106,26 @@ def test_an_older_nsys_export_stores_each_runtime_call_twice_and_is_read_once():
     assert diagnose(trace)[0].evidence["startup_share"] < 0.7  # 0.62: counted twice it would pass 1
 
 
-def test_the_hand_reading_tool_reads_both_formats_without_the_toolkit(capsys):
-    """tools/corpus_reading.py gives the figures a hand judgement rests on; it must not lean on helpers
-    (the judgement comes before the toolkit), and it must read a Kineto trace and a gzipped nsys export."""
+def _tool_without_helpers(name: str):
+    """tools/NAME.py, loaded as a module, after checking it imports nothing from helpers: the corpus's tools read and
+    cut traces for a hand judgement, which comes before the toolkit's."""
     import ast
     import importlib.util
-    path = Path(__file__).resolve().parents[1] / "tools" / "corpus_reading.py"
+    path = ROOT / "tools" / f"{name}.py"
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
                 for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in (n.names if isinstance(n, ast.Import) else [n])}
     assert not any(str(m).split(".")[0] == "helpers" for m in imported), imported
-    spec = importlib.util.spec_from_file_location("corpus_reading", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_the_hand_reading_tool_reads_both_formats_without_the_toolkit(capsys):
+    """tools/corpus_reading.py gives the figures a hand judgement rests on; it must not lean on helpers
+    (the judgement comes before the toolkit), and it must read a Kineto trace and a gzipped nsys export."""
+    tool = _tool_without_helpers("corpus_reading")
     assert tool.main([str(CORPUS / "hta_gp100_tiny_training_loop.json.gz")]) == 0
     out = capsys.readouterr().out
     assert "device: Quadro GP100" in out and "kernels 130:" in out and "GPU busy per" in out
@@ -142,16 +149,7 @@ def test_a_capture_under_a_second_is_said_in_milliseconds():
 def test_the_window_cutting_tool_keeps_whole_events_inside_the_window_only(tmp_path):
     """tools/corpus_window.py cuts the corpus's windows: it imports nothing from helpers, keeps every metadata
     event and every event wholly inside the window, drops those crossing an edge, and clips the profiler's span."""
-    import ast
-    import importlib.util
-    path = ROOT / "tools" / "corpus_window.py"
-    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
-                for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in (n.names if isinstance(n, ast.Import) else [n])}
-    assert not any(str(m).split(".")[0] == "helpers" for m in imported), imported
-    spec = importlib.util.spec_from_file_location("corpus_window", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _tool_without_helpers("corpus_window")
     ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
           {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "ts": 1000, "dur": 9000},
           {"ph": "X", "cat": "cpu_op", "name": "before", "ts": 1000, "dur": 500},

@@ -20,6 +20,11 @@ from conftest import own_capture
 from helpers import course, stamps
 from helpers.checks import exercise, provenance
 
+#: The fix checks that judge a capture of the learner's training loop (lab, check): each reads the training and the
+#: setup off the two timelines.
+CAPTURE_FIX_CHECKS = [("workflow", "check_capstone"), ("sync", "check_sync_fixed"), ("data", "check_data_stall_fixed"),
+                      ("callsites", "check_callsites_fixed")]
+
 
 def _stamped(step_fn):
     """A made-up trace stamped as :func:`helpers.capture` of ``step_fn`` stamps its capture (no profiler run)."""
@@ -193,9 +198,7 @@ def _without(trace, pattern):
 @pytest.mark.parametrize("skipped,words", [(r"^Optimizer\.step#", "optimizer steps a step"),
                                            ("AccumulateGrad", "gradients accumulated a step")],
                          ids=["no-optimizer-step", "no-backward"])
-@pytest.mark.parametrize("ex_key", [("workflow", "check_capstone"), ("sync", "check_sync_fixed"),
-                                    ("data", "check_data_stall_fixed"), ("callsites", "check_callsites_fixed")],
-                         ids=lambda k: k[1])
+@pytest.mark.parametrize("ex_key", CAPTURE_FIX_CHECKS, ids=lambda k: k[1])
 def test_a_fix_whose_capture_skips_the_update_or_the_backward_is_refused_before_its_check_runs(ex_key, skipped, words):
     from helpers import checks
 
@@ -300,9 +303,7 @@ def _other_lr(model, opt, xs, ys):
                                           (_smaller_model, "model Sequential"),
                                           (_other_lr, "optimizer Adam lr 0.0001")],
                          ids=["smaller-batches", "smaller-model", "other-lr"])
-@pytest.mark.parametrize("ex_key", [("sync", "check_sync_fixed"), ("callsites", "check_callsites_fixed"),
-                                    ("workflow", "check_capstone"), ("data", "check_data_stall_fixed")],
-                         ids=lambda k: k[1])
+@pytest.mark.parametrize("ex_key", CAPTURE_FIX_CHECKS, ids=lambda k: k[1])
 def test_a_fix_timed_on_a_smaller_setup_than_the_loop_as_first_written_is_refused(ex_key, change, words):
     from helpers.workloads import sync_stall
 
