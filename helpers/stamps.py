@@ -187,8 +187,17 @@ def _code_text(fn: Any) -> str:
 
         return getsource(fn)
     except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
+        code = fn if isinstance(fn, types.CodeType) else getattr(fn, "__code__", None)
         return repr((code.co_code, code.co_consts)) if code is not None else type(fn).__qualname__
+
+
+def _referenced(fn: types.FunctionType) -> list[Any]:
+    """What a function's code can reach besides its arguments: its closure's values, its defaults and the globals
+    its code names."""
+    out: list[Any] = [c.cell_contents for c in (fn.__closure__ or ()) if _has_contents(c)]
+    out += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+    g = fn.__globals__
+    return out + [g[n] for n in _names(fn.__code__) if n in g]
 
 
 def _is_learners(module: str) -> bool:
@@ -230,10 +239,7 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
                 learner.add(hashlib.sha256(text.encode("utf-8", "replace")).hexdigest())
             else:  # the course's tools, torch, Python: what they call is not the step's own
                 continue
-            nxt: list[Any] = [c.cell_contents for c in (obj.__closure__ or ()) if _has_contents(c)]
-            nxt += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
-            g = obj.__globals__
-            nxt += [g[n] for n in _names(obj.__code__) if n in g]
+            nxt = _referenced(obj)
             for value in nxt:  # each object once, however many of the step's functions hold it
                 if id(value) not in held and len(held) < 64 and (what := _held(value)):
                     held[id(value)] = (value, what)
@@ -333,13 +339,7 @@ def _unwrap_step(fn: Any) -> Any:
 
 def _code_digest(code: types.CodeType) -> str:
     """The digest :func:`describe_step` gives a learner function of this code (its source text's, as ``learner``)."""
-    from .sources import getsource
-
-    try:
-        text = getsource(code)  # read never blocking (helpers.sources)
-    except (OSError, TypeError):
-        text = repr((code.co_code, code.co_consts))
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+    return hashlib.sha256(_code_text(code).encode("utf-8", "replace")).hexdigest()
 
 
 def _entry(fn: Any) -> str:
@@ -379,11 +379,7 @@ def step_codes(fn: Any) -> set[str]:
         if inner is None or not _is_learners(inner.__module__ or "__main__"):
             continue
         todo.append(inner.__code__)
-        nxt: list[Any] = [c.cell_contents for c in (inner.__closure__ or ()) if _has_contents(c)]
-        nxt += list(inner.__defaults__ or ()) + list((inner.__kwdefaults__ or {}).values())
-        g = inner.__globals__
-        nxt += [g[n] for n in _names(inner.__code__) if n in g]
-        todo += [o for o in nxt if callable(o) or isinstance(o, type)]
+        todo += [o for o in _referenced(inner) if callable(o) or isinstance(o, type)]
     return out
 
 
