@@ -66,6 +66,21 @@ def test_stream_reads_as_whole(events, before, after, space, block):
     _same(_read(data, stream=True, block=block), _read(data, stream=False))
 
 
+@pytest.mark.parametrize("key", ["ts", "dur"])
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "among-numbers"])
+def test_a_boolean_time_is_refused_streamed_or_whole(key, value, alone):
+    """A JSON true or false as a time is refused by both readers, in one message. numpy reads a boolean among
+    numbers as 1 or 0, so the whole parse once took ``"dur": true`` as 1 us while a piece holding it alone was
+    refused; a cut mark in a name made the two readers see different pieces."""
+    good = {"ph": "X", "cat": "kernel", "name": "}, {", "pid": 0, "tid": 0, "ts": 5.0, "dur": 2.0}
+    events = ([] if alone else [good, {**good, "ts": 1.0, "dur": 0}]) + [{**good, key: value}]
+    data = json.dumps({"traceEvents": events}).encode()
+    for result in (_read(data, stream=True, block=3), _read(data, stream=False)):
+        assert isinstance(result, TraceError), result
+        assert f"lacks a numeric {key!r} (it is {str(value).lower()})" in str(result)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(tricky_event, min_size=1, max_size=6), st.integers(0, 200), st.integers(1, 9))
 def test_stream_cut_anywhere(events, cut, block):

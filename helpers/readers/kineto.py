@@ -22,7 +22,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -1003,8 +1003,12 @@ def _times(evs: list[_Event], values: list, key: str, path: Path) -> np.ndarray:
     """``values`` (each event's ``key``) as float microseconds."""
     arr = _numeric_column(values)
     if arr is not None and arr.dtype.kind in "fiu":  # numpy inferred a numeric column: the common, fast case
-        return arr.astype(np.float64)
-    bad = next((e for e, v in zip(evs, values) if type(v) not in (int, float)), None)
+        # numpy reads a JSON true or false among numbers as 1 or 0: only those values can hide one
+        hidden = next((i for i in np.flatnonzero((arr == 0) | (arr == 1)).tolist() if type(values[i]) is bool), None)
+        if hidden is None:
+            return arr.astype(np.float64)
+        _refuse_time(evs[hidden], values[hidden], key, path)
+    bad = next((i for i, v in enumerate(values) if type(v) not in (int, float)), None)
     if bad is None:  # numbers all, one an integer beyond 64 bits (msgspec keeps those whole): as a float
         try:
             return np.array([float(v) for v in values], dtype=np.float64)
@@ -1012,10 +1016,15 @@ def _times(evs: list[_Event], values: list, key: str, path: Path) -> np.ndarray:
             bad, big = next((e, v) for e, v in zip(evs, values) if abs(v) > 1e308)
             raise TraceError(f"{path}: an event ({str(bad.name)[:40]!r}, {bad.cat}) has a {key!r} of {len(str(abs(big))):,} "
                              "digits, beyond any time or count a trace holds; the trace is damaged: record it again") from None
-    raise TraceError(
-        f"{path}: an event ({str(bad.name)[:40]!r}, {bad.cat}) lacks a numeric {key!r}; "
-        "the trace is damaged: record it again"
-    )
+    _refuse_time(evs[bad], values[bad], key, path)
+
+
+def _refuse_time(ev: _Event, value: object, key: str, path: Path) -> NoReturn:
+    """One refusal for a time that is not a number, whichever reader (streamed or whole) met it."""
+    found = {"bool": str(value).lower(), "NoneType": "missing or null", "str": "a string", "list": "a list",
+             "dict": "an object"}.get(type(value).__name__, type(value).__name__)
+    raise TraceError(f"{path}: an event ({str(ev.name)[:40]!r}, {ev.cat}) lacks a numeric {key!r} (it is {found}); "
+                     "the trace is damaged: record it again")
 
 
 def _ints(values: list, path: Path, field: str) -> np.ndarray:
