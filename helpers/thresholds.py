@@ -269,7 +269,11 @@ NOISE_BAND_SE = 3.0
 #: Fewer steps than this on either side give no noise band: a median and a spread need a handful of steps.
 NOISE_MIN_STEPS = 5
 #: A run whose steps spread (1.4826 * MAD / median) more than this is too noisy to judge timing by: the
-#: machine is busy. Steady steps of the course's loops on a quiet machine spread under 10%.
+#: machine is busy. Steady steps of the course's loops on a quiet machine spread under 10%. It decides a
+#: before/after only where the noisy run is the slower one (metrics.timing_verdict): short fixed steps spread most
+#: (recordings of 2026-12-05: host_bound fixed 19% of 2.6 ms on the H200 and 24% of 2.1 ms on an H100, data_stall
+#: fixed 27% of 2.6 ms on the H100 beside its broken run's 1% of 15.1 ms), and a busy machine only lengthens steps,
+#: so a fix 5.8x faster than a quiet broken run was called "too noisy to tell" for the spread of its own fast steps.
 NOISE_BUSY_SPREAD = 0.25
 #: A fix's step may be slower than the loop's as first written by the noise band (NOISE_BAND_SE standard
 #: errors, from both runs' own spread) or by this share of the step, whichever is wider, before a check

@@ -77,3 +77,38 @@ def test_timing_text_says_when_noise_decides():
     # the band quoted is the one the verdict used: at least SPEED_SLOWER_FLOOR (5%) of a 40 ms step, not the spread's 1 ms
     wide = render.timing_text([band(40, 41)], ["within noise"], 0.25)
     assert "(noise band +/- 2 ms (the runs' spread gives 1; at least 5% of the step)" in wide
+
+
+def _jittered(t, factors: list[float]):
+    """``t`` (a copy of its own, as :func:`_scaled` makes) with its steps' lengths multiplied by ``factors`` in turn."""
+    steps = t.steps.copy()
+    f = (factors * len(steps))[: len(steps)]
+    steps["dur_us"] = steps["dur_us"].to_numpy() * f
+    steps["end_us"] = steps["start_us"] + steps["dur_us"]
+    t.metadata["steps"] = steps
+    return t
+
+
+BUSY = [0.8, 1.2, 1.0, 1.25, 0.75]  # a 30% spread, over NOISE_BUSY_SPREAD
+
+
+def test_noise_decides_only_where_it_could_have_made_the_verdict():
+    """A busy machine only lengthens steps: a run that came out faster stays faster however its own steps spread,
+    once the difference is beyond the band its spread widens (a fix 5.8x faster was called "too noisy to tell" for
+    the spread of its 2.6 ms steps). Where the slower run is the noisy one, or the difference is inside the band,
+    noise decides."""
+    from helpers import thresholds as th
+
+    before = mine(recorded("data_stall", "broken", "cpu"))
+    fast = _jittered(_scaled(recorded("data_stall", "fixed", "cpu"), 0.25), BUSY)
+    band = m.step_time_band(before, fast)
+    assert band["after_spread"] > th.NOISE_BUSY_SPREAD >= band["before_spread"]  # the case: only the faster run noisy
+    assert m.timing_verdict(before, fast) == "faster"
+    assert m.timing_verdict(fast, before) == "slower"  # either way round: the noisy run is the faster one
+    same = _jittered(_scaled(recorded("data_stall", "broken", "cpu"), 1.0), BUSY)
+    assert m.timing_verdict(before, same) == "too noisy"  # inside the band: noise decides, not "within noise"
+    noisy_slow = _jittered(_scaled(recorded("data_stall", "broken", "cpu"), 4.0), BUSY)
+    assert m.timing_verdict(before, noisy_slow) == "too noisy"  # the noisy run is the slower one: it may be load
+    assert m.timing_verdict(noisy_slow, before) == "too noisy"
+    quiet_slow = _scaled(recorded("data_stall", "broken", "cpu"), 4.0)
+    assert m.timing_verdict(before, quiet_slow) == "slower"  # the same pair with quiet steps: judged

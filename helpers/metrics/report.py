@@ -230,15 +230,21 @@ def timing_verdict(before: Trace, after: Trace) -> str:
     """``faster``, ``slower`` (beyond the noise band, at least ``SPEED_SLOWER_FLOOR`` of the step: :func:`slack_ms`,
     the slack the fix checks allow), ``within noise``, ``too noisy`` (a run's steps spread more than
     ``NOISE_BUSY_SPREAD``: the machine is busy) or ``unknown`` (too few steps for a band). The machine's own pace
-    is not read here: :func:`helpers.metrics.pace.judge_step` adds it."""
+    is not read here: :func:`helpers.metrics.pace.judge_step` adds it.
+
+    A noisy run leaves the verdict standing where only the run that came out faster is noisy and the difference is
+    beyond the band (which its spread already widens): a busy machine only lengthens steps, so a quieter run of it
+    would lie further still from the slower one. Noise decides where the slower run is noisy (its slowness may be
+    the machine's) or the difference is inside the band."""
     band = step_time_band(before, after)
-    if max(band["before_spread"], band["after_spread"]) > th.NOISE_BUSY_SPREAD:
-        return "too noisy"
+    noisy_before, noisy_after = (bool(band[k] > th.NOISE_BUSY_SPREAD) for k in ("before_spread", "after_spread"))
     if not np.isfinite(band["band_ms"]):
-        return "unknown"
+        return "too noisy" if noisy_before or noisy_after else "unknown"
     diff = band["after_ms"] - band["before_ms"]
     if abs(diff) <= slack_ms(band["band_ms"], band["before_ms"]):
-        return "within noise"
+        return "too noisy" if noisy_before or noisy_after else "within noise"
+    if noisy_after if diff > 0 else noisy_before:  # the slower run is noisy: the machine may have made it slower
+        return "too noisy"
     return "slower" if diff > 0 else "faster"
 
 
