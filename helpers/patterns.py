@@ -421,6 +421,20 @@ def _say_data_stall(s: Signals) -> str:
                "overlapping GPU work the step still waits for."))
 
 
+def _say_host_bound(s: Signals) -> str:
+    """The host's own code in words: its GPU idle share, or, where the cost model counts that idle time to another
+    cause (the host's code right after a sync: either fix closes the same gap), what its saving is instead."""
+    what = "code that is neither data loading, kernel launching nor a sync (Python, NumPy, logging or metric work"
+    if not _idle_counted_elsewhere(s, "host_bound", "host_bound_idle_share"):
+        return f"The GPU idles {s['host_bound_idle_share']:.0%} of the step while the host runs {what} between steps)."
+    after_sync = get(s.get("gpu_idle_ms_per_step") or {}, "sync") > 0
+    return (f"The host runs {what}) on the step's critical path while the GPU waits; "
+            + ("that idle time is counted to the sync just before it (sync_stall): with either fixed, the host's code "
+               "overlaps the GPU's work." if after_sync else
+               f"only {s['host_bound_idle_share']:.0%} of the step is GPU idle time counted to it, the rest of it "
+               "overlapping GPU work the step still waits for."))
+
+
 def _shown(value: float, fmt: str) -> str | None:
     """``value`` as ``fmt`` shows it, or None where that shows a zero: a figure that rounds to 0 is never quoted as
     evidence ("0.0 host syncs per step" beside a sync stall whose waits are not named syncs)."""
@@ -686,9 +700,7 @@ CATALOGUE: tuple[Pattern, ...] = (
     Pattern(
         "host_bound", "host-bound loop",
         rules=(
-            Rule(_host_bound_gpu, ("gains",), "host_bound_idle_share",
-                 lambda s: (f"The GPU idles {s['host_bound_idle_share']:.0%} of the step while the host runs code that is neither "
-                            "data loading, kernel launching nor a sync (Python, NumPy, logging or metric work between steps)."),
+            Rule(_host_bound_gpu, ("gains",), "host_bound_idle_share", _say_host_bound,
                  ("host_bound_idle_share", "gpu_idle_ms_per_step", "host_busy_in"), "idle_gap"),
             Rule(_host_bound_cpu, ("gains",), "cpu_host_other_share",
                  lambda s: (f"The host spends {s['cpu_host_other_share']:.0%} of each step ({s['host_other_ms_per_step']:.1f} ms) "

@@ -44,3 +44,18 @@ def test_where_share_and_saving_agree_the_share_is_quoted():
     f = _finding(trace, "data_stall")
     assert f"{f.evidence['data_stall_share']:.0%} of step time it sits idle" in f.summary
     assert gain(helpers.diagnosis.signals(trace), "data_stall") > 0
+
+
+def test_host_code_right_after_a_long_sync_is_not_called_zero_percent_idle(tmp_path: Path):
+    """The host's own code after a sync that waited most of the step (sync_stall broken on an H100: the batch
+    prepared in NumPy right after each step's syncs): its idle time is counted to the sync, and the host_bound
+    summary says so instead of "The GPU idles 0% of the step" beside its saving."""
+    events = host_bound_loop(steps=6, gpu_us=600, host_us=400, sync=True)
+    trace = helpers.load(write_json(events, tmp_path / "long_sync_then_host_code.json"))
+    f = _finding(trace, "host_bound")
+    assert f.evidence["host_bound_idle_share"] < th.SHARE_QUOTED_MIN_OF_GAIN * f.cost  # the case itself
+    assert not re.search(r"\b0% of the step", f.summary), f.summary
+    assert "counted to the sync just before it" in f.summary and "critical path" in f.summary, f.summary
+    plain = helpers.load(write_json(host_bound_loop(steps=6, gpu_us=200, host_us=800), tmp_path / "host_code.json"))
+    share = _finding(plain, "host_bound")  # its own share is its saving: quoted as before
+    assert re.search(r"The GPU idles \d+% of the step while the host runs code", share.summary), share.summary
