@@ -68,6 +68,21 @@ def test_each_record_names_a_check_under_the_engine_and_its_real_parameters(ex):
     assert set(ex.tracks) <= {"gpu", "cpu"}
 
 
+#: Fix checks judged from a capture whose behaviour stage runs inside the check: lab 04's jobs are read for DDP's
+#: training rank by rank (helpers.checks.lab04._refuse), lab 00's phases must each hold the step's work.
+BEHAVIOUR_IN_THE_CHECK = {"check_comm_fixed", "check_imbalance_fixed", "check_bucket_sweep", "check_annotated_phases"}
+
+
+@pytest.mark.parametrize("ex", [ex for ex in exercise.EXERCISES if any(t.mine for t in ex.takes)],
+                         ids=lambda ex: f"{ex.lab}:{ex.check}")
+def test_every_fix_judged_from_a_capture_has_a_behaviour_stage(ex):
+    """Every check is judged the same way: made here, then the same training (or work) as the loop as first written,
+    then structure, then speed. A capture-based fix with no behaviour stage credits a loop that does less."""
+    if ex.function not in BEHAVIOUR_IN_THE_CHECK:
+        assert ex.trains or ex.trains_gradients_on_cpu or ex.same_work, f"{ex.check} has no behaviour stage"
+        assert set(ex.compares) <= {t.name for t in ex.takes}, ex.compares  # the pair the stage reads is the check's
+
+
 def test_every_check_that_earns_is_bound_in_its_lab_module_too():
     from helpers.checks import lab01, reading
 

@@ -383,6 +383,28 @@ def test_copies_left_pageable_fail():
         checks.check_h2d_fixed(before, recorded("h2d_copy", "fixed"))
 
 
+def test_a_copy_fix_that_moves_less_or_computes_less_is_refused_before_its_structure():
+    """The behaviour stage of check_h2d_fixed: a faster copy of half a batch, or a step that skips the model's
+    matrix products, does other work than the loop as first written, however pinned and hidden its copies."""
+    from helpers.checks import behaviour
+
+    before, fixed = recorded("h2d_copy", "broken"), recorded("h2d_copy", "fixed")
+    assert behaviour._work_per_step(before) == (64 * 2**20, 4.0)  # one 64 MiB batch, four x @ w a step
+    assert behaviour._work_per_step(fixed) == behaviour._work_per_step(before)
+    ev = fixed.events.copy()
+    h2d = (ev["kind"] == "memcpy") & (ev["copy_kind"] == "H2D")
+    ev.loc[h2d, "bytes"] /= 2  # half a batch, at the same bandwidth
+    ev.loc[h2d, "dur_us"] /= 2
+    ev.loc[h2d, "end_us"] = ev.loc[h2d, "start_us"] + ev.loc[h2d, "dur_us"]
+    with pytest.raises(checks.CheckFailed, match=r"copies 32\.0 MiB to the device a step, the loop as first written 64\.0 MiB"):
+        checks.check_h2d_fixed(mine(before), mine(fixed, ev))
+    ev = fixed.events
+    fewer = ev.drop(ev.index[(ev["name"] == "aten::mm")][::2])  # every other matrix product gone
+    with pytest.raises(checks.CheckFailed, match=r"runs 2\.0 matrix products a step .* the loop as first written 4\.0"):
+        checks.check_h2d_fixed(mine(before), mine(fixed, fewer))
+    assert checks.check_h2d_fixed(mine(before), mine(fixed)).startswith("passed")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU track's answer")
 def test_copy_fix_is_not_judged_on_the_cpu_track_and_earns_nothing(tmp_path):
     out = checks.check_h2d_fixed(recorded("h2d_copy", "broken"), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -110,6 +111,21 @@ def test_tensor_core_check_refuses_the_recordings_and_fp32_and_passes_a_tensor_c
     with pytest.raises(CheckFailed, match="tensor-core"):
         checks.check_tensor_cores(fp32_mine, mine["fp32"])
     assert checks.check_tensor_cores(fp32_mine, mine["bf16"]).startswith("passed")
+    # the behaviour stage: the fast capture still runs backward through the model and all of its matrix products; its
+    # optimizer steps are not counted (fp16's GradScaler rightly skips the update on a step whose gradients overflowed)
+    bf16 = helpers.load(tmp_path / "bf16.json.gz")
+
+    def without(name_test) -> helpers.model.Trace:  # the fast capture with some of its rows gone, its steps kept
+        ev = bf16.events
+        return own_capture(replace(bf16, events=ev[~name_test(ev["name"].astype(str))].reset_index(drop=True),
+                                   metadata={k: v for k, v in bf16.metadata.items() if k != "capture"}, _memo={}),
+                           of=("gpu_bound",))
+
+    assert checks.check_tensor_cores(fp32_mine, without(lambda n: n.str.startswith("Optimizer.step#"))).startswith("passed")
+    for dropped, words in (("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+                            "gradients accumulated a step"), ("aten::addmm", r"13\.0 matrix products a step")):
+        with pytest.raises(CheckFailed, match=words):
+            checks.check_tensor_cores(fp32_mine, without(lambda n, d=dropped: n == d))
     # the speed judged against the recording's H200 (tests/test_capability.py injects other devices)
     with pytest.raises(CheckFailed, match="NVIDIA H200"):
         checks.check_precision_speedup(25.8, 13.0, live=False, fp32_trace=fp32)

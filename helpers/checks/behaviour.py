@@ -1201,3 +1201,46 @@ def trace_training_problem(before: Any, after: Any, optimizer: bool = True) -> s
                 "every step, with gradients on")
     return None
 
+
+# --- a fix that changes how work reaches the device keeps the work itself --------------------------------
+#: The PyTorch ops that run a step's matrix products: the leaves autograd and autocast dispatch to, whatever kernel
+#: the math library then picks (split-K, tensor cores or not), so their count a step is the model's, not the library's.
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
+
+
+def _work_per_step(trace: Any) -> tuple[float, float]:
+    """(bytes copied host-to-device, matrix-product ops) a step, read off ``trace``'s steps: the copies on the device's
+    timeline, the ops on the host's."""
+    from .. import metrics as m
+
+    ev = trace.events
+    steps = max(int((m.windows(trace)["step"] >= 0).sum()), 1)
+    in_steps = ev[ev["step"] >= 0] if "step" in ev.columns else ev
+    copies = in_steps[(in_steps["kind"] == "memcpy") & (in_steps["copy_kind"] == "H2D")] \
+        if "copy_kind" in in_steps.columns else in_steps.iloc[:0]
+    h2d = float(copies["bytes"].sum()) if "bytes" in copies.columns else 0.0
+    matmuls = int(in_steps["name"].astype(str).isin(MATMUL_OPS).sum())
+    return h2d / steps, matmuls / steps
+
+
+def device_work_problem(before: Any, after: Any) -> str | None:
+    """What the fix's capture ``after`` no longer does each step that the loop as first written (``before``) did, for a
+    fix that changes how data reaches the device or which math units run, not what is computed: the bytes each step
+    copies to the device and the matrix products it runs. A loop that copies half a batch, reuses a batch already on
+    the device or skips layers has faster copies and a shorter step for the wrong reason. None when it keeps both."""
+    from ..model import Trace
+
+    if not isinstance(before, Trace) or not isinstance(after, Trace):
+        return None
+    bytes_b, mm_b = _work_per_step(before)
+    bytes_a, mm_a = _work_per_step(after)
+    if bytes_b > 0 and bytes_a < TRAINING_KEPT * bytes_b:
+        return (f"your capture copies {bytes_a / 2**20:.1f} MiB to the device a step, the loop as first written "
+                f"{bytes_b / 2**20:.1f} MiB (the host-to-device copies on the GPU's timeline): the timed loop must still "
+                "move every batch, whole, each step; make the copies faster and hidden, not smaller or fewer")
+    if mm_b > 0 and mm_a < TRAINING_KEPT * mm_b:
+        return (f"your capture runs {mm_a:.1f} matrix products a step ({', '.join(sorted(MATMUL_OPS))} on the host's "
+                f"timeline), the loop as first written {mm_b:.1f}: the timed loop must still run the model's whole "
+                "computation every step")
+    return None
+

@@ -88,6 +88,9 @@ class Exercise:
     #: its ``after`` capture must still train each step as its ``before`` does, read off the two timelines (the
     #: optimizer's steps, backward's gradients: :func:`helpers.checks.behaviour.trace_training_problem`)
     trains: bool = False
+    #: with ``trains``: the optimizer's steps too, not only the gradients (False where a step may rightly skip its update:
+    #: fp16's GradScaler skips the optimizer on a step whose gradients overflowed)
+    optimizer_steps: bool = True
     #: only its gradients (a fix with an update of its own, no torch optimizer), on CPU traces (a CUDA Graph replays
     #: backward on the GPU, with no autograd event on the host)
     trains_gradients_on_cpu: bool = False
@@ -97,6 +100,11 @@ class Exercise:
     #: its ``after`` capture's step holds the tensors, model and optimizer its ``before``'s holds, of the same shapes,
     #: sizes and learning rate (:func:`helpers.checks.provenance.same_setup_problem`)
     same_setup: bool = False
+    #: its ``after`` capture copies as many bytes to the device a step and runs as many matrix products as its
+    #: ``before``'s (:func:`helpers.checks.behaviour.device_work_problem`): for fixes to how work reaches the device
+    same_work: bool = False
+    #: the parameters that hold the loop as first written's capture and the fix's, which the behaviour stage compares
+    compares: tuple[str, str] = ("before", "after")
     order: tuple[str, ...] = field(default=("provenance", "behaviour", "structure", "speed"), repr=False)
 
     @property
@@ -169,7 +177,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("01", "h2d", "check_h2d_fixed", "pin and overlap the copies, on a GPU",
              (_t("before", "trace", "capture", "shipped", of="h2d_copy", shipped=("h2d_copy:broken",)),
               _t("after", "trace", "capture", of="h2d_copy", mine=True)),
-             tracks=("gpu",), figures=("H2D GB/s", "overlap with compute"), workload="h2d_copy"),
+             tracks=("gpu",), figures=("H2D GB/s", "overlap with compute"), workload="h2d_copy", same_work=True,
+             same_setup=True),
     # lab 02
     Exercise("02", "launch", "check_reading[broken loop]", "read the launch overhead off the timeline",
              (_t("reading", _ANS), _t("trace", "trace", "capture", "shipped", of="launch_overhead",
@@ -236,7 +245,8 @@ EXERCISES: tuple[Exercise, ...] = (
              workload="gpu_bound"),
     Exercise("08", "gpu_bound", "check_tensor_cores", "move the GEMMs onto tensor cores, on a GPU",
              (_t("fp32_trace", "trace", "capture", of="gpu_bound"), _t("fast_trace", "trace", "capture", of="gpu_bound", mine=True)),
-             tracks=("gpu",), figures=("tensor-core GEMM share",), workload="gpu_bound"),
+             tracks=("gpu",), figures=("tensor-core GEMM share",), workload="gpu_bound", trains=True,
+             optimizer_steps=False, same_work=True, same_setup=True, compares=("fp32_trace", "fast_trace")),
     Exercise("08", "gpu_bound", "check_break_fixed", "remove the graph break, keep the statistic",
              (_t("model_cls", _FN),), reference="the course's Net", workload="gpu_bound"),
     Exercise("08", "gpu_bound", "check_activation_saving", "checkpoint the activations",
@@ -383,19 +393,23 @@ def judge(fn: Callable) -> Callable:
             _read_one_pass_runs(ex, bound.arguments)
         with _proof.SIGNER.judging(ex):
             problem = provenance.problems(ex, arguments)
+            before, after = (arguments.get(name) for name in ex.compares)
             if problem is None and ex.trains:
                 from . import behaviour
 
-                problem = behaviour.trace_training_problem(arguments.get("before"), arguments.get("after"))
-            before = arguments.get("before")
+                problem = behaviour.trace_training_problem(before, after, optimizer=ex.optimizer_steps)
             if problem is None and ex.trains_gradients_on_cpu and isinstance(before, Trace) and not before.has_gpu:
                 from . import behaviour
 
-                problem = behaviour.trace_training_problem(before, arguments.get("after"), optimizer=False)
+                problem = behaviour.trace_training_problem(before, after, optimizer=False)
+            if problem is None and ex.same_work:
+                from . import behaviour
+
+                problem = behaviour.device_work_problem(before, after)
             if problem is None and ex.same_data:
-                problem = provenance.same_data_problem(arguments.get("before"), arguments.get("after"))
+                problem = provenance.same_data_problem(before, after)
             if problem is None and ex.same_setup:
-                problem = provenance.same_setup_problem(arguments.get("before"), arguments.get("after"))
+                problem = provenance.same_setup_problem(before, after)
             if problem:
                 _core._record(ex.item, ex.check, False)
                 raise CheckFailed(problem)
