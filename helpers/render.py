@@ -21,6 +21,9 @@ from .paths import printable
 
 #: What a summary of a trace without GPU activity says instead of the GPU figures.
 CPU_ONLY_NOTE = "the trace has no GPU activity: GPU figures are not available, host-side figures are"
+#: ``summary`` of a trace with no events: no figure is zero, there is none (``diagnose`` names the usual causes).
+EMPTY_NOTE = ("the trace holds no events: there are no figures to give; python -m helpers diagnose says what "
+              "usually leaves a capture empty")
 
 
 def clean(obj: Any) -> Any:
@@ -79,7 +82,7 @@ def device_line(names: list[str]) -> str:
 
 
 def summary_text(s: dict[str, Any]) -> str:
-    lines = [f"{s['source']}  ({s['format']}, {s['events']} events, ranks {s['ranks']}, {s['steps']} steps)"]
+    lines = [f"{s['source']}  ({s['format']}, {plural(s['events'], 'event')}, ranks {s['ranks']}, {plural(s['steps'], 'step')})"]
     if s.get("ranks_without_events"):
         silent = s["ranks_without_events"]
         one = len(silent) == 1
@@ -95,31 +98,38 @@ def summary_text(s: dict[str, Any]) -> str:
         # nsys lists the machine's GPUs whether or not the job used them (a gloo job on CPU cores)
         unused = "" if s["has_gpu"] else " (on the machine; this trace did not use it)"
         lines.append(f"  device: {device_line(s['device_names'])}{unused}")
+    if not s["events"]:
+        lines.append(f"  {EMPTY_NOTE}")
+        return "\n".join(lines)
     if s["step_time_ms"] is not None:
         lines.append(f"  {'step time (mean)' if s['steps'] else 'capture (no step markers)'}: {s['step_time_ms']:.3f} ms")
+    # without steps the figures are over the whole capture (one window a rank), and say so
+    per, of = ("/step", "step time") if s["steps"] else (" in the capture", "the capture")
     if s["has_gpu"]:
-        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%} of step time")
+        lines.append(f"  GPU utilization:    {s['gpu_utilization']:.1%} of {of}")
         shares = s.get("idle_share_by_cause") or {}
         said = ", ".join(f"{k} {v:.0%}" for k, v in shares.items() if v >= 0.005)
         if said:  # the shares diagnose's costs are: of step time, not of the idle time
-            lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time; by what the host was doing meanwhile "
-                         f"(% of step time, as diagnose's evidence gives them): {said}")
+            lines.append(f"  GPU idle {sum(shares.values()):.0%} of {of}; by what the host was doing meanwhile "
+                         f"(% of {of}, as diagnose's evidence gives them): {said}")
         elif shares:  # idle under half a percent of the step: no cause worth a figure
-            lines.append(f"  GPU idle {sum(shares.values()):.0%} of step time")
+            lines.append(f"  GPU idle {sum(shares.values()):.0%} of {of}")
         k = s["kernels"]
-        lines.append(f"  kernels: {k['per_step']:.0f}/step, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
+        lines.append(f"  kernels: {k['per_step']:.0f}{per}, median {k['median_us']:.1f} us, {k['share_under_10us']:.0%} under 10 us")
         for c in s["copies"]:
-            lines.append(f"  {c['copy_kind']} {c['host_memory'] or ''} copies: {c['time_per_step_us'] / 1e3:.2f} ms/step at "
+            lines.append(f"  {c['copy_kind']} {c['host_memory'] or ''} copies: {c['time_per_step_us'] / 1e3:.2f} ms{per} at "
                          f"{c['gb_per_s']:.1f} GB/s, {c['overlap_share']:.0%} overlapped with compute")
-        lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}/step, host blocked {s['sync']['blocked_us_per_step'] / 1e3:.2f} ms/step")
+        lines.append(f"  syncs: {s['sync']['sync_points_per_step']:.1f}{per}, host blocked "
+                     f"{s['sync']['blocked_us_per_step'] / 1e3:.2f} ms{per}")
     else:
         lines.append(f"  {CPU_ONLY_NOTE}")
     lines.append(f"  data wait (the host's own time in the DataLoader or data ranges): {s['data_wait_us_per_step'] / 1e3:.2f} "
-                 f"ms/step, {s['data_wait_share']:.0%} of step time")
+                 f"ms{per}, {s['data_wait_share']:.0%} of {of}")
     if "communication" in s:
         c = s["communication"]
-        lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms/step, exposed {c['exposed_us_per_step'] / 1e3:.2f} "
-                     f"ms/step ({c['exposed_share']:.0%}), compute spread across ranks {c['compute_spread']:.0%}")
+        lines.append(f"  communication: {c['collective_us_per_step'] / 1e3:.2f} ms{per}, exposed "
+                     f"{c['exposed_us_per_step'] / 1e3:.2f} ms{per} ({c['exposed_share']:.0%}), compute spread across ranks "
+                     f"{c['compute_spread']:.0%}")
     return "\n".join(lines)
 
 

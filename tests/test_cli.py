@@ -182,6 +182,23 @@ def test_an_empty_trace_names_the_usual_cause(tmp_path, capsys):
     assert "never reached its active steps" in text and "on_trace_ready" in text
 
 
+def test_summary_of_an_empty_trace_gives_no_figures_and_of_a_stepless_one_says_what_they_are_over(tmp_path, capsys):
+    """No figure of an empty trace is zero: there is none. Without steps the figures are over the whole capture,
+    and "per step" would name a step there is not."""
+    empty, one = tmp_path / "empty.json", tmp_path / "one.json"
+    empty.write_text(json.dumps({"traceEvents": []}))
+    one.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.0, "dur": 5.0}]}))
+    assert main(["summary", str(empty)]) == 0
+    out = capsys.readouterr().out
+    assert "0 events" in out and "the trace holds no events: there are no figures to give" in out
+    assert "ms/step" not in out and "data wait" not in out and "no GPU activity" not in out
+    assert main(["summary", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert "(kineto, 1 event, ranks [0], 0 steps)" in out
+    assert "0.00 ms in the capture, 0% of the capture" in out and "/step" not in out
+
+
 def test_where_and_window_count_from_the_plot_axis(capsys, tmp_path):
     """An Nsight export whose first step starts 28 ms into the capture: "where" prints the finding's window on
     the timeline's axis (0 = the first step's start, as the plot labels it), and --window reads it the same."""
