@@ -254,3 +254,20 @@ def test_a_window_of_two_numbers_in_any_sequence_is_taken():
 
     for window in ((1.0, 2.0), [1, 2], np.array([1.0, 2.0]), (np.float32(1.0), np.int64(2))):
         assert _problems_with_form(checks.Reading("data_stall", window, {"data_wait_share": 0.4}, 0.5)) is None
+
+
+def test_a_checks_verdict_shows_in_a_notebook_wrapped_between_words_without_quotes():
+    """JupyterLab breaks a returned string's repr anywhere, mid-word: a verdict shows as a failed check's words do."""
+    import torch
+    from IPython.lib.pretty import pretty
+
+    from helpers import course
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU track's verdict")
+    out = checks.check_h2d_fixed(course.recorded("h2d_copy", "broken"), None)
+    shown = pretty(out)
+    assert type(str(out)) is str and out == str(out) and repr(out) == repr(str(out))  # the very text otherwise
+    assert not shown.startswith(("'", '"')) and len(shown.splitlines()) > 1
+    assert all(len(line) <= course.SHOWN_WIDTH for line in shown.splitlines())
+    assert shown.split() == out.split()  # wrapped between words: no word cut

@@ -373,13 +373,29 @@ def _own_class(kind: type) -> bool:
     return mine(kind) and all(mine(k) for k in kind.__mro__ if k is not object)
 
 
+class Verdict(str):
+    """A check's verdict ("passed: ...", "not judged on the CPU track: ...") as a notebook shows it: its words
+    wrapped between words, as a failed check's are (:func:`helpers.course.shown_lines`), without a string's quotes.
+    A plain ``str`` shows as its repr, one line that JupyterLab breaks anywhere, mid-word (word-break: break-all).
+    Otherwise the very text: it compares, prints and serialises as the ``str`` it is."""
+
+    __slots__ = ()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's text/plain for a cell's value
+        from ..course import shown_lines
+
+        p.text("\n".join(shown_lines(str(self))))
+
+
 def plain_arguments(fn: Callable) -> Callable:
-    """``fn`` (a check) given :func:`plain` copies of its arguments: what it compares is never a learner's object."""
+    """``fn`` (a check) given :func:`plain` copies of its arguments: what it compares is never a learner's object.
+    A verdict it returns in words comes back a :class:`Verdict`, shown wrapped in a notebook."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*(plain(a) for a in args), **{k: plain(v) for k, v in kwargs.items()})
+        out = fn(*(plain(a) for a in args), **{k: plain(v) for k, v in kwargs.items()})
+        return Verdict(out) if type(out) is str else out
 
     wrapper.__plain__ = True  # type: ignore[attr-defined]
     return wrapper
