@@ -272,7 +272,7 @@ def describe_step(fn: Any, limit: int = 400) -> dict:
             if value is not None and _worth(value):
                 todo.append((value, depth + 1))
     step = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
-    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn),
+    return {"step": step, "workloads": sorted(workloads), "learner": sorted(learner), "entry": _entry(fn), "entry_name": _entry_name(fn),
             "loaders": loaders, "holds": sorted(what for _, what in held.values())}
 
 
@@ -349,6 +349,15 @@ def _entry(fn: Any) -> str:
     if inner is None or not _is_learners(inner.__module__ or "__main__"):
         return ""
     return _code_digest(inner.__code__)
+
+
+def _entry_name(fn: Any) -> str:
+    """The name of the learner's function a capture of ``fn`` calls each step (``my_step.<locals>.step``), or '':
+    what a refusal names when a capture is of another step than the one a check judged."""
+    inner = _unwrap_step(fn)
+    if inner is None or not _is_learners(inner.__module__ or "__main__"):
+        return ""
+    return str(getattr(inner, "__qualname__", "") or "")[:200]
 
 
 def step_codes(fn: Any) -> set[str]:

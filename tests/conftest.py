@@ -64,6 +64,7 @@ def _untied(request, monkeypatch):
     from helpers.checks import provenance
 
     monkeypatch.setattr(provenance, "JUDGED", {})
+    monkeypatch.setattr(provenance, "JUDGED_NAMES", {})
     if not request.node.get_closest_marker("tied"):
         monkeypatch.setattr(provenance, "_tie_problem", lambda *a, **k: None)
     yield

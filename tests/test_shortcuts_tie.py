@@ -101,7 +101,7 @@ def test_a_capture_of_another_step_than_the_judged_make_step_is_refused():
     cheat = _stamped(cheat_make_step(torch.device("cpu")))
     problem = provenance.problems(ex, {"before": before, "after": cheat, "make_step": good_make_step})
     assert problem and "is a capture of another step than the one this check judges" in problem
-    assert "good_make_step" in problem
+    assert "good_make_step" in problem and "it timed cheat_make_step's step" in problem  # both steps named
     good = _stamped(good_make_step(torch.device("cpu")))
     assert provenance.problems(ex, {"before": before, "after": good, "make_step": good_make_step}) is None
 
@@ -137,7 +137,19 @@ def test_lab03_sync_fix_times_a_step_check_sync_scan_clean_passed():
     provenance.note_judged(scan, {"fn": good_make_step})
     assert provenance.problems(ex, {"before": _before(), "after": good}) is None
     cheat = _stamped(cheat_make_step(None))
-    assert "another step" in provenance.problems(ex, {"before": _before(), "after": cheat})
+    problem = provenance.problems(ex, {"before": _before(), "after": cheat})
+    assert "another step" in problem and "helpers.capture(good_make_step(...))" in problem  # the judged one, by name
+
+
+@pytest.mark.tied
+def test_lab03_a_capture_of_the_judged_function_edited_since_its_scan_says_so():
+    ex = exercise.find("sync", "check_sync_fixed")
+    provenance.note_judged(exercise.find("sync", "check_sync_scan_clean"), {"fn": good_make_step})
+    cell = {"__name__": __name__, "torch": torch}  # the same function's cell, edited and run again
+    exec("def good_make_step(device):\n    def step(i):\n        return torch.ones(4).sum()\n\n    return step\n", cell)
+    problem = provenance.problems(ex, {"before": _before(), "after": _stamped(cell["good_make_step"](None))})
+    assert problem and "good_make_step's step as its cell defines it now" in problem
+    assert "run check_sync_scan_clean(good_make_step) on this one first" in problem
 
 
 @pytest.mark.tied
@@ -312,7 +324,7 @@ def test_a_fix_timed_on_a_smaller_setup_than_the_loop_as_first_written_is_refuse
     cpu = torch.device("cpu")
     before = _stamped(sync_stall.broken_step(*sync_stall.setup(cpu), []))
     problem = provenance.same_setup_problem(before, _stamped(my_sync_step(*change(*sync_stall.setup(cpu)), [])))
-    assert problem and "does not hold what the loop as first written's holds" in problem and words in problem
+    assert problem and "is not set up as the loop as first written's" in problem and words in problem
     assert provenance.same_setup_problem(before, _stamped(my_sync_step(*sync_stall.setup(cpu), []))) is None
 
 
@@ -323,7 +335,7 @@ def test_check_sync_fixed_refuses_a_fix_timed_on_smaller_batches_before_reading_
     cpu = torch.device("cpu")
     before = _stamped(sync_stall.broken_step(*sync_stall.setup(cpu), []))
     after = _stamped(my_sync_step(*_smaller_batches(*sync_stall.setup(cpu)), []))
-    with pytest.raises(checks.CheckFailed, match="does not hold what the loop as first written's holds"):
+    with pytest.raises(checks.CheckFailed, match="is not set up as the loop as first written's"):
         checks.check_sync_fixed(before, after)
 
 

@@ -83,7 +83,11 @@ def _each(takes: Any, value: Any) -> list[tuple[str, Any]]:
 
 def _name(value: Any, label: str) -> str:
     source = getattr(value, "source", None)
-    return f"{label} ({Path(source).name})" if source else label
+    if not source:
+        return label
+    path = Path(source)
+    # a capture's file is always trace.json.gz: its folder carries the name the learner gave it
+    return f"{label} ({path.parent.name if path.name == 'trace.json.gz' and path.parent.name else path.name})"
 
 
 def _problem(ex: Any, takes: Any, label: str, value: Any, arguments: dict[str, Any]) -> str | None:
@@ -146,6 +150,8 @@ def _workload_problem(ex: Any, takes: Any, label: str, trace: Trace, how: dict, 
 #: ``"<check>:<input>"`` -> the step digests (:func:`helpers.stamps.step_codes`) of the functions that check passed
 #: in this kernel: a later exercise's trace (``Takes.step_of``) must be a capture of one of them.
 JUDGED: dict[str, set[str]] = {}
+#: The same keys -> the names of those functions, for the words of a refusal.
+JUDGED_NAMES: dict[str, set[str]] = {}
 
 
 def note_judged(ex: Any, arguments: dict[str, Any]) -> None:
@@ -154,6 +160,21 @@ def note_judged(ex: Any, arguments: dict[str, Any]) -> None:
         fn = arguments.get(takes.name)
         if takes.what == "function" and callable(fn):
             JUDGED.setdefault(f"{ex.check}:{takes.name}", set()).update(step_codes(fn))
+            name = getattr(fn, "__name__", None)
+            if isinstance(name, str) and name.isidentifier():
+                JUDGED_NAMES.setdefault(f"{ex.check}:{takes.name}", set()).add(name)
+
+
+def _captured_words(how: dict) -> str:
+    """Which step a capture ran, in words, from its stamp: the learner's function that made it, or the course's loop."""
+    name = how.get("entry_name")
+    if isinstance(name, str) and name:
+        outer = name.split(".<locals>.")[0]
+        return f"it timed {outer}'s step" if outer != name else f"it timed {name}"
+    if not how.get("entry"):
+        loops = sorted(set(how.get("workloads") or []) - SHARED)
+        return f"it timed the course's {', '.join(loops)} loop" if loops else "it timed no function of yours"
+    return ""
 
 
 def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str, Any]) -> str | None:
@@ -167,7 +188,9 @@ def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str,
             if not codes:
                 return (f"{what}: run {source}(your step function) first, in this notebook: this check times the "
                         f"step that check judged, so capture the step that function returns for {takes.name}")
-            judged, call = f"a function {source} passed", "my_step"
+            names = sorted(JUDGED_NAMES.get(takes.step_of, set()))
+            call = names[-1] if len(names) == 1 else "my_step"
+            judged = f"{call}, the function {source} passed," if len(names) == 1 else f"a function {source} passed"
         else:
             fn = arguments.get(source)
             if not callable(fn):
@@ -175,9 +198,20 @@ def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str,
             codes = step_codes(fn)
             judged, call = f"{getattr(fn, '__name__', source)}, the {source} you passed,", getattr(fn, "__name__", source)
         if how.get("entry") not in codes:
-            return (f"{what} is a capture of another step than the one this check judges: capture the step that "
-                    f"{judged} returns, as it returns it (helpers.capture({call}(...))); the check runs that function "
-                    "to see it trains as the loop as first written, and times its capture")
+            outer = str(how.get("entry_name") or "").split(".<locals>.")[0]
+            if name and outer and outer in JUDGED_NAMES.get(takes.step_of, set()):  # the same name, edited since
+                return (f"{what} is a capture of {outer}'s step as its cell defines it now, which {source} has not "
+                        f"passed (it passed an earlier {outer}): run {source}({outer}) on this one first, then capture "
+                        "it again")
+            if not name and outer and outer == call:  # the function passed has been redefined since the capture
+                return (f"{what} is a capture of the step an earlier {outer} returned: its cell has been run again or "
+                        f"edited since that capture, so the {source} you passed is another function. Capture its step "
+                        f"again (helpers.capture({call}(...))), then run this check")
+            timed = _captured_words(how)
+            return (f"{what} is a capture of another step than the one this check judges"
+                    + (f" ({timed})" if timed else "") + f": capture the step that {judged} returns, as it returns "
+                    f"it: helpers.capture({call}(...)). The check ran that function to see it trains as the loop as "
+                    "first written, so the capture it times must be of that very step")
     for name in takes.runs:
         fn = arguments.get(name)
         if callable(fn) and _source_digest(fn) not in (how.get("learner") or []):
@@ -199,19 +233,46 @@ def same_data_problem(before: Any, after: Any) -> str | None:
         return (sig.get("type"), sig.get("dataset"), sig.get("length"), json.dumps(sig.get("settings"), sort_keys=True),
                 sig.get("batch_size"))
 
-    theirs = [fed(s) for s in how_a.get("loaders") or [] if isinstance(s, dict)]
+    loaders_a = [s for s in how_a.get("loaders") or [] if isinstance(s, dict)]
+    theirs = [fed(s) for s in loaders_a]
     for sig in how_b.get("loaders") or []:
         if isinstance(sig, dict) and fed(sig) not in theirs:
-            mine = next((s for s in how_a.get("loaders") or [] if isinstance(s, dict)), None)
-            was = (f"a {sig.get('type', '?').rsplit('.', 1)[-1]} over {sig.get('dataset', '?').rsplit('.', 1)[-1]} "
-                   f"({sig.get('length')} samples, {sig.get('settings')}) in batches of {sig.get('batch_size')}")
-            now = ("no loader at all (batches from a list or a cache)" if mine is None else
-                   f"a {mine.get('type', '?').rsplit('.', 1)[-1]} over {mine.get('dataset', '?').rsplit('.', 1)[-1]} "
-                   f"({mine.get('length')} samples, {mine.get('settings')}) in batches of {mine.get('batch_size')}")
-            return (f"your capture's loop is fed from {now}; the loop as first written from {was}: the fix changes how "
-                    "the batches are made (workers, pinned memory, prefetching), not which: capture your loader over the "
-                    "lab's dataset, with the lab's batch size")
+            # the loader of the fix to compare with: one over the same dataset class if there is one
+            mine = next((s for s in loaders_a if s.get("dataset") == sig.get("dataset")), loaders_a[0] if loaders_a else None)
+            if mine is None:
+                now, was = "no loader at all (batches from a list or a cache)", _fed_words(sig, sig)
+            else:
+                now, was = _fed_words(mine, sig), _fed_words(sig, mine)
+            return (f"your capture's loop is fed from {now}; the loop as first written from {was}. A fix changes how "
+                    "the batches are made (worker processes, pinned memory, prefetching), not which samples or how many "
+                    "a batch: capture your loader over the lab's dataset, with the lab's batch size")
     return None
+
+
+def _short(name: Any) -> str:
+    return str(name or "?").rsplit(".", 1)[-1]
+
+
+def _fed_words(sig: dict, other: dict) -> str:
+    """One loader in words (``sig``), naming beside its class and its dataset's only what differs from ``other``'s:
+    its dataset's length or settings (when the two datasets are of one class) and its batch size."""
+    words = f"a {_short(sig.get('type'))} over {_short(sig.get('dataset'))}"
+    if sig is other:  # nothing to tell it from: all it has
+        words += f" of {sig.get('length')} samples"
+    elif sig.get("dataset") == other.get("dataset"):
+        mine, theirs = sig.get("settings") or {}, other.get("settings") or {}
+        if not isinstance(mine, dict) or not isinstance(theirs, dict):
+            mine, theirs = {}, {}
+        differ = [f"{k}={mine[k]!r}" for k in sorted(mine) if k != "length" and mine.get(k) != theirs.get(k)]
+        if sig.get("length") != other.get("length"):
+            differ.insert(0, f"of {sig.get('length')} samples")
+        elif differ:
+            differ[0] = "with " + differ[0]
+        if differ:
+            words += " " + ", ".join(differ)
+    if sig is other or sig.get("batch_size") != other.get("batch_size"):
+        words += f" in batches of {sig.get('batch_size')}"
+    return words
 
 
 def same_setup_problem(before: Any, after: Any) -> str | None:
@@ -230,9 +291,9 @@ def same_setup_problem(before: Any, after: Any) -> str | None:
         return None
     want = sorted(missing)[:3]
     near = sorted(h for h in mine if h.split(" ", 1)[0] in {w.split(" ", 1)[0] for w in want})[:3]
-    return (f"your capture's step does not hold what the loop as first written's holds: {'; '.join(want)} "
-            f"(yours: {'; '.join(near) or 'none of that kind'}): time your fix on the lab's setup (the same batches, "
-            "model and optimizer), so that the two captures compare the same work")
+    return (f"your capture's step is not set up as the loop as first written's: that one holds {'; '.join(want)}, "
+            f"yours {'; '.join(near) or 'none of that kind'}. Time your fix on the lab's setup (the same batches, "
+            "model, optimizer and learning rate), so that the two captures compare the same work")
 
 
 def _source_digest(fn: Any) -> str:
