@@ -477,3 +477,27 @@ def test_workers_run_one_torch_thread_each():
     """The correction to single_thread_worker: DataLoader workers already run torch.set_num_threads(1)."""
     seen = data_stall.threads_in_workers(2)
     assert seen["each worker"] == [1, 1]
+
+
+def test_the_timing_note_says_why_the_time_is_not_judged_once(monkeypatch):
+    """Where the machine has too few cores for the loader's workers, speed_note says why the step time is not judged;
+    the timing note beside it gives the figures only, not a second reason."""
+    from helpers.checks import speed
+
+    t = recorded("data_stall", "broken", "cpu")  # the same trace twice: 1.00x, below any bar
+    monkeypatch.setattr(speed, "cores", lambda: 2)
+    short = lab01._timing_note(t, t, 1.3, workers=4)
+    assert short.endswith("below the 1.3x a quiet machine shows") and "not judged" not in short
+    assert speed.speed_note(4).startswith("step time not judged")
+    monkeypatch.setattr(speed, "cores", lambda: 16)  # cores enough: the note says itself why it is not judged
+    assert "the timing is not judged beyond its noise band" in lab01._timing_note(t, t, 1.3, workers=4)
+
+
+def test_the_cpu_tracks_h2d_verdict_points_at_the_recording_drawn_above_it():
+    if torch.cuda.is_available():
+        pytest.skip("the CPU track's verdict")
+    out = checks.check_h2d_fixed(recorded("h2d_copy", "broken"), None)
+    assert out.startswith("not judged on the CPU track") and out.endswith("the fix is drawn above.")
+    cells = _code_cells(SOLUTION)
+    drawn = next(i for i, c in enumerate(cells) if "plots.compare(h2d_broken, shown" in c)
+    assert drawn < next(i for i, c in enumerate(cells) if "checks.check_h2d_fixed(" in c)  # the plot's cell is above

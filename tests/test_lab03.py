@@ -294,3 +294,11 @@ def test_the_lab_names_no_pattern_before_the_reading():
         line for line in Path(sync_stall.__file__).read_text().split("def broken_step")[1].split("def _fixed_step")[0].splitlines(True)
         if "#" in line)
     assert "sync" not in shown.lower()
+
+
+def test_a_longer_step_inside_the_noise_band_is_called_longer_not_not_slower():
+    from helpers.checks.speed import band_words
+
+    assert "longer here, but inside the noise band" in band_words(178.7, 241.3)  # 178.71 -> 241.32 ms: not "not slower"
+    assert band_words(241.3, 178.7) == " (not slower beyond the noise band)"
+    assert "machine's own slowdown is allowed for: 1.3x" in band_words(178.7, 241.3, "1.3x")

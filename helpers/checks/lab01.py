@@ -39,16 +39,21 @@ SINGLE, MULTI = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 
 
 # --- what a trace shows about its input pipeline ---------------------------------------------
-def _timing_note(before: Trace, after: Trace, min_speedup: float) -> str:
+def _timing_note(before: Trace, after: Trace, min_speedup: float, workers: int | None = None) -> str:
     """The step times as context: one run each cannot tell a slower fix from a busier machine. The figures
-    are :func:`helpers.metrics.step_time_band`'s medians, the ones the comparison table shows."""
+    are :func:`helpers.metrics.step_time_band`'s medians, the ones the comparison table shows. Where the machine
+    has too few cores for the ``workers`` asked, :func:`helpers.checks.speed.speed_note` says why the time is not
+    judged, so the note does not say it a second time."""
     band = m.step_time_band(before, after)
     b, a = band["before_ms"], band["after_ms"]
     if not (b > 0 and a > 0):  # NaN (no steps, no events) or a zero-length step: no ratio to quote
         return ""
     note = f"median step time {b:.1f} -> {a:.1f} ms ({b / a:.2f}x)"
     if b < a * min_speedup:
-        note += (f", below the {min_speedup}x a quiet machine shows; other work on this machine slows worker "
+        note += f", below the {min_speedup}x a quiet machine shows"
+        if speed_note(workers):
+            return note
+        note += ("; other work on this machine slows worker "
                  "processes, so the timing is not judged beyond its noise band, the structure is")
     return note
 
@@ -251,7 +256,7 @@ def check_data_stall_fixed(before: Trace, after: Trace, min_speedup: float, make
     slower, paced = speed_verdict(before, after, workers)  # paced: the machine's measured slowdown explained the step
     if slower:
         problems.insert(0, slower)
-    note = _timing_note(before, after, min_speedup)
+    note = _timing_note(before, after, min_speedup, workers)
     _check("data", "check_data_stall_fixed", not problems,
            "Your trace shows: " + "; ".join(problems) + f". ({evidence}; {note or 'no step times'}.)")
     structure = f"loader {loader_kind(after) or 'none'}"
@@ -321,7 +326,7 @@ def check_h2d_fixed(before: Trace, after: Trace | None, min_bandwidth_gain: floa
         if not torch.cuda.is_available():
             return ("not judged on the CPU track: a CPU has no copy engine and no pinned memory, so the fix runs on a GPU "
                     "only. Your readings (Exercises 3 and 4) earn the 'h2d' item here; the H200 recording of the fix "
-                    "is drawn below.")
+                    "is drawn above.")
         _record("h2d", "check_h2d_fixed", False)
         raise CheckFailed("pass the trace of your own step: h2d_fixed = helpers.capture(...)")
     refused = learner_trace_problem(before, after)

@@ -20,6 +20,7 @@ from ..diagnosis import diagnose, signals
 from ..model import Trace
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, course_bar, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
+from .speed import band_words
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 # The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
@@ -305,8 +306,7 @@ def check_launch_fixed(before: Trace, after: Trace, min_gain: float = MIN_OP_GAI
     if slower:
         msg = "your trace shows: " + slower
     timing = (f" Median step time {band['before_ms']:.2f} -> {band['after_ms']:.2f} ms under the profiler"
-              + ((f" (not slower beyond the noise band once the machine's own slowdown is allowed for: {paced})." if paced
-                  else " (not slower beyond the noise band).") if ok else "."))
+              + (band_words(band["before_ms"], band["after_ms"], paced) + "." if ok else "."))
     msg = msg.rstrip(".")
     _check("launch", "check_launch_fixed", ok, msg[0].upper() + msg[1:] + "." + timing)
     return "passed: check_launch_fixed. " + msg + "." + timing

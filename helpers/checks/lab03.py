@@ -22,6 +22,7 @@ from ..sources import getsource
 from . import behaviour
 from ._core import CheckFailed, _check, _close, _record, course_bar, data_wait_share, learner_trace_problem, own_capture_problem  # noqa: F401
 from .lab02 import _enclosing_range, _in_steps, _n_steps, model_ops_per_step
+from .speed import band_words
 
 #: The self-check items this lab earns, per track, and the checks of the learner's work each needs.
 # The credit this lab's exercises earn is declared in helpers.checks.exercise.EXERCISES.
@@ -101,8 +102,7 @@ def check_sync_fixed(before: Trace, after: Trace, max_per_step: float = SYNCS_PE
         band = m.step_time_band(before, after)  # the medians the comparison table shows
         return _check("sync", "check_sync_fixed", True, "") + (
             f". {what}: {sb[key]:.1f} -> {sa[key]:.1f}; median step time {band['before_ms']:.2f} -> "
-            f"{band['after_ms']:.2f} ms under the profiler (not slower beyond the noise band"
-            + (f" once the machine's own slowdown is allowed for: {paced})." if paced else ")."))
+            f"{band['after_ms']:.2f} ms under the profiler" + band_words(band["before_ms"], band["after_ms"], paced) + ".")
     left = sorted(remaining_syncs(after).items(), key=lambda kv: -kv[1])[:3]
     named = "; ".join(f"{k} {v:.1f} per step ({_looks(k.split(' in ')[0])})" for k, v in left) or "no single op"
     cpu_note = "" if after.has_gpu else " (a CPU does not wait, but these ops are the ones that would sync on a GPU)"

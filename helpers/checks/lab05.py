@@ -86,7 +86,7 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
                      "the verdict rests on the batches coming from worker processes, with the wait no larger than before)")
     slower, paced = speed_verdict(before, after, workers)  # on any machine that has a core for each process
     ok = data_ok and "sync_stall" not in found and sa[key] <= 0.2 and not slower
-    note = _timing_note(before, after, min_speedup)
+    note = _timing_note(before, after, min_speedup, workers)
     _check("workflow", "check_capstone", ok,
            (f"{slower[0].upper()}{slower[1:]}. " if slower else "")
            + f"{evidence[0].upper()}{evidence[1:]}, {key.replace('_', ' ')} {sa[key]:.1f}, findings {found}. "

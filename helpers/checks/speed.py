@@ -87,6 +87,16 @@ def pace_note(before: Trace, after: Trace, workers: int | None = None, drift: fl
     return speed_verdict(before, after, workers, drift)[1]
 
 
+def band_words(before_ms: float, after_ms: float, paced: str = "") -> str:
+    """The words a passing verdict puts after its two median step times: a step that reads longer but inside the
+    noise band is said to be longer, so "178 -> 241 ms" never sits beside a bare "not slower"."""
+    if paced:
+        return f" (not slower beyond the noise band once the machine's own slowdown is allowed for: {paced})"
+    if after_ms > before_ms:
+        return " (longer here, but inside the noise band of the two runs' own spread: not judged slower)"
+    return " (not slower beyond the noise band)"
+
+
 def speed_note(workers: int | None) -> str:
     """The line a verdict carries when the step time was not judged (too few cores for the workers asked)."""
     short = too_few_cores(workers)
