@@ -1226,17 +1226,163 @@ def _span(g: _Graph, hs: np.ndarray, he: np.ndarray, gs: np.ndarray, ge: np.ndar
 
 # --- public API ---------------------------------------------------------------------------------------
 def _graphs(trace: Trace) -> dict[int, _Graph]:
-    """Each rank's graph over the trace's steps (the steady state's where none are marked), kept with the trace."""
+    """Each rank's graph over the trace's steps (the steady state's where none are marked), kept with the trace;
+    while a forked process works out some ranks' figures (:mod:`helpers.rank_split`), this process's ranks only."""
     memo = m._memo(trace)
     if "critical_graphs" not in memo:
         stepped = m.stepped(trace)
+        away = _remote_ranks(trace)
         graphs = {}
         for rank in stepped.ranks:
-            g = _build(stepped, rank)
+            g = None if rank in away else _build(stepped, rank)
             if g is not None:
                 graphs[rank] = g
         memo["critical_graphs"] = (graphs, stepped)
     return memo["critical_graphs"][0]
+
+
+def _stepped(trace: Trace) -> Trace:
+    return m._memo(trace)["critical_graphs"][1] if "critical_graphs" in m._memo(trace) else m.stepped(trace)
+
+
+# --- one rank's share of the figures: what a forked process may work out for some ranks (helpers.rank_split) ---
+#: The memo's key of the object serving the ranks a forked process works out (:mod:`helpers.rank_split`).
+REMOTE = "critical_remote"
+
+
+def _remote(trace: Trace) -> Any:
+    return m._memo(trace).get(REMOTE)
+
+
+def _remote_ranks(trace: Trace) -> frozenset[int]:
+    r = _remote(trace)
+    return r.ranks if r is not None else frozenset()
+
+
+@dataclass
+class _RankPath:
+    """One rank's part of :func:`critical_path`: its stretches (with their step), its steps' rows, its mean step's
+    span, milliseconds by cause, the GPU's share, its work by cause and waits, and its graph's info."""
+
+    path: pd.DataFrame
+    step_rows: list[dict[str, Any]]
+    span: float
+    total: np.ndarray
+    gpu_share: float
+    work: tuple[dict[str, float], float]
+    info: dict[str, Any]
+
+
+def _rank_path(g: _Graph) -> _RankPath:
+    path = _walk(g)
+    t_end = float(path.attrs.get("end_us", g.t1))
+    win = g.windows
+    ws, we = win["start_us"].to_numpy(float), win["end_us"].to_numpy(float).copy()
+    if we.size:
+        we[-1] = max(we[-1], t_end)  # the last step ends with the last of its work
+    step_of = np.searchsorted(ws, path["start_us"].to_numpy(), side="right") - 1
+    path["step"] = np.where(step_of >= 0, win["step"].to_numpy()[np.clip(step_of, 0, None)], -1)
+    per = np.zeros((len(win), _NC))
+    tot = np.zeros(_NC)
+    cause_col = path["cause"].to_numpy()
+    p_start, p_end = path["start_us"].to_numpy(), path["end_us"].to_numpy()
+    for ci, cause in enumerate(PATH_CAUSES):
+        hit = cause_col == cause
+        if not hit.any():
+            continue
+        us, ue = m.merge_intervals(p_start[hit], p_end[hit])
+        per[:, ci] = m.overlap(us, ue, ws, we)
+        tot[ci] = float((ue - us).sum())
+    n = max(len(win), 1)
+    gpu_side = (path["on"].to_numpy() == "gpu") & np.isin(cause_col, ("gemm", "kernel", "graph", "launch"))
+    w_tot, waits = _work(g)
+    step_rows = []
+    for k in range(len(win)):
+        row = {"rank": g.rank, "step": int(win["step"].iat[k]), "start_us": ws[k], "end_us": we[k], "dur_us": we[k] - ws[k]}
+        row.update({f"{c}_ms": per[k, ci] / 1e3 for ci, c in enumerate(PATH_CAUSES)})
+        row["bound_by"] = PATH_CAUSES[int(np.argmax(per[k]))] if per[k].any() else ""
+        step_rows.append(row)
+    return _RankPath(path, step_rows, (t_end - g.t0) / n, tot / n, float(path["dur_us"].to_numpy()[gpu_side].sum()) / n,
+                     ({c: float(w_tot[ci] / n / 1e3) for ci, c in enumerate(PATH_CAUSES)}, waits / n), g.info)
+
+
+def _rank_paths(trace: Trace) -> dict[int, _RankPath]:
+    """Every rank's :class:`_RankPath` in the trace's rank order: worked out here, or by a forked process
+    (:mod:`helpers.rank_split`), each kept in the store under ``("critical_rank_path", rank)``."""
+    out = {}
+    for rank in _stepped(trace).ranks:
+        rp = _rank_entry(trace, ("critical_rank_path", rank), rank, _rank_path)
+        if rp is not None:
+            out[rank] = rp
+    return out
+
+
+def _rank_entry(trace: Trace, key: tuple, rank: int, work: Any) -> Any:
+    """The store's ``key`` (one rank's share of a figure), else ``work(graph)`` of the rank's graph (None when the rank
+    has none): a forked process's rank is taken from what it sent, or worked out here if it sent nothing."""
+    memo = m._memo(trace)
+    if key not in memo:
+        remote = _remote(trace)
+        if remote is not None and rank in remote.ranks:
+            remote.receive()
+        if key in memo:
+            return memo[key]
+        g = _graph_of(trace, rank)
+        memo[key] = None if g is None else work(g)
+    return memo[key]
+
+
+def table_masks(trace: Trace, rank: int) -> None:
+    """The whole table's masks a rank's graph reads (worked out for every rank at once), filled in by working out
+    ``rank``'s host activity: :mod:`helpers.rank_split` does it before it forks, so both processes have them."""
+    _kind_codes(trace)
+    freeing_after_gpu_work(trace)
+    m.is_sync_call(trace)
+    for key, predicate in (("launch", _is_launch_call), ("startup_call", STARTUP_CALL.match),
+                           ("compile_range", _is_compile_range), ("compile_frame", _is_compile_frame),
+                           ("step_marker", _is_step_marker), ("gemm_name", _is_gemm), ("fp32_ffma_name", _is_fp32_ffma),
+                           ("graph_launch", _is_graph_launch)):
+        m.name_mask(trace, key, predicate)
+    for cause in ("sync", "data_wait", "collective", "launch") if trace.has_gpu else ("data_wait", "collective", "host_compute"):
+        m.host_union(trace, rank, cause)
+
+
+def _graph_of(trace: Trace, rank: int) -> _Graph | None:
+    """One rank's graph: this process's, or (a forked process's rank that it did not answer for) built here."""
+    graphs = _graphs(trace)
+    if rank in graphs or rank not in _remote_ranks(trace):
+        return graphs.get(rank)
+    memo = m._memo(trace)
+    key = ("critical_graph_here", rank)
+    if key not in memo:
+        memo[key] = (_build(_stepped(trace), rank),)  # (kept as deep in the store as the trace's other graphs)
+    return memo[key][0]
+
+
+def fix_key(factors: np.ndarray, overlapped: tuple[str, ...], rates: tuple[tuple[str, str], ...]) -> tuple:
+    """A replay's inputs as a key (the cause factors' bytes, the causes moved off the path, the rates)."""
+    return (np.asarray(factors, float).tobytes(), tuple(overlapped), tuple(tuple(r) for r in rates))
+
+
+def _rank_mean(trace: Trace, g: _Graph, key: tuple) -> float:
+    """One rank's mean step replayed with :func:`fix_key` ``key``'s fix (microseconds)."""
+    f = np.frombuffer(key[0], dtype=float)
+    scale = _op_scale(trace, g, key[2])
+    if key[1]:
+        g = _overlapped(g, key[1])
+    return _replayed_span(g, f, scale) / max(len(g.windows), 1)
+
+
+def _fixed_means(trace: Trace, key: tuple) -> list[float]:
+    """Every rank's mean step with ``key``'s fix, in the trace's rank order; a forked process's ranks not yet
+    answered for are asked of it first, so that both processes replay at once."""
+    ranks = _stepped(trace).ranks
+    remote = _remote(trace)
+    if remote is not None:
+        remote.ask(key)
+    means = [_rank_entry(trace, ("critical_rank_mean", rank, key), rank, lambda g: _rank_mean(trace, g, key))
+             for rank in ranks]
+    return [v for v in means if v is not None]
 
 
 @dataclass
@@ -1281,45 +1427,15 @@ def critical_path(trace: Trace) -> CriticalPath:
     memo = m._memo(trace)
     if "critical_path" in memo:
         return handed_out(memo["critical_path"])  # the caller's copy: an edit of it never reaches the store
-    graphs = _graphs(trace)
-    stepped = memo["critical_graphs"][1]
+    paths = _rank_paths(trace)
+    stepped = _stepped(trace)
     names = stepped.events["name"].to_numpy()
-    frames, step_rows = [], []
-    spans, totals, work, gpu_share = {}, {}, {}, {}
-    for rank, g in graphs.items():
-        path = _walk(g)
-        t_end = float(path.attrs.get("end_us", g.t1))
-        win = g.windows
-        ws, we = win["start_us"].to_numpy(float), win["end_us"].to_numpy(float).copy()
-        if we.size:
-            we[-1] = max(we[-1], t_end)  # the last step ends with the last of its work
-        step_of = np.searchsorted(ws, path["start_us"].to_numpy(), side="right") - 1
-        path["step"] = np.where(step_of >= 0, win["step"].to_numpy()[np.clip(step_of, 0, None)], -1)
-        frames.append(path)
-        per = np.zeros((len(win), _NC))
-        tot = np.zeros(_NC)
-        cause_col = path["cause"].to_numpy()
-        p_start, p_end = path["start_us"].to_numpy(), path["end_us"].to_numpy()
-        for ci, cause in enumerate(PATH_CAUSES):
-            hit = cause_col == cause
-            if not hit.any():
-                continue
-            us, ue = m.merge_intervals(p_start[hit], p_end[hit])
-            per[:, ci] = m.overlap(us, ue, ws, we)
-            tot[ci] = float((ue - us).sum())
-        n = max(len(win), 1)
-        spans[rank] = (t_end - g.t0) / n
-        totals[rank] = tot / n
-        gpu_side = (path["on"].to_numpy() == "gpu") & np.isin(cause_col, ("gemm", "kernel", "graph", "launch"))
-        gpu_share[rank] = float(path["dur_us"].to_numpy()[gpu_side].sum()) / n
-        w_tot, waits = _work(g)
-        work[rank] = ({c: float(w_tot[ci] / n / 1e3) for ci, c in enumerate(PATH_CAUSES)}, waits / n)
-        for k in range(len(win)):
-            row = {"rank": rank, "step": int(win["step"].iat[k]), "start_us": ws[k], "end_us": we[k],
-                   "dur_us": we[k] - ws[k]}
-            row.update({f"{c}_ms": per[k, ci] / 1e3 for ci, c in enumerate(PATH_CAUSES)})
-            row["bound_by"] = PATH_CAUSES[int(np.argmax(per[k]))] if per[k].any() else ""
-            step_rows.append(row)
+    frames = [rp.path for rp in paths.values()]
+    step_rows = [row for rp in paths.values() for row in rp.step_rows]
+    spans = {rank: rp.span for rank, rp in paths.items()}
+    totals = {rank: rp.total for rank, rp in paths.items()}
+    gpu_share = {rank: rp.gpu_share for rank, rp in paths.items()}
+    work = {rank: rp.work for rank, rp in paths.items()}
     stretches = pd.concat(frames, ignore_index=True) if frames else _empty_path().assign(step=pd.Series(dtype="int64"))
     if len(stretches):
         r = stretches["row"].to_numpy()
@@ -1335,25 +1451,30 @@ def critical_path(trace: Trace) -> CriticalPath:
         rank = max(spans, key=lambda r: spans[r])
         ms = {c: float(totals[rank][ci] / 1e3) for ci, c in enumerate(PATH_CAUSES)}
         out = CriticalPath(stretches, steps, float(spans[rank] / 1e3), ms, rank, work[rank][0], work[rank][1],
-                           {"ranks": {r: dict(g.info) for r, g in graphs.items()},
+                           {"ranks": {r: dict(rp.info) for r, rp in paths.items()},
                             "step_ms_by_rank": {r: v / 1e3 for r, v in spans.items()},
                             "work_ms_per_step_by_rank": {r: w[0] for r, w in work.items()},
                             "gpu_compute_ms_per_step": gpu_share[rank] / 1e3,
                             "waits_per_step_by_rank": {r: w[1] for r, w in work.items()}})
+    for rank in stepped.ranks:  # each rank's part is in the path now: not kept twice
+        memo.pop(("critical_rank_path", rank), None)
     memo["critical_path"] = out  # stored before the job's path, which may ask for it
-    if len(graphs) > 1:
-        out.job = job_path({r: rank_steps(trace, r) for r in graphs})
+    if len(paths) > 1:
+        out.job = job_path({r: rank_steps(trace, r) for r in paths})
     return handed_out(out)  # the caller's copy: an edit of it never reaches the store
 
 
 def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarray] | None = None,
                        overlapped: tuple[str, ...] = ()) -> float:
+    if op_scale is None:  # a fix of causes alone: the replay fix_step_ms makes of it
+        means = _fixed_means(trace, fix_key(f, overlapped, ()))
+        return max(means) / 1e3 if means else float("nan")
     graphs = _graphs(trace)
     means = []
     for rank, g in graphs.items():
         if overlapped:
             g = _overlapped(g, overlapped)
-        means.append(_replayed_span(g, f, None if op_scale is None else op_scale.get(rank)) / max(len(g.windows), 1))
+        means.append(_replayed_span(g, f, op_scale.get(rank)) / max(len(g.windows), 1))
     return max(means) / 1e3 if means else float("nan")
 
 
@@ -1430,14 +1551,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
         factors = dict(factors)
     except (TypeError, ValueError):
         raise ArgumentError(f"fix_step_ms(): factors={factors!r:.60}: give a dict of cause -> factor") from None
-    f = _factors(factors)
-    graphs = _graphs(trace)
-    means = []
-    for g in graphs.values():
-        scale = _op_scale(trace, g, tuple(rates))
-        if overlapped:
-            g = _overlapped(g, tuple(overlapped))
-        means.append(_replayed_span(g, f, scale) / max(len(g.windows), 1))
+    means = _fixed_means(trace, fix_key(_factors(factors), tuple(overlapped), tuple(rates)))
     return max(means) / 1e3 if means else float("nan")
 
 
@@ -1467,7 +1581,7 @@ def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
     steps = cp.steps[cp.steps["rank"] == rank]
     if steps.empty:
         return []
-    stepped = m._memo(trace)["critical_graphs"][1]
+    stepped = _stepped(trace)
     on = m.rank_events(stepped, rank)  # the rank's rows, filtered once per trace (not a copy of the table per rank)
     coll = on[on["kind"] == "collective"].sort_values("start_us", kind="stable")
     if len(coll):

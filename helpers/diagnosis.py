@@ -25,6 +25,7 @@ import pandas as pd
 
 from . import critical as cr
 from . import metrics as m
+from . import rank_split
 from . import seal as _seal
 from . import thresholds as th
 from .arguments import checked
@@ -424,6 +425,23 @@ def diagnose(trace: Trace) -> Diagnosis:
     """
     _seal.gate(trace, 'helpers.diagnose')  # a sealed trace waits for the learner's reading (helpers.seal)
     trace, steady = steady_state(trace)
+    with rank_split.split(trace, _catalogue_fixes()):  # a large job's ranks: half of them in a second process
+        return _diagnosed(trace, steady)
+
+
+def _catalogue_fixes() -> list[tuple]:
+    """The replays :func:`_path_signals` asks of every rank (:func:`helpers.critical.fix_key`): each catalogue
+    fix's, and for ``gpu_bound`` its kernels taking no time."""
+    out = []
+    for p in CATALOGUE:
+        if p.what_if is not None:
+            out.append(cr.fix_key(cr._factors(dict(p.what_if.factors)), p.what_if.overlapped, p.what_if.rates))
+            if p.name == "gpu_bound":
+                out.append(cr.fix_key(cr._factors({c: 0.0 for c in p.causes}), (), ()))
+    return out
+
+
+def _diagnosed(trace: Trace, steady: SteadyState) -> Diagnosis:
     sg = signals(trace)
     for p in CATALOGUE:  # a capture that holds no loop: its figures describe nothing else
         if p.exclusive and any(_applies(r, trace.has_gpu) and r.when(sg) for r in p.rules):

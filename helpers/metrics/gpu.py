@@ -10,7 +10,7 @@ import pandas as pd
 from ..model import GPU_WORK_KINDS, Trace
 from ..seal import figure_gate
 from ._cache import _cached
-from ._store import rank_events, rank_rows
+from ._store import _memo, rank_events, rank_rows
 from .activity import CAUSES, GAP_AFTER_SYNC_TOLERANCE_US, SYNC_RETURN_US, gpu_work_union, graph_spans, host_union, is_sync_call
 from .intervals import gaps_in, merge_intervals, overlap
 from .windows import _devices_of, windows
@@ -95,38 +95,8 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     cols = ["rank", "device", "step", "start_us", "end_us", "dur_us", "cause",
             "sync_us", "data_wait_us", "collective_us", "launch_us", "host_cause", "after_sync"]
     out = []
-    spans = graph_spans(trace)
-    replays = {key: (g["start_us"].to_numpy(), g["end_us"].to_numpy()) for key, g in spans.groupby(["rank", "device"])}
     for rank in trace.ranks:
-        win = windows(trace, rank)
-        host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
-        at = rank_rows(trace, rank)  # the rank's own rows, not every rank's tested for each rank
-        sync_ends = np.sort(rank_events(trace, rank)["end_us"].to_numpy()[is_sync_call(trace) if at is None else is_sync_call(trace)[at]])
-        for device in _devices_of(trace, rank):
-            us, ue = gpu_work_union(trace, rank, device)
-            # Collect every window's gaps, then ask each host activity once (not once per window).
-            pieces = [(step, *gaps_in(us, ue, ws, we)) for step, ws, we in zip(win["step"], win["start_us"], win["end_us"])]
-            gs = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
-            ge = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
-            steps = np.concatenate([np.full(p[1].size, int(p[0])) for p in pieces]) if pieces else np.zeros(0, int)
-            keep = (ge - gs) > min_gap_us
-            gs, ge, steps = gs[keep], ge[keep], steps[keep]
-            if gs.size == 0:
-                continue
-            frame = {"rank": rank, "device": device, "step": steps, "start_us": gs, "end_us": ge, "dur_us": ge - gs}
-            for c, (hs, he) in host.items():
-                frame[f"{c}_us"] = overlap(hs, he, gs, ge)
-            # the gap starts as a sync returns: the host was blocked until the GPU drained
-            j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
-            jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
-            after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
-            in_graph = _inside_spans(gs, ge, replays.get((rank, device)))
-            after_sync &= ~in_graph  # a replay's nodes run in the order it recorded: no host wait opens a gap among them
-            frame["cause"] = _blame(after_sync, frame, in_sync=True)
-            frame["host_cause"] = _blame(np.zeros(gs.size, bool), frame)  # what the host did in it, syncs aside
-            frame["cause"][in_graph] = frame["host_cause"][in_graph] = "graph"
-            frame["after_sync"] = after_sync
-            out.append(pd.DataFrame(frame))
+        out += _gaps_of_rank(trace, rank, min_gap_us)
     if not out:
         return pd.DataFrame(columns=cols)
     gaps = pd.concat(out, ignore_index=True)[cols]
@@ -134,6 +104,67 @@ def idle_gaps(trace: Trace, min_gap_us: float = 0.0, with_cause: bool = True) ->
     if top is not None:  # the gaps after syncs are the host's own work's: a fix there wins more
         gaps.loc[gaps["after_sync"].to_numpy(bool) & (gaps["host_cause"] == top).to_numpy(), "cause"] = top
     return gaps
+
+
+def _gaps_of_rank(trace: Trace, rank: int, min_gap_us: float) -> list[pd.DataFrame]:
+    """One rank's part of :func:`idle_gaps` (a frame per device, before the job-wide move of the gaps after syncs):
+    worked out here, or taken from the store where a forked process worked it out (:mod:`helpers.rank_split`)."""
+    memo = _memo(trace)
+    key = ("rank_idle_gaps", int(rank), float(min_gap_us))
+    got = memo.get(key)
+    if got is None:
+        remote = memo.get("critical_remote")
+        if remote is not None and rank in remote.ranks:
+            remote.receive()  # what it worked out, its idle gaps too, is in the store once received
+            got = memo.get(key)
+    if got is not None:
+        return list(got)
+    return _rank_idle_gaps(trace, rank, min_gap_us)
+
+
+def _rank_idle_gaps(trace: Trace, rank: int, min_gap_us: float) -> list[pd.DataFrame]:
+    out = []
+    replays = _replays(trace)
+    win = windows(trace, rank)
+    host = {c: host_union(trace, rank, c) for c in ("sync", "data_wait", "collective", "launch")}
+    at = rank_rows(trace, rank)  # the rank's own rows, not every rank's tested for each rank
+    sync_ends = np.sort(rank_events(trace, rank)["end_us"].to_numpy()[is_sync_call(trace) if at is None else is_sync_call(trace)[at]])
+    for device in _devices_of(trace, rank):
+        us, ue = gpu_work_union(trace, rank, device)
+        # Collect every window's gaps, then ask each host activity once (not once per window).
+        pieces = [(step, *gaps_in(us, ue, ws, we)) for step, ws, we in zip(win["step"], win["start_us"], win["end_us"])]
+        gs = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0)
+        ge = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+        steps = np.concatenate([np.full(p[1].size, int(p[0])) for p in pieces]) if pieces else np.zeros(0, int)
+        keep = (ge - gs) > min_gap_us
+        gs, ge, steps = gs[keep], ge[keep], steps[keep]
+        if gs.size == 0:
+            continue
+        frame = {"rank": rank, "device": device, "step": steps, "start_us": gs, "end_us": ge, "dur_us": ge - gs}
+        for c, (hs, he) in host.items():
+            frame[f"{c}_us"] = overlap(hs, he, gs, ge)
+        # the gap starts as a sync returns: the host was blocked until the GPU drained
+        j = np.searchsorted(sync_ends, gs - GAP_AFTER_SYNC_TOLERANCE_US, side="left")
+        jj = np.clip(j, 0, max(sync_ends.size - 1, 0))
+        after_sync = ((j < sync_ends.size) & (sync_ends[jj] <= np.minimum(ge, gs + SYNC_RETURN_US))) if sync_ends.size else np.zeros(gs.size, bool)
+        in_graph = _inside_spans(gs, ge, replays.get((rank, device)))
+        after_sync &= ~in_graph  # a replay's nodes run in the order it recorded: no host wait opens a gap among them
+        frame["cause"] = _blame(after_sync, frame, in_sync=True)
+        frame["host_cause"] = _blame(np.zeros(gs.size, bool), frame)  # what the host did in it, syncs aside
+        frame["cause"][in_graph] = frame["host_cause"][in_graph] = "graph"
+        frame["after_sync"] = after_sync
+        out.append(pd.DataFrame(frame))
+    return out
+
+
+def _replays(trace: Trace) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Each (rank, device)'s CUDA Graph replays' spans, as (starts, ends), grouped once per trace."""
+    memo = _memo(trace)
+    if "graph_replays" not in memo:
+        spans = graph_spans(trace)
+        memo["graph_replays"] = {key: (g["start_us"].to_numpy(), g["end_us"].to_numpy())
+                                 for key, g in spans.groupby(["rank", "device"])}
+    return memo["graph_replays"]
 
 
 def _inside_spans(gs: np.ndarray, ge: np.ndarray, spans: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:

@@ -1,0 +1,210 @@
+"""A job's diagnosis on two cores: the later half of its ranks' own figures worked out in a forked process.
+
+Most of a multi-rank diagnosis is each rank's own: its critical-path graph, built, walked and replayed for every
+fix of the catalogue, and its GPU's idle gaps. None of it can be worked out from a rank's file alone (the job's
+time zero, the steps and job-wide figures such as the pinned-copy bandwidth are the whole job's, and the path's
+stretches point at rows of the job's table), but all of it can once those are in memory: :func:`split` forks a
+process that inherits them and works out the later half of the ranks while this one works out the first half.
+What it sends back goes into the trace's store under the very keys this process would have filled
+(``("critical_rank_path", rank)``, ``("critical_rank_mean", rank, fix)``, ``("rank_idle_gaps", rank, 0.0)``), and
+the job-wide figures are put together from them in rank order, so every figure is the one a single process gets,
+bit for bit. A replay the diagnosis asks for later (every finding's fix at once) is asked of the forked process
+for its ranks while this one replays its own. Should it fail, its ranks are worked out here.
+
+The fork pays from about :data:`SPLIT_FROM_EVENTS` events on: on the 8-rank benchmark folder (832,000 events) the
+diagnosis took 1.1 s of wall time in one process (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from . import critical as cr
+from . import metrics as m
+from .metrics import gpu as _gpu
+from .model import Trace
+
+#: Events (all ranks together) from which a job's ranks are split across two processes: below it the fork, the
+#: results sent back and the start-up of a second process cost more than half the ranks' work saves.
+SPLIT_FROM_EVENTS = 200_000
+#: None: split where it pays (:func:`pays`); True: always with two ranks or more, False: never (tests compare both).
+FORCE: bool | None = None
+
+
+def pays(trace: Trace) -> bool:
+    """Whether a second process is worth starting for ``trace``: Linux's ``fork`` (the process inherits the table
+    as it is), two usable cores, two ranks or more, and :data:`SPLIT_FROM_EVENTS` events."""
+    if FORCE is False or len(trace.ranks) < 2 or not _can_fork():
+        return False
+    if "critical_graphs" in m._memo(trace):  # the ranks' graphs are built already: little is left to split
+        return False
+    return FORCE is True or len(trace.events) >= SPLIT_FROM_EVENTS
+
+
+def _can_fork() -> bool:
+    if not sys.platform.startswith("linux") or "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):  # pragma: no cover - Linux has it
+        return False
+
+
+@contextlib.contextmanager
+def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
+    """While the block runs, the later half of ``trace``'s ranks (a stepped trace: the one the diagnosis measures)
+    is worked out by a forked process: their paths, their mean steps under each of ``fixes``
+    (:func:`helpers.critical.fix_key`) and their idle gaps. Nothing happens where it does not pay (:func:`pays`)."""
+    if not pays(trace):
+        yield
+        return
+    memo = m._memo(trace)
+    ranks = list(trace.ranks)
+    theirs = ranks[len(ranks) // 2:]  # the later ranks: this process reaches its own first, in rank order
+    _before_fork(trace, fixes)
+    remote = _Remote.start(trace, theirs, fixes)
+    if remote is None:
+        yield
+        return
+    memo[cr.REMOTE] = remote
+    try:
+        # This process's half, worked out now, while the other one works out its half: the figures below find both.
+        graphs = cr._graphs(trace)  # (this process's ranks only, now that the others are the forked process's)
+        for key, value in _share(trace, {r: graphs.get(r) for r in ranks if r not in remote.ranks}, fixes).items():
+            memo[key] = value
+        yield
+    finally:
+        remote.close()
+        # the forked process's ranks have no graph here: the next figure that needs one builds them all again
+        for key in [k for k in memo if k == cr.REMOTE or k == "critical_graphs"
+                    or (isinstance(k, tuple) and k[:1] == ("critical_graph_here",))]:
+            del memo[key]
+
+
+def _before_fork(trace: Trace, fixes: list[tuple]) -> None:
+    """The whole table's masks and job-wide figures both processes read, worked out once, before the fork."""
+    cr.table_masks(trace, trace.ranks[0])
+    m.windows(trace)
+    if trace.has_gpu:
+        _gpu._replays(trace)
+        if any(rate == "pinned" for fix in fixes for _, rate in fix[2]):
+            cr.pinned_gb_per_s(trace)
+
+
+def _share(trace: Trace, graphs: dict[int, Any], fixes: list[tuple]) -> dict[tuple, Any]:
+    """The ranks' own figures, under the store's keys: each rank's path, mean step under each fix, idle gaps."""
+    out: dict[tuple, Any] = {}
+    for rank, g in graphs.items():
+        out[("critical_rank_path", rank)] = None if g is None else cr._rank_path(g)
+        for key in fixes:
+            out[("critical_rank_mean", rank, key)] = None if g is None else cr._rank_mean(trace, g, key)
+        if trace.has_gpu:
+            out[("rank_idle_gaps", rank, 0.0)] = _gpu._rank_idle_gaps(trace, rank, 0.0)
+    return out
+
+
+class _Remote:
+    """The forked process, as this one sees it: the ranks it works out, and the replays asked of it."""
+
+    def __init__(self, trace: Trace, ranks: list[int], fixes: list[tuple], pid: int, conn: Any) -> None:
+        self.trace, self.ranks, self.fixes = trace, frozenset(ranks), set(fixes)
+        self.pid, self.conn = pid, conn
+        self.waiting = 1  # messages owed: its share, then one per replay asked
+        self.asked: set[tuple] = set()
+
+    @classmethod
+    def start(cls, trace: Trace, ranks: list[int], fixes: list[tuple]) -> _Remote | None:
+        ctx = multiprocessing.get_context("fork")
+        here, there = ctx.Pipe(duplex=True)
+        try:
+            pid = os.fork()
+        except OSError:  # no process to be had (a limit on processes, memory): one process does it all
+            here.close()
+            there.close()
+            return None
+        if pid == 0:  # pragma: no cover - the forked process (coverage does not follow it)
+            here.close()
+            _serve(trace, ranks, fixes, there)
+        there.close()
+        return cls(trace, ranks, fixes, pid, here)
+
+    def ask(self, key: tuple) -> None:
+        """Ask for the forked process's ranks' mean steps under ``key`` (unless sent with its share, or asked)."""
+        if self.conn is None or key in self.fixes or key in self.asked:
+            return
+        try:
+            self.conn.send(key)
+        except (OSError, ValueError):
+            self._lost()
+            return
+        self.asked.add(key)
+        self.waiting += 1
+
+    def receive(self) -> None:
+        """Everything the forked process owes, put in the store (nothing, where it failed: its ranks are then
+        worked out here)."""
+        memo = m._memo(self.trace)
+        while self.waiting and self.conn is not None:
+            try:
+                entries = self.conn.recv()
+            except Exception:  # the pipe broke or its message did not unpickle: its ranks are worked out here
+                self._lost()
+                return
+            if entries is None:  # it met an error of its own
+                self._lost()
+                return
+            self.waiting -= 1
+            for key, value in entries.items():
+                memo[key] = value
+
+    def _lost(self) -> None:
+        self.waiting = 0
+        self.close()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.conn.send(None)
+            self.conn.close()
+            self.conn = None
+        if self.pid:
+            try:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+                if not done:  # still working (asked nothing more, it is done in moments; else it is stopped)
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+            except (ChildProcessError, ProcessLookupError):
+                pass
+            self.pid = 0
+
+
+def _serve(trace: Trace, ranks: list[int], fixes: list[tuple], conn: Any) -> None:  # pragma: no cover - forked
+    """The forked process: its ranks' share sent back, then each replay asked of it, until told to stop. It ends
+    with ``os._exit``: nothing of the parent's (buffered output, exit handlers, temporary files) is its to finish."""
+    status = 0
+    try:
+        gc.disable()  # a short life: collections would only walk the parent's objects
+        for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals go to the whole group: the parent stops it
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stepped = m.stepped(trace)
+        graphs = {rank: cr._build(stepped, rank) for rank in ranks}
+        conn.send(_share(trace, graphs, fixes))
+        while (key := conn.recv()) is not None:
+            conn.send({("critical_rank_mean", rank, key): None if g is None else cr._rank_mean(trace, g, key)
+                       for rank, g in graphs.items()})
+    except EOFError:
+        pass
+    except BaseException:  # noqa: BLE001 - whatever it met, the parent works its ranks out itself
+        status = 1
+        with contextlib.suppress(BaseException):
+            conn.send(None)
+    finally:
+        os._exit(status)
