@@ -38,6 +38,11 @@ SPLIT_FROM_EVENTS = 200_000
 FORCE: bool | None = None
 
 
+#: The store's per-rank entries (first item of the key; the rank second) the forked process sends back beside its
+#: share: what the rest of the diagnosis reads of every rank (their unions of host activity and GPU work, windows).
+_KEPT = frozenset({"host", "gpu", "windows", "_devices_of"})
+
+
 def pays(trace: Trace) -> bool:
     """Whether a second process is worth starting for ``trace``: Linux's ``fork`` (the process inherits the table
     as it is), two usable cores, two ranks or more, and :data:`SPLIT_FROM_EVENTS` events."""
@@ -162,7 +167,8 @@ class _Remote:
                 return
             self.waiting -= 1
             for key, value in entries.items():
-                memo[key] = value
+                if key not in memo:  # (one worked out here meanwhile is the same: it stays, as handed out)
+                    memo[key] = value
 
     def _lost(self) -> None:
         self.waiting = 0
@@ -194,9 +200,16 @@ def _serve(trace: Trace, ranks: list[int], fixes: list[tuple], conn: Any) -> Non
         for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals go to the whole group: the parent stops it
             signal.signal(sig, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        memo = m._memo(trace)
+        before = set(memo)
         stepped = m.stepped(trace)
         graphs = {rank: cr._build(stepped, rank) for rank in ranks}
-        conn.send(_share(trace, graphs, fixes))
+        share = _share(trace, graphs, fixes)
+        # what its ranks' graphs and gaps read that the rest of the diagnosis reads again (their host activity, GPU
+        # work, windows): sent too, so the parent does not work it out a second time
+        share.update({k: memo[k] for k in memo if k not in before and isinstance(k, tuple) and len(k) > 1
+                      and k[0] in _KEPT and k[1] in ranks})
+        conn.send(share)
         while (key := conn.recv()) is not None:
             conn.send({("critical_rank_mean", rank, key): None if g is None else cr._rank_mean(trace, g, key)
                        for rank, g in graphs.items()})
