@@ -1247,11 +1247,11 @@ def _stepped(trace: Trace) -> Trace:
 
 # --- one rank's share of the figures: what a forked process may work out for some ranks (helpers.rank_split) ---
 #: The memo's key of the object serving the ranks a forked process works out (:mod:`helpers.rank_split`).
-REMOTE = "critical_remote"
+_REMOTE = "critical_remote"
 
 
 def _remote(trace: Trace) -> Any:
-    return m._memo(trace).get(REMOTE)
+    return m._memo(trace).get(_REMOTE)
 
 
 def _remote_ranks(trace: Trace) -> frozenset[int]:
@@ -1332,7 +1332,7 @@ def _rank_entry(trace: Trace, key: tuple, rank: int, work: Any) -> Any:
     return memo[key]
 
 
-def table_masks(trace: Trace, rank: int) -> None:
+def _table_masks(trace: Trace, rank: int) -> None:
     """The whole table's masks a rank's graph reads (worked out for every rank at once), filled in by working out
     ``rank``'s host activity: :mod:`helpers.rank_split` does it before it forks, so both processes have them."""
     _kind_codes(trace)
@@ -1359,13 +1359,13 @@ def _graph_of(trace: Trace, rank: int) -> _Graph | None:
     return memo[key][0]
 
 
-def fix_key(factors: np.ndarray, overlapped: tuple[str, ...], rates: tuple[tuple[str, str], ...]) -> tuple:
+def _fix_key(factors: np.ndarray, overlapped: tuple[str, ...], rates: tuple[tuple[str, str], ...]) -> tuple:
     """A replay's inputs as a key (the cause factors' bytes, the causes moved off the path, the rates)."""
     return (np.asarray(factors, float).tobytes(), tuple(overlapped), tuple(tuple(r) for r in rates))
 
 
 def _rank_mean(trace: Trace, g: _Graph, key: tuple) -> float:
-    """One rank's mean step replayed with :func:`fix_key` ``key``'s fix (microseconds)."""
+    """One rank's mean step replayed with :func:`_fix_key` ``key``'s fix (microseconds)."""
     f = np.frombuffer(key[0], dtype=float)
     scale = _op_scale(trace, g, key[2])
     if key[1]:
@@ -1467,7 +1467,7 @@ def critical_path(trace: Trace) -> CriticalPath:
 def _predicted_step_ms(trace: Trace, f: np.ndarray, op_scale: dict[int, np.ndarray] | None = None,
                        overlapped: tuple[str, ...] = ()) -> float:
     if op_scale is None:  # a fix of causes alone: the replay fix_step_ms makes of it
-        means = _fixed_means(trace, fix_key(f, overlapped, ()))
+        means = _fixed_means(trace, _fix_key(f, overlapped, ()))
         return max(means) / 1e3 if means else float("nan")
     graphs = _graphs(trace)
     means = []
@@ -1551,7 +1551,7 @@ def fix_step_ms(trace: Trace, factors: dict[str, float] | tuple = (), overlapped
         factors = dict(factors)
     except (TypeError, ValueError):
         raise ArgumentError(f"fix_step_ms(): factors={factors!r:.60}: give a dict of cause -> factor") from None
-    means = _fixed_means(trace, fix_key(_factors(factors), tuple(overlapped), tuple(rates)))
+    means = _fixed_means(trace, _fix_key(_factors(factors), tuple(overlapped), tuple(rates)))
     return max(means) / 1e3 if means else float("nan")
 
 

@@ -430,14 +430,14 @@ def diagnose(trace: Trace) -> Diagnosis:
 
 
 def _catalogue_fixes() -> list[tuple]:
-    """The replays :func:`_path_signals` asks of every rank (:func:`helpers.critical.fix_key`): each catalogue
+    """The replays :func:`_path_signals` asks of every rank (:func:`helpers.critical._fix_key`): each catalogue
     fix's, and for ``gpu_bound`` its kernels taking no time."""
     out = []
     for p in CATALOGUE:
         if p.what_if is not None:
-            out.append(cr.fix_key(cr._factors(dict(p.what_if.factors)), p.what_if.overlapped, p.what_if.rates))
+            out.append(cr._fix_key(cr._factors(dict(p.what_if.factors)), p.what_if.overlapped, p.what_if.rates))
             if p.name == "gpu_bound":
-                out.append(cr.fix_key(cr._factors({c: 0.0 for c in p.causes}), (), ()))
+                out.append(cr._fix_key(cr._factors({c: 0.0 for c in p.causes}), (), ()))
     return out
 
 

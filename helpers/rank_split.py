@@ -66,7 +66,7 @@ def _can_fork() -> bool:
 def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
     """While the block runs, the later half of ``trace``'s ranks (a stepped trace: the one the diagnosis measures)
     is worked out by a forked process: their paths, their mean steps under each of ``fixes``
-    (:func:`helpers.critical.fix_key`) and their idle gaps. Nothing happens where it does not pay (:func:`pays`)."""
+    (:func:`helpers.critical._fix_key`) and their idle gaps. Nothing happens where it does not pay (:func:`pays`)."""
     if not pays(trace):
         yield
         return
@@ -78,7 +78,7 @@ def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
     if remote is None:
         yield
         return
-    memo[cr.REMOTE] = remote
+    memo[cr._REMOTE] = remote
     try:
         # This process's half, worked out now, while the other one works out its half: the figures below find both.
         graphs = cr._graphs(trace)  # (this process's ranks only, now that the others are the forked process's)
@@ -88,14 +88,14 @@ def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
     finally:
         remote.close()
         # the forked process's ranks have no graph here: the next figure that needs one builds them all again
-        for key in [k for k in memo if k == cr.REMOTE or k == "critical_graphs"
+        for key in [k for k in memo if k == cr._REMOTE or k == "critical_graphs"
                     or (isinstance(k, tuple) and k[:1] == ("critical_graph_here",))]:
             del memo[key]
 
 
 def _before_fork(trace: Trace, fixes: list[tuple]) -> None:
     """The whole table's masks and job-wide figures both processes read, worked out once, before the fork."""
-    cr.table_masks(trace, trace.ranks[0])
+    cr._table_masks(trace, trace.ranks[0])
     m.windows(trace)
     if trace.has_gpu:
         _gpu._replays(trace)

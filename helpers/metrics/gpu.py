@@ -113,7 +113,7 @@ def _gaps_of_rank(trace: Trace, rank: int, min_gap_us: float) -> list[pd.DataFra
     key = ("rank_idle_gaps", int(rank), float(min_gap_us))
     got = memo.get(key)
     if got is None:
-        remote = memo.get("critical_remote")
+        remote = memo.get("critical_remote")  # (helpers.critical._REMOTE: this layer cannot import it)
         if remote is not None and rank in remote.ranks:
             remote.receive()  # what it worked out, its idle gaps too, is in the store once received
             got = memo.get(key)
