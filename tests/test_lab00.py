@@ -174,7 +174,8 @@ def test_messages_count_in_words_and_do_not_contradict_themselves():
 
     with pytest.raises(CheckFailed) as failed:
         checks.check_annotated_phases(as_learners(trace), phases=("forward", "no such phase"))
-    assert "step 0:" in str(failed.value) and "step 0.0" not in str(failed.value)
+    assert "Missing phase ranges: 'no such phase', in every one of the" in str(failed.value)
+    assert "0.0" not in str(failed.value)  # steps counted as whole numbers
 
     script = "python -m helpers.workloads.data_stall --variant broken --steps 10"
     commands = {"capture range": f"nsys profile --trace=cuda,nvtx --capture-range=cudaProfilerApi -o a {script} --nsys-range",
@@ -193,3 +194,22 @@ def test_messages_count_in_words_and_do_not_contradict_themselves():
     with pytest.raises(CheckFailed) as failed:
         lab00.check_gpu_idle_share(lambda _t: -8.683, trace)
     assert "lies between 0 and 1" in str(failed.value), str(failed.value)
+
+
+def test_the_phase_check_says_each_phase_once_with_the_steps_it_is_wrong_in():
+    from helpers.checks import lab00
+
+    assert lab00._phase_words({"forward": [0, 1, 2, 3, 4], "optimizer": [2]}, 5) == \
+        "'forward', in every one of the 5 profiled steps; 'optimizer', in step 2"
+    assert lab00._phase_words({"backward": [0, 1, 2, 3, 4, 5]}, 8) == "'backward', in steps 0, 1, 2, 3, ..."
+
+
+def test_a_busy_share_given_as_the_idle_share_is_named_in_a_sentence():
+    from helpers.checks import CheckFailed
+
+    def busy_share(trace):
+        return metrics.gpu_utilization(trace)
+
+    with pytest.raises(CheckFailed) as failed:
+        checks.check_gpu_idle_share(busy_share, recorded("sync_stall", "broken"))
+    assert "Your figure is what taking the busy share instead of the idle share gives on this trace." in str(failed.value)

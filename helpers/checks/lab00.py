@@ -88,23 +88,38 @@ def check_annotated_phases(trace: Trace, phases: tuple[str, ...] = ("forward", "
     ev = trace.events
     ann = ev[ev["kind"] == "annotation"]
     ops = ev[(ev["kind"] == "cpu_op") & (ev["device"] < 0)]
-    missing, empty = [], []
+    missing: dict[str, list[int]] = {}
+    empty: dict[str, list[int]] = {}
     for _, st in steps.iterrows():
         inside = ann[(ann["rank"] == st["rank"]) & (ann["start_us"] >= st["start_us"]) & (ann["end_us"] <= st["end_us"])]
         names = inside["name"].str.lower()
-        missing += [f"step {int(st['step'])}: {p}" for p in phases if p not in set(names)]
+        for p in phases:
+            if p not in set(names):
+                missing.setdefault(p, []).append(int(st["step"]))
         for p in PHASES:
             ranges = inside[names == p]
             if len(ranges) and not any(_phase_work(ops[ops["rank"] == st["rank"]], p, r) for _, r in ranges.iterrows()):
-                empty.append(f"step {int(st['step'])}: {p}")
+                empty.setdefault(p, []).append(int(st["step"]))
     if missing:
         return _check("capture", "check_annotated_phases", False,
-                      f"Missing phase ranges ({', '.join(missing[:4])}). Wrap each phase of train_step in "
+                      f"Missing phase ranges: {_phase_words(missing, len(steps))}. Wrap each phase of train_step in "
                       "`with annotate(\"forward\"):` etc. so it shows on the NVTX / ranges lane.")
     return _check("capture", "check_annotated_phases", not empty,
-                  f"Phase ranges around none of their phase's work ({', '.join(empty[:4])}): each range must hold its "
-                  "phase of the training step (the model's forward and the loss; loss.backward(); opt.step() and "
-                  "zero_grad), so that the lane shows where the step's time goes.")
+                  f"Phase ranges that hold none of their phase's work: {_phase_words(empty, len(steps))}. Each range must "
+                  "hold its phase of the training step (the model's forward and the loss; loss.backward(); opt.step() "
+                  "and zero_grad), so that the lane shows where the step's time goes.")
+
+
+def _phase_words(where: dict[str, list[int]], n_steps: int) -> str:
+    """``{"forward": [0, 1, 2]}`` in words: each phase and the profiled steps its range is wrong in, all of them
+    said once ("'forward', in every one of the 5 profiled steps") instead of an item per step."""
+    def steps(nums: list[int]) -> str:
+        if len(nums) == n_steps:
+            return f"in every one of the {n_steps} profiled steps" if n_steps > 1 else "in the profiled step"
+        shown = ", ".join(map(str, nums[:4])) + (", ..." if len(nums) > 4 else "")
+        return f"in step{'s' if len(nums) > 1 else ''} {shown}"
+
+    return "; ".join(f"'{p}', {steps(nums)}" for p, nums in where.items())
 
 
 #: The phases of a training step every annotated capture shows (check_annotated_phases).
@@ -126,7 +141,7 @@ def _idle_share_mistakes(trace: Trace) -> dict[str, float]:
     steps = float(trace.steps["dur_us"].sum()) if not trace.steps.empty else float(m.windows(trace)["dur_us"].sum())
     gpu = ev[(ev["device"] >= 0) & ev["kind"].isin(("kernel", "memcpy", "memset", "collective")) & (ev["step"] >= 0)]
     util = m.gpu_utilization(trace)
-    out = {"the busy share, not the idle share": util}
+    out = {"taking the busy share instead of the idle share": util}
     if steps > 0:
         out["summing GPU events without merging overlaps"] = 1.0 - float(gpu["dur_us"].sum()) / steps
     span = trace.span_us
@@ -183,7 +198,7 @@ def check_gpu_idle_share(fn: Callable[[Trace], float], trace: Trace) -> str:
             near = [name for name, v in _idle_share_mistakes(other).items() if _close(got2, v, 0.0, 0.01)]
             lead = (f"Your idle share is right on this trace ({got:.3f}), but on a trace whose copies overlap its "
                     f"kernels (h2d_copy, fixed) your function gives {got2:.3f}, {_side(got2, want2)} the share that "
-                    "trace has" + (f": that is {near[0]}." if near else "."))
+                    "trace has" + (f": that is what {near[0]} gives." if near else "."))
     if not 0.0 <= figure <= 1.0:  # a share of time: an idle time counted past the steps' own, or a busy time over it
         why += (f" A share of step time lies between 0 and 1, and {figure:.3f} does not: "
                 + ("more busy time was counted than the steps last (overlapping events counted twice, or events "
