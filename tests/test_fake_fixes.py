@@ -259,9 +259,30 @@ def no_update_mystery_step(device):
     return step
 
 
+def cheaper_rows_step(device):
+    from helpers.workloads import mystery
+
+    width, batch, passes = mystery.sizes(device)
+    torch.manual_seed(0)
+    loader = DataLoader(mystery.FeatureRows(width, passes // 10), batch_size=batch, shuffle=True)  # a tenth of the work
+    model = sync_stall.make_model(width).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    it = iter(loader)
+
+    def step(i: int) -> None:
+        x, y = next(it)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def test_lab05_capstone_behaviour():
     assert behaviour.capstone_problem(real_mystery_step) is None
     assert "one fixed batch" in behaviour.capstone_problem(fixed_batch_step)
+    cheaper = behaviour.capstone_problem(cheaper_rows_step)  # new batches each step, of rows the lab's dataset never gives
+    assert "are not rows of the lab's dataset" in cheaper and "fixed batch" not in cheaper
     assert "the update is missing" in behaviour.capstone_problem(no_update_mystery_step)
 
 

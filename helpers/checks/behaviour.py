@@ -637,10 +637,14 @@ def capstone_problem(make_step: Callable, steps: int = 8, made: list | None = No
     foreign = sum(k is None for k in rows)
     distinct_batches = len({tuple(x.flatten()[:: max(1, x.numel() // 256)].tolist()) for x in batches})
     known = [k for k in rows if k is not None]
-    if foreign or distinct_batches < len(batches) or len(set(known)) < 0.75 * len(known):
+    if foreign:  # rows the lab's dataset never gives: another dataset, or its samples prepared otherwise
+        return (f"the data is missing: {foreign} of the {len(rows)} rows your model got in {steps} steps are not rows of "
+                f"the lab's dataset (mystery.FeatureRows as mystery.sizes sizes it, each sample's work done as it does "
+                "it): a fix changes how the batches are made, not which rows or how much work each sample gets")
+    if distinct_batches < len(batches) or len(set(known)) < 0.75 * len(known):
         return (f"the data is missing: {distinct_batches} distinct batches in {steps} steps, {len(set(known))} distinct "
-                f"dataset rows of {len(rows)}, {foreign} rows not from mystery.FeatureRows: the loop must train on "
-                "new batches from the dataset each step, not one fixed batch")
+                f"dataset rows of {len(rows)}: the loop must train on new batches from the dataset each step, not one "
+                "fixed batch")
     if first is None or end is None or all(torch.equal(a, b) for a, b in zip(first, end)):
         return ("the update is missing: the model's weights do not change over your steps; keep loss.backward(), "
                 "opt.step() and opt.zero_grad() in the step")
