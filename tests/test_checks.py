@@ -101,7 +101,9 @@ def test_fix_checks_judge_structure_not_timing():
     """A fixed loop on a busy machine (its speed-up below the quiet-machine bar) still passes, and says why."""
     broken, fixed = mine(b_f("data_stall"))
     verdict = checks.check_data_stall_fixed(broken, fixed, 1000.0, OK_LOADER)
-    assert verdict.startswith("passed") and "timing is not judged" in verdict
+    assert verdict.startswith("passed") and "below the 1000.0x a quiet machine shows" in verdict
+    # why the time is not judged, said once: the machine's cores for the workers asked, or other work on it
+    assert ("step time not judged" in verdict) != ("timing is not judged" in verdict)
     assert checks.check_capstone(*mine(b_f("mystery")), 1000.0, _real_mystery_step()).startswith("passed")
     with pytest.raises(checks.CheckFailed, match="recorded, not yours"):
         checks.check_capstone(*b_f("mystery"), 2.0)

@@ -168,13 +168,15 @@ def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers:
     busy to judge the wait.
     """
     wb, wa = _data_wait_share(before), _data_wait_share(after)
-    line = f"data wait {wb:.0%} -> {wa:.0%} of step time"
+    shown = ".0%" if f"{wb:.0%}" != f"{wa:.0%}" else ".1%"  # a wait that fell a little never reads "52% -> 52%"
+    line = f"data wait {wb:{shown}} -> {wa:{shown}} of step time"
     if "data_stall" not in found and wa * th.PASS_DATA_WAIT_DROP <= wb:
         return True, line
     busy = _busy(before, after, workers)
     if enough_workers and _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after, workers):
-        return True, (line + f" (less than the {th.PASS_DATA_WAIT_DROP}x a quiet machine shows, and measured too busy to "
-                      f"judge the wait: {busy}; so the verdict falls back to the structure, the loader using worker processes)")
+        return True, (line + f", not the {th.PASS_DATA_WAIT_DROP:g}x drop a quiet machine shows: this machine measured too "
+                      f"busy to judge the wait ({busy}), so the verdict falls back to the structure, the loader using worker "
+                      "processes")
     return False, line
 
 

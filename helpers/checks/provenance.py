@@ -210,8 +210,9 @@ def _tie_problem(ex: Any, takes: Any, what: str, how: dict, arguments: dict[str,
             timed = _captured_words(how)
             return (f"{what} is a capture of another step than the one this check judges"
                     + (f" ({timed})" if timed else "") + f": capture the step that {judged} returns, as it returns "
-                    f"it: helpers.capture({call}(...)). The check ran that function to see it trains as the loop as "
-                    "first written, so the capture it times must be of that very step")
+                    f"it: helpers.capture({call}(...)). {source if name else 'The check'} "
+                    f"{'ran' if name else 'runs'} that function to see it trains as the loop as first written, so the "
+                    "capture it times must be of that very step")
     for name in takes.runs:
         fn = arguments.get(name)
         if callable(fn) and _source_digest(fn) not in (how.get("learner") or []):
