@@ -53,6 +53,7 @@ def test_a_replaced_clock_or_a_callable_object_of_the_learners_is_found(monkeypa
     Fast.__call__ = _notebook_function("def __call__(self, *a):\n    return 1.0\n", "__call__")
     monkeypatch.setattr(time, "perf_counter", _notebook_function("def perf_counter():\n    return 0.0\n", "perf_counter"))
     assert _intact.tampered() == "time.perf_counter"
+    assert _intact.tampered_problem().startswith("time.perf_counter is not Python's own any more: a function of yours")
     monkeypatch.undo()
     monkeypatch.setattr(profiling, "pace_probe", Fast())
     assert _intact.tampered() == "helpers.profiling.pace_probe"

@@ -93,7 +93,8 @@ def tampered_problem() -> str | None:
     where = tampered()
     if where is None:
         return None
-    return (f"{where} is not the course's any more: a function of yours replaced it in this kernel. The checks compare "
+    owner = "Python's own" if where.startswith("time.") else "the course's"  # a clock is Python's, not the course's
+    return (f"{where} is not {owner} any more: a function of yours replaced it in this kernel. The checks compare "
             "your work with the course's own code (its reference loops, its clock and pace probe, its measurements), so "
             "nothing is judged while it is replaced: restart the kernel (Kernel > Restart) and run the notebook without "
             "the replacement")

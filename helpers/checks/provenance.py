@@ -245,8 +245,8 @@ def same_data_problem(before: Any, after: Any) -> str | None:
             else:
                 now, was = _fed_words(mine, sig), _fed_words(sig, mine)
             return (f"your capture's loop is fed from {now}; the loop as first written from {was}. A fix changes how "
-                    "the batches are made (worker processes, pinned memory, prefetching), not which samples or how many "
-                    "a batch: capture your loader over the lab's dataset, with the lab's batch size")
+                    "the batches are made (worker processes, pinned memory, prefetching), not which samples they hold or "
+                    "how many: capture your loader over the lab's dataset, with the lab's batch size")
     return None
 
 
@@ -292,8 +292,8 @@ def same_setup_problem(before: Any, after: Any) -> str | None:
         return None
     want = sorted(missing)[:3]
     near = sorted(h for h in mine if h.split(" ", 1)[0] in {w.split(" ", 1)[0] for w in want})[:3]
-    return (f"your capture's step is not set up as the loop as first written's: that one holds {'; '.join(want)}, "
-            f"yours {'; '.join(near) or 'none of that kind'}. Time your fix on the lab's setup (the same batches, "
+    return (f"your capture's step is not set up as the loop as first written's: that one holds {' and '.join(want)}, "
+            f"yours {' and '.join(near) or 'none of that kind'}. Time your fix on the lab's setup (the same batches, "
             "model, optimizer and learning rate), so that the two captures compare the same work")
 
 

@@ -100,7 +100,7 @@ def band_words(before_ms: float, after_ms: float, paced: str = "") -> str:
 def speed_note(workers: int | None) -> str:
     """The line a verdict carries when the step time was not judged (too few cores for the workers asked)."""
     short = too_few_cores(workers)
-    return (f"step time not judged: {short}, so a step time here need not show the loader's gain; the structure is judged, "
+    return (f"step time not judged: {short}, so it need not show the loader's gain; the structure is judged, "
             "and the data wait may not grow") if short else ""
 
 
