@@ -639,8 +639,9 @@ def capstone_problem(make_step: Callable, steps: int = 8, made: list | None = No
     known = [k for k in rows if k is not None]
     if foreign:  # rows the lab's dataset never gives: another dataset, or its samples prepared otherwise
         return (f"the data is missing: {foreign} of the {len(rows)} rows your model got in {steps} steps are not rows of "
-                f"the lab's dataset (mystery.FeatureRows as mystery.sizes sizes it, each sample's work done as it does "
-                "it): a fix changes how the batches are made, not which rows or how much work each sample gets")
+                "the lab's dataset (mystery.FeatureRows at the sizes mystery.sizes gives, each sample prepared as that "
+                "dataset prepares it). A fix changes how the batches are made, not which rows they hold or how much work "
+                "each sample gets")
     if distinct_batches < len(batches) or len(set(known)) < 0.75 * len(known):
         return (f"the data is missing: {distinct_batches} distinct batches in {steps} steps, {len(set(known))} distinct "
                 f"dataset rows of {len(rows)}: the loop must train on new batches from the dataset each step, not one "

@@ -174,7 +174,7 @@ def _data_verdict(before: Trace, after: Trace, found: list[str], enough_workers:
         return True, line
     busy = _busy(before, after, workers)
     if enough_workers and _uses_loader_workers(after) and wa < wb and busy and not _slower(before, after, workers):
-        return True, (line + f", not the {th.PASS_DATA_WAIT_DROP:g}x drop a quiet machine shows: this machine measured too "
+        return True, (line + f", not the {th.PASS_DATA_WAIT_DROP:g}x drop a quiet machine shows: this machine was measured too "
                       f"busy to judge the wait ({busy}), so the verdict falls back to the structure, the loader using worker "
                       "processes")
     return False, line

@@ -89,9 +89,9 @@ def check_capstone(before: Trace, after: Trace, min_speedup: float, make_step=No
     note = _timing_note(before, after, min_speedup, workers)
     _check("workflow", "check_capstone", ok,
            (f"{slower[0].upper()}{slower[1:]}. " if slower else "")
-           + f"{evidence[0].upper()}{evidence[1:]}, {key.replace('_', ' ')} {sa[key]:.1f}, findings {found}. "
+           + f"{evidence[0].upper()}{evidence[1:]}; {key.replace('_', ' ')} {sa[key]:.1f}; findings {found}. "
            "Fix the biggest gap first, re-profile, then the next one.")
-    return (f"passed: check_capstone ({evidence}, {key.replace('_', ' ')} {sa[key]:.1f}; "
+    return (f"passed: check_capstone ({evidence}; {key.replace('_', ' ')} {sa[key]:.1f}; "
             f"{'; '.join(filter(None, (note, paced, speed_note(workers))))})")
 
 
