@@ -87,6 +87,25 @@ def _seals_open(request):
     seal._reset()
 
 
+def assert_tables_equal(a, b) -> None:
+    """``pd.testing.assert_frame_equal(a, b)`` for events tables, its categorical columns compared by categories (in
+    order) and codes: the same verdict, without turning each category column into Python strings (2.3 s of a
+    100,000-event table's 2.4 s)."""
+    import numpy as np
+    import pandas as pd
+
+    assert list(a.columns) == list(b.columns), (list(a.columns), list(b.columns))
+    pd.testing.assert_index_equal(a.index, b.index)
+    for col in a.columns:
+        x, y = a[col], b[col]
+        if isinstance(x.dtype, pd.CategoricalDtype) and isinstance(y.dtype, pd.CategoricalDtype):
+            assert x.dtype.ordered == y.dtype.ordered, col
+            pd.testing.assert_index_equal(x.cat.categories, y.cat.categories, obj=f"{col}'s categories")
+            assert np.array_equal(x.cat.codes.to_numpy(), y.cat.codes.to_numpy()), f"{col}: the values differ"
+        else:
+            pd.testing.assert_series_equal(x, y, obj=col)
+
+
 @functools.cache
 def shipped_notebook(relpath: str) -> str:
     """A notebook's text as the course ships it, never the learner's working copy: tests about the shipped labs read

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import assert_tables_equal
 from synth import kineto_doc, two_step_loop
 
 import helpers
@@ -46,7 +47,7 @@ def one_process(path: Path, **kw):
 
 def same(path: Path) -> None:
     a, b = helpers.load(path), one_process(path)
-    pd.testing.assert_frame_equal(a.events, b.events)
+    assert_tables_equal(a.events, b.events)
     pd.testing.assert_frame_equal(a.steps, b.steps)
     assert {k: v for k, v in a.metadata.items() if k != "steps"} == {k: v for k, v in b.metadata.items() if k != "steps"}
 
@@ -134,7 +135,7 @@ def test_a_busy_machine_reads_in_one_process(monkeypatch, small_segments):
 
     monkeypatch.setattr(kineto, "_Helper", no_helper)
     path = DATA / "launch_overhead__broken__h200.json.gz"
-    pd.testing.assert_frame_equal(helpers.load(path).events, one_process(path).events)
+    assert_tables_equal(helpers.load(path).events, one_process(path).events)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert REAL_CORE_TO_SPARE()
     with pytest.raises(AssertionError, match="helper process was started"):

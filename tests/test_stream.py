@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import assert_tables_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import event, values
@@ -40,7 +41,7 @@ def _same(a, b) -> None:
     if isinstance(a, TraceError) or isinstance(b, TraceError):
         assert isinstance(a, TraceError) and isinstance(b, TraceError), (a, b)
         return
-    pd.testing.assert_frame_equal(a[0], b[0])
+    assert_tables_equal(a[0], b[0])
     assert a[1] == b[1]
 
 
@@ -105,7 +106,7 @@ def test_stream_matches_whole_on_a_recorded_trace(tmp_path, monkeypatch):
     # and through helpers.load, from a file and from gzip
     (tmp_path / "t.json").write_bytes(data)
     t = helpers.load(tmp_path / "t.json")
-    pd.testing.assert_frame_equal(t.events, helpers.load(src).events)
+    assert_tables_equal(t.events, helpers.load(src).events)
 
 
 def test_event_limit_stops_the_stream_early():
@@ -157,7 +158,7 @@ def test_msgspec_decoding_reads_as_the_general_parser(src, monkeypatch):
         assert isinstance(fast, TraceError) and str(fast) == str(exc)
         return
     assert not isinstance(fast, TraceError), fast
-    pd.testing.assert_frame_equal(fast.events, general.events)
+    assert_tables_equal(fast.events, general.events)
     for key in ("device_names", "distributed", "torch_version", "collective_types", "other_accelerator_events"):
         assert fast.metadata.get(key) == general.metadata.get(key), key
 
@@ -189,7 +190,7 @@ def test_reads_the_same_without_msgspec(tmp_path):
             "import helpers\nfrom helpers.readers import kineto\nassert kineto._decode_events is None\n"
             f"helpers.load({str(src)!r}).events.to_pickle({str(tmp_path / 'e.pkl')!r})\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
-    pd.testing.assert_frame_equal(pd.read_pickle(tmp_path / "e.pkl"), helpers.load(src).events)
+    assert_tables_equal(pd.read_pickle(tmp_path / "e.pkl"), helpers.load(src).events)
 
 
 def test_numbers_beyond_a_double_in_what_the_reader_sizes_are_no_size():
@@ -203,3 +204,21 @@ def test_numbers_beyond_a_double_in_what_the_reader_sizes_are_no_size():
     data = json.dumps({"traceEvents": [copy, gloo]}).encode()
     events, _ = kineto.parse(data, Path("t.json"))
     assert events["bytes"].isna().all() and len(events) == 2
+
+
+def test_the_tables_comparison_sees_every_kind_of_difference():
+    """assert_tables_equal (the fast stand-in for assert_frame_equal the comparisons above use) fails on a changed
+    name, a category list in another order, a time 1 ms off and a missing column."""
+    t = helpers.load(ROOT / "data" / "data_stall__broken__h200.json.gz").events
+    assert_tables_equal(t, t.copy())
+    renamed = t.copy()
+    renamed["name"] = renamed["name"].cat.rename_categories({renamed["name"].iloc[0]: "another name"})
+    reordered = t.copy()
+    reordered["kind"] = reordered["kind"].cat.reorder_categories(list(reordered["kind"].cat.categories)[::-1])
+    moved = t.copy()
+    moved.loc[moved.index[3], "start_us"] += 1000.0  # 1 ms: beyond the float tolerance both comparisons share
+    for other in (renamed, reordered, moved, t.drop(columns=["step"])):
+        with pytest.raises(AssertionError):
+            assert_tables_equal(t, other)
+        with pytest.raises(AssertionError):
+            pd.testing.assert_frame_equal(t, other)  # the verdict assert_frame_equal gives too
