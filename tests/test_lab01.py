@@ -402,6 +402,12 @@ def test_a_copy_fix_that_moves_less_or_computes_less_is_refused_before_its_struc
     fewer = ev.drop(ev.index[(ev["name"] == "aten::mm")][::2])  # every other matrix product gone
     with pytest.raises(checks.CheckFailed, match=r"runs 2\.0 matrix products a step .* the loop as first written 4\.0"):
         checks.check_h2d_fixed(mine(before), mine(fixed, fewer))
+    # one batch's copy outside the captured steps (copied ahead, before the first): the rest are every step's, whole
+    edge = ev.drop(ev.index[h2d.to_numpy()][:1])
+    assert behaviour._work_per_step(mine(fixed, edge))[0] == 64 * 2**20 * 4 / 5
+    assert checks.check_h2d_fixed(mine(before), mine(fixed, edge)).startswith("passed")
+    with pytest.raises(checks.CheckFailed, match="MiB to the device a step"):  # two missing is fewer copies
+        checks.check_h2d_fixed(mine(before), mine(fixed, ev.drop(ev.index[h2d.to_numpy()][:2])))
     assert checks.check_h2d_fixed(mine(before), mine(fixed)).startswith("passed")
 
 

@@ -1213,18 +1213,24 @@ def trace_training_problem(before: Any, after: Any, optimizer: bool = True) -> s
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 
 
-def _work_per_step(trace: Any) -> tuple[float, float]:
-    """(bytes copied host-to-device, matrix-product ops) a step, read off ``trace``'s steps: the copies on the device's
-    timeline, the ops on the host's."""
+def _work_in_steps(trace: Any) -> tuple[int, float, float, float]:
+    """(steps, bytes copied host-to-device, the largest such copy, matrix-product ops), over ``trace``'s steps: the
+    copies on the device's timeline, the ops on the host's."""
     from .. import metrics as m
 
     ev = trace.events
     steps = max(int((m.windows(trace)["step"] >= 0).sum()), 1)
     in_steps = ev[ev["step"] >= 0] if "step" in ev.columns else ev
     copies = in_steps[(in_steps["kind"] == "memcpy") & (in_steps["copy_kind"] == "H2D")] \
-        if "copy_kind" in in_steps.columns else in_steps.iloc[:0]
-    h2d = float(copies["bytes"].sum()) if "bytes" in copies.columns else 0.0
-    matmuls = int(in_steps["name"].astype(str).isin(MATMUL_OPS).sum())
+        if "copy_kind" in in_steps.columns and "bytes" in in_steps.columns else None
+    h2d = float(copies["bytes"].sum()) if copies is not None and len(copies) else 0.0
+    largest = float(copies["bytes"].max()) if copies is not None and len(copies) else 0.0
+    return steps, h2d, largest, float(in_steps["name"].astype(str).isin(MATMUL_OPS).sum())
+
+
+def _work_per_step(trace: Any) -> tuple[float, float]:
+    """(bytes copied host-to-device, matrix-product ops) a step, read off ``trace``'s steps."""
+    steps, h2d, _largest, matmuls = _work_in_steps(trace)
     return h2d / steps, matmuls / steps
 
 
@@ -1232,11 +1238,26 @@ def device_work_problem(before: Any, after: Any) -> str | None:
     """What the fix's capture ``after`` no longer does each step that the loop as first written (``before``) did, for a
     fix that changes how data reaches the device or which math units run, not what is computed: the bytes each step
     copies to the device and the matrix products it runs. A loop that copies half a batch, reuses a batch already on
-    the device or skips layers has faster copies and a shorter step for the wrong reason. None when it keeps both."""
+    the device or skips layers has faster copies and a shorter step for the wrong reason. None when it keeps both.
+
+    A fix that copies the next batch while this one computes may leave one batch's copy outside the captured steps
+    (made before the first, or after the last): the copies may fall short by one of ``before``'s largest."""
     from ..model import Trace
 
     if not isinstance(before, Trace) or not isinstance(after, Trace):
         return None
+    steps_b, bytes_b, largest_b, mm_b = _work_in_steps(before)
+    steps_a, bytes_a, _largest, mm_a = _work_in_steps(after)
+    per_b, per_a = bytes_b / steps_b, bytes_a / steps_a
+    if per_b > 0 and bytes_a + largest_b < TRAINING_KEPT * per_b * steps_a:
+        return (f"your capture copies {per_a / 2**20:.1f} MiB to the device a step, the loop as first written "
+                f"{per_b / 2**20:.1f} MiB (the host-to-device copies on the GPU's timeline): the timed loop must still "
+                "move every batch, whole, each step; make the copies faster and hidden, not smaller or fewer")
+    if mm_b > 0 and mm_a / steps_a < TRAINING_KEPT * mm_b / steps_b:
+        return (f"your capture runs {mm_a / steps_a:.1f} matrix products a step ({', '.join(sorted(MATMUL_OPS))} on the "
+                f"host's timeline), the loop as first written {mm_b / steps_b:.1f}: the timed loop must still run the "
+                "model's whole computation every step")
+    return None
     bytes_b, mm_b = _work_per_step(before)
     bytes_a, mm_a = _work_per_step(after)
     if bytes_b > 0 and bytes_a < TRAINING_KEPT * bytes_b:
