@@ -277,6 +277,13 @@ def _gpu_cause(trace: Trace, rows: np.ndarray, kinds: np.ndarray) -> tuple[np.nd
     return cause, gemm & m.name_mask(trace, "fp32_ffma_name", _is_fp32_ffma)[rows]
 
 
+def _overlap_items(us: np.ndarray, ue: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """``m.overlap(us, ue, cuts[:-1], cuts[1:])``: how much of each host item the union covers, each cut looked up
+    once (an item ends where the next one starts)."""
+    c = m.covered_before(us, ue, cuts)
+    return c[1:] - c[:-1]
+
+
 def _build(trace: Trace, rank: int) -> _Graph | None:
     """The rank's graph over its kept steps; None when the rank has no analysis window."""
     ev = trace.events
@@ -354,7 +361,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
 
     def covered(sel: np.ndarray) -> np.ndarray:
         us, ue = m.merge_intervals(start[sel].astype(float), end[sel].astype(float))
-        return m.overlap(us, ue, h_start, h_end) > 0.5 * length
+        return _overlap_items(us, ue, cuts) > 0.5 * length
 
     classes = np.full(n_h, -1, dtype=np.int64)  # -1: between calls
     for cls, sel in ((2, call & is_startup), (1, call & ~is_startup & ~is_sync), (0, call & is_sync)):  # priority last
@@ -369,7 +376,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     has_gpu = n_g > 0
     cover = _host_cover(trace, rank, has_gpu)
     compile_s, compile_e = cover[0][1], cover[0][2]
-    in_compile = m.overlap(compile_s, compile_e, h_start, h_end) if compile_s.size else np.zeros(n_h)
+    in_compile = _overlap_items(compile_s, compile_e, cuts) if compile_s.size else np.zeros(n_h)
     in_compile = np.where(in_compile > 0.5 * length, length, 0.0) if compile_s.size else in_compile
     rest = length - in_compile
     add(_C["compile"], in_compile)
@@ -381,7 +388,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     for cause, s, e in cover[1:]:
         if s.size == 0:
             continue
-        part = np.minimum(m.overlap(s, e, h_start, h_end), left) * (gap > 0)
+        part = np.minimum(_overlap_items(s, e, cuts), left) * (gap > 0)
         add(cause, part)
         left = left - part
     add(_C["other"], np.clip(left, 0.0, None))
@@ -1033,9 +1040,11 @@ def _place_in_order(g: _Graph, blocks: list[tuple[int, int, int]], launch_start:
 _PATH_COLUMNS = ["rank", "start_us", "end_us", "dur_us", "cause", "row"]
 
 
-def _walk(g: _Graph) -> pd.DataFrame:
+def _walk(g: _Graph) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """The critical path of the rank's kept steps as stretches (``rank, start_us, end_us, dur_us, cause, row``),
-    each with one cause and the event row it is (or lies in; -1 for host time between calls), in time order."""
+    each with one cause and the event row it is (or lies in; -1 for host time between calls), in time order; with
+    each stretch's cause as its index in :data:`PATH_CAUSES` and whether it is on the GPU (the frame's ``cause`` and
+    ``on``, as arrays a sum by cause compares without testing strings)."""
     pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, cause, row, gpu
     host_runs: list[tuple[int, int, float]] = []  # (first item, last item, the time the last item is cut at)
 
@@ -1126,7 +1135,7 @@ def _walk(g: _Graph) -> pd.DataFrame:
         hs_, he_, hc_, hr_ = _lay_out(g, host_runs)
         pieces.append((hs_, he_, hc_, hr_, np.zeros(hs_.shape, dtype=bool)))
     if not pieces:
-        return _empty_path()
+        return _empty_path(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     s, e, c, r, on_gpu = (np.concatenate([p[k] for p in pieces]) for k in range(5))
     s = np.maximum(s, g.t0)  # the steps start at the first window's (the host may have begun them before)
     keep = e > s + 1e-9
@@ -1137,7 +1146,7 @@ def _walk(g: _Graph) -> pd.DataFrame:
                         "cause": np.asarray(PATH_CAUSES, dtype=object)[c], "row": r,
                         "on": _ON[on_gpu.astype(np.intp)]})  # two shared strings, not a new string a stretch
     out.attrs["end_us"] = t_end
-    return out
+    return out, np.where(c < 0, c + len(PATH_CAUSES), c), on_gpu
 
 
 def _clip_below(pieces: list[tuple[np.ndarray, ...]], first: int, lower: float) -> None:
@@ -1197,6 +1206,8 @@ def _lay_out(g: _Graph, runs: list[tuple[int, int, float]]) -> tuple[np.ndarray,
 
 #: A stretch's side, by whether it is the GPU's (index 1).
 _ON = np.array(["host", "gpu"], dtype=object)
+#: The causes whose stretches on the GPU are its compute on the path (``gpu_compute_ms_per_step``), by index.
+_GPU_SIDE = np.array([_C[c] for c in ("gemm", "kernel", "graph", "launch") if c in _C], dtype=np.int64)
 
 
 def _empty_path() -> pd.DataFrame:
@@ -1274,7 +1285,7 @@ class _RankPath:
 
 
 def _rank_path(g: _Graph) -> _RankPath:
-    path = _walk(g)
+    path, cause_code, on_gpu = _walk(g)
     t_end = float(path.attrs.get("end_us", g.t1))
     win = g.windows
     ws, we = win["start_us"].to_numpy(float), win["end_us"].to_numpy(float).copy()
@@ -1284,17 +1295,16 @@ def _rank_path(g: _Graph) -> _RankPath:
     path["step"] = np.where(step_of >= 0, win["step"].to_numpy()[np.clip(step_of, 0, None)], -1)
     per = np.zeros((len(win), _NC))
     tot = np.zeros(_NC)
-    cause_col = path["cause"].to_numpy()
     p_start, p_end = path["start_us"].to_numpy(), path["end_us"].to_numpy()
-    for ci, cause in enumerate(PATH_CAUSES):
-        hit = cause_col == cause
+    for ci in range(len(PATH_CAUSES)):
+        hit = cause_code == ci  # the walk's cause codes: no string compared a stretch
         if not hit.any():
             continue
         us, ue = m.merge_intervals(p_start[hit], p_end[hit])
         per[:, ci] = m.overlap(us, ue, ws, we)
         tot[ci] = float((ue - us).sum())
     n = max(len(win), 1)
-    gpu_side = (path["on"].to_numpy() == "gpu") & np.isin(cause_col, ("gemm", "kernel", "graph", "launch"))
+    gpu_side = on_gpu & np.isin(cause_code, _GPU_SIDE)
     w_tot, waits = _work(g)
     step_rows = []
     for k in range(len(win)):
@@ -1429,7 +1439,7 @@ def critical_path(trace: Trace) -> CriticalPath:
         return handed_out(memo["critical_path"])  # the caller's copy: an edit of it never reaches the store
     paths = _rank_paths(trace)
     stepped = _stepped(trace)
-    names = stepped.events["name"].to_numpy()
+    names = stepped.events["name"]  # taken at the path's rows only: the whole column as objects costs a pass
     frames = [rp.path for rp in paths.values()]
     step_rows = [row for rp in paths.values() for row in rp.step_rows]
     spans = {rank: rp.span for rank, rp in paths.items()}
@@ -1439,7 +1449,7 @@ def critical_path(trace: Trace) -> CriticalPath:
     stretches = pd.concat(frames, ignore_index=True) if frames else _empty_path().assign(step=pd.Series(dtype="int64"))
     if len(stretches):
         r = stretches["row"].to_numpy()
-        stretches["name"] = np.where(r >= 0, names[np.clip(r, 0, None)] if names.size else "", "")
+        stretches["name"] = np.where(r >= 0, names.take(np.clip(r, 0, None)).to_numpy() if len(names) else "", "")
     else:
         stretches["name"] = pd.Series(dtype="object")
     stretches = stretches[["rank", "step", "start_us", "end_us", "dur_us", "cause", "on", "name", "row"]]

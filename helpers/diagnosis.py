@@ -30,10 +30,11 @@ from . import seal as _seal
 from . import thresholds as th
 from .arguments import checked
 from .capture_check import CaptureIssue, capture_signals, check_capture
+from .metrics._store import rank_rows  # a rank's row positions, found once a trace
 from .metrics.activity import STARTUP_CALL as _STARTUP_CALL
 from .metrics.activity import UNLOAD_CALL as _UNLOAD_CALL
 from .metrics.gpu import _blame  # the same split of a gap after a sync that idle_cost_by_cause makes
-from .model import Trace
+from .model import Trace, kind_in
 from .patterns import BY_NAME, CATALOGUE, PATTERNS, Pattern, Rule, Signals, gain, get
 
 #: Kept for callers of the old names: the catalogue's fixes, GPU and CPU-only wording.
@@ -212,23 +213,28 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
     calls (per rank, summed like capture_ms), the kernels in it, and on a trace without GPU rows
     the launches, copies and GPU-only ops that show a GPU was used."""
     ev = trace.events
-    rt = ev[(ev["kind"] == "runtime") & (ev["device"] < 0)]
-    total = start = unload = 0.0
+    start, end, device = ev["start_us"].to_numpy(), ev["end_us"].to_numpy(), ev["device"].to_numpy()
+    runtime = kind_in(ev, ("runtime",)) & (device < 0)
     startup = m.name_mask(trace, "startup_call", _STARTUP_CALL.match) & ~cr.freeing_after_gpu_work(trace)
-    calls = rt[startup[rt.index]] if len(rt) else rt  # every rank's start-up calls, picked once (not once a rank)
-    for rank in sorted(int(r) for r in ev["rank"].unique()):
-        on = m.rank_events(trace, rank)
-        total += float(on["end_us"].max() - on["start_us"].min())
-        hits = calls[calls["rank"] == rank]
-        us, ue = m.merge_intervals(hits["start_us"].to_numpy(), hits["end_us"].to_numpy())
-        start += float((ue - us).sum())
-        un = hits[hits["name"].str.match(_UNLOAD_CALL)] if len(hits) else hits
-        us, ue = m.merge_intervals(un["start_us"].to_numpy(), un["end_us"].to_numpy())
+    calls = np.flatnonzero(runtime & startup)  # every rank's start-up calls, picked once (not once a rank)
+    call_rank = ev["rank"].to_numpy()[calls]
+    total = first = unload = 0.0
+    for rank in trace.ranks:
+        at = rank_rows(trace, rank)
+        rows = slice(None) if at is None else at
+        total += float(end[rows].max() - start[rows].min())
+        hits = calls[call_rank == rank]
+        us, ue = m.merge_intervals(start[hits], end[hits])
+        first += float((ue - us).sum())
+        if hits.size:  # the few start-up calls' names only, matched as a column of text
+            hits = hits[ev["name"].iloc[hits].str.match(_UNLOAD_CALL).to_numpy()]
+        us, ue = m.merge_intervals(start[hits], end[hits])
         unload += float((ue - us).sum())
     total = total or 1.0
-    out: dict[str, float] = {"startup_share": start / total, "teardown_share": unload / total,
-                             "capture_kernels": int((ev["kind"].isin(("kernel", "collective")) & (ev["device"] >= 0)).sum())}
+    out: dict[str, float] = {"startup_share": first / total, "teardown_share": unload / total,
+                             "capture_kernels": int((kind_in(ev, ("kernel", "collective")) & (device >= 0)).sum())}
     if not trace.has_gpu:
+        rt = ev[runtime]
         launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
         gpu_ops = ((ev["kind"] == "cpu_op").to_numpy() & m.name_mask(trace, "gpu_only_op", _GPU_ONLY_OP.search)).sum()
         host = (ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)).to_numpy()

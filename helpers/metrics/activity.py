@@ -186,8 +186,20 @@ def blocking_copy_calls(trace: Trace) -> np.ndarray:
 
 def is_sync_call(trace: Trace) -> np.ndarray:
     """For every event: is it a host call that waits for the GPU (a sync, a blocking copy)?"""
-    named = name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
-    return named | blocking_copy_calls(trace)
+    memo = _memo(trace)
+    if "is_sync_call" not in memo:  # asked by many metrics of one trace: worked out once, each caller given a copy
+        named = name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+        memo["is_sync_call"] = named | blocking_copy_calls(trace)
+    return memo["is_sync_call"].copy()
+
+
+def _has_kind(trace: Trace, kind: str) -> bool:
+    """Whether any event is of ``kind``, looked at once per trace (each host union asks)."""
+    memo = _memo(trace)
+    key = ("__has_kind__", kind)
+    if key not in memo:
+        memo[key] = bool((trace.events["kind"] == kind).any())
+    return memo[key]
 
 
 def _own(full: np.ndarray, at: np.ndarray | None) -> np.ndarray:
@@ -212,34 +224,35 @@ def _rank_union(trace: Trace, key: Any, rank: int, mask_fn) -> tuple[np.ndarray,
 def host_union(trace: Trace, rank: int, cause: str):
     """Union of host time spent on one activity: ``sync``, ``data_wait``, ``collective``, ``launch``."""
 
-    def mask(ev: pd.DataFrame, at: np.ndarray | None) -> pd.Series:
-        on_rank = (ev["rank"] == rank) & (ev["device"] < 0)
+    def mask(ev: pd.DataFrame, at: np.ndarray | None) -> np.ndarray:
+        # as arrays: a categorical's comparison in pandas costs several times the look-up of its codes
+        on_rank = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() < 0)
         if cause == "sync":
             return on_rank & _own(is_sync_call(trace), at)
         if cause == "data_wait":
-            ranges = ev["kind"].isin(("annotation", "cpu_op")) & _own(name_mask(trace, "data", DATA_WAIT.search), at)
-            frames = (ev["kind"] == "python").to_numpy() & _own(name_mask(trace, "data_frame", _is_data_frame), at)
+            ranges = kind_in(ev, ("annotation", "cpu_op")) & _own(name_mask(trace, "data", DATA_WAIT.search), at)
+            frames = kind_in(ev, ("python",)) & _own(name_mask(trace, "data_frame", _is_data_frame), at)
             if frames.any():  # only on the threads that run the loop (a decoding thread's frames are beside it)
                 frames &= ev["tid"].isin(_loop_threads(trace, rank)).to_numpy()
             return on_rank & (ranges | frames)
         if cause == "collective":
-            return on_rank & (ev["kind"] == "collective")
+            return on_rank & kind_in(ev, ("collective",))
         if cause == "launch":  # dispatching: framework ops and the launch calls they make
             launches = _own(name_mask(trace, "launch", _is_launch_call), at) & ~_own(blocking_copy_calls(trace), at)  # that one waits
-            return on_rank & ((ev["kind"] == "cpu_op") | ((ev["kind"] == "runtime") & launches))
+            return on_rank & (kind_in(ev, ("cpu_op",)) | (kind_in(ev, ("runtime",)) & launches))
         if cause == "host_compute":  # framework ops on threads that are not collective threads (of any rank)
             every = trace.events
             coll_threads = every.loc[every["kind"] == "collective", "tid"].unique()
-            return on_rank & (ev["kind"] == "cpu_op") & ~ev["tid"].isin(coll_threads)
+            return on_rank & kind_in(ev, ("cpu_op",)) & ~ev["tid"].isin(coll_threads).to_numpy()
         raise ArgumentError(f"unknown host activity {cause!r}")
 
-    if cause == "host_compute" and not (trace.events["kind"] == "cpu_op").any():
+    if cause == "host_compute" and not _has_kind(trace, "cpu_op"):
         return _phases_less_waits(trace, rank)
     us, ue = _rank_union(trace, ("host", rank, cause), rank, mask)
     if cause == "data_wait":
         if us.size:
             us, ue = _data_less_device_copies(trace, rank, us, ue)
-        if not (trace.events["kind"] == "cpu_op").any() and (trace.events["kind"] == "osrt").any():
+        if not _has_kind(trace, "cpu_op") and _has_kind(trace, "osrt"):
             memo = _memo(trace)
             key = ("host", rank, "data_wait_os")
             if key not in memo:
@@ -247,7 +260,7 @@ def host_union(trace: Trace, rank: int, cause: str):
                 memo[key] = merge_intervals(np.r_[us, ws], np.r_[ue, we])
             return memo[key]
         return us, ue
-    if cause == "launch" and us.size and (trace.events["kind"] == "cpu_op").any():
+    if cause == "launch" and us.size and _has_kind(trace, "cpu_op"):
         # An op the host sits in while one of its calls waits for the GPU (``.cpu()``, ``.item()``) is
         # not dispatching meanwhile: the wait is the sync's.
         memo = _memo(trace)
@@ -256,7 +269,7 @@ def host_union(trace: Trace, rank: int, cause: str):
             at = rank_rows(trace, rank)
             memo[key] = _less_own_syncs(trace, rank, np.asarray(mask(rank_events(trace, rank), at), dtype=bool), us, ue)
         return memo[key]
-    if cause == "launch" and us.size and not (trace.events["kind"] == "cpu_op").any():
+    if cause == "launch" and us.size and not _has_kind(trace, "cpu_op"):
         # Nsight-only traces record no framework ops, so the dispatch work between two launch
         # calls is invisible: launch calls closer than the bridge count as one stretch of dispatching,
         # and so does a range dense in launch calls (a model's forward / backward / optimizer).

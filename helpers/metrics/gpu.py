@@ -196,7 +196,9 @@ def _sync_win(trace: Trace) -> float:
     """At most what removing the syncs wins back: the host's wait in them while its GPU computed, once per device.
     (A GPU idle while the host waits in a sync is waiting on something else too: that is not won back.)"""
     blocked = blocked_while_computing(trace)
-    return blocked * max(len(gpu_busy(trace)[["rank", "device"]].drop_duplicates()) / max(len(trace.ranks), 1), 1.0)
+    busy = gpu_busy(trace)
+    devices = len(set(zip(busy["rank"].tolist(), busy["device"].tolist())))  # distinct (rank, device) pairs
+    return blocked * max(devices / max(len(trace.ranks), 1), 1.0)
 
 
 def _blame(after_sync: np.ndarray, frame: dict[str, Any], in_sync: bool = False) -> np.ndarray:

@@ -21,8 +21,11 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     starts, ends = _pair(starts, ends)
     if starts.size == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
+    if starts.size > 1 and not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
+    else:  # already in order (most callers' rows are): the stable sort would keep it as it is
+        s, e = starts, ends
     run_end = np.maximum.accumulate(e)
     new = np.empty(s.size, dtype=bool)
     new[0] = True
@@ -38,7 +41,18 @@ def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
     t = np.asarray(t, dtype="float64")
     if us.size == 0:
         return np.zeros_like(t)
-    cum = np.r_[0.0, np.cumsum(ue - us)]
+    return _covered(us, ue, _cumulative(us, ue), t)
+
+
+def _cumulative(us: np.ndarray, ue: np.ndarray) -> np.ndarray:
+    """The union's length before each of its intervals, and its whole length last."""
+    cum = np.empty(us.size + 1)
+    cum[0] = 0.0
+    np.cumsum(ue - us, out=cum[1:])
+    return cum
+
+
+def _covered(us: np.ndarray, ue: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
     i = np.searchsorted(us, t, side="right") - 1
     safe = np.clip(i, 0, None)
     part = np.clip(np.minimum(t, ue[safe]) - us[safe], 0, None)
@@ -48,7 +62,11 @@ def covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray:
 def overlap(us: np.ndarray, ue: np.ndarray, qs: np.ndarray, qe: np.ndarray) -> np.ndarray:
     """How much of each query interval ``[qs, qe)`` the union ``(us, ue)`` covers."""
     qs, qe = _pair(qs, qe)
-    return covered_before(us, ue, qe) - covered_before(us, ue, qs)
+    us, ue = _pair(us, ue)
+    if us.size == 0:
+        return np.zeros_like(qe) - np.zeros_like(qs)
+    cum = _cumulative(us, ue)  # once for both ends of the queries
+    return _covered(us, ue, cum, qe) - _covered(us, ue, cum, qs)
 
 
 def gaps_in(us: np.ndarray, ue: np.ndarray, ws: float, we: float) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,8 @@ from .windows import windows
 def kernel_stats(trace: Trace, top: int = 10) -> dict[str, Any]:
     """Kernel count per step, duration distribution and the kernels that take the most time."""
     ev = trace.events
-    k = ev[ev["kind"].isin(("kernel", "collective")) & (ev["device"] >= 0)]
+    # the three columns read, not every column of the table filtered
+    k = ev[["name", "dur_us", "step"]][kind_in(ev, ("kernel", "collective")) & (ev["device"].to_numpy() >= 0)]
     win = windows(trace)
     n_steps = max(int((win["step"] >= 0).sum()), 1)
     in_steps = k[k["step"] >= 0] if (win["step"] >= 0).any() else k

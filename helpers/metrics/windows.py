@@ -9,7 +9,7 @@ import pandas as pd
 from .. import thresholds as _th
 from ..model import GPU_WORK_KINDS, Trace, kind_in
 from ._cache import _cached
-from ._store import rank_events
+from ._store import _memo, rank_events
 
 
 @_cached
@@ -31,7 +31,8 @@ def windows(trace: Trace, rank: int | None = None) -> pd.DataFrame:
     steps = trace.steps
     ranks = trace.ranks if rank is None else [rank]
     if _plain_steps(steps):
-        return _windows_of(trace, steps, ranks)
+        mine = _rank_of_all(trace, rank) if rank is not None else None
+        return mine if mine is not None else _windows_of(trace, steps, ranks)
     rows = []
     for r in ranks:
         st = steps[steps["rank"] == r].copy()
@@ -125,6 +126,21 @@ def _windows_of(trace: Trace, steps: pd.DataFrame, ranks: list[int]) -> pd.DataF
         return pd.DataFrame(columns=["rank", "step", "start_us", "end_us", "dur_us"])
     start, end = np.concatenate(out_start).astype(np.float64), np.concatenate(out_end).astype(np.float64)
     return pd.DataFrame({"rank": np.concatenate(out_rank), "step": np.concatenate(out_step).astype(np.int64),
+                         "start_us": start, "end_us": end, "dur_us": end - start})
+
+
+def _rank_of_all(trace: Trace, rank: int) -> pd.DataFrame | None:
+    """One rank's windows cut from every rank's, where those were worked out already (a rank's windows depend on its
+    own rows only: the same rows, not worked out a second time); None where they were not, or hold none of it."""
+    every = _memo(trace).get(("windows",))  # what windows(trace) stored (metrics._cache's key)
+    if not isinstance(every, pd.DataFrame) or not len(every):
+        return None
+    ranks = every["rank"].to_numpy()
+    lo, hi = int(np.searchsorted(ranks, rank, side="left")), int(np.searchsorted(ranks, rank, side="right"))
+    if hi <= lo:
+        return None
+    start, end = every["start_us"].to_numpy()[lo:hi].copy(), every["end_us"].to_numpy()[lo:hi].copy()
+    return pd.DataFrame({"rank": ranks[lo:hi].copy(), "step": every["step"].to_numpy()[lo:hi].copy(),
                          "start_us": start, "end_us": end, "dur_us": end - start})
 
 
