@@ -58,14 +58,14 @@ def capture_signals(trace: Trace) -> dict[str, float]:
     launch = _kernel_launches(trace)
     if launch.any():
         out["launches_without_kernels"] = float((launch & ~_has_gpu_work(trace)).sum() / launch.sum())
-    out["stream_capture_calls"] = float(((ev["kind"] == "runtime").to_numpy() & m.name_mask(trace, "stream_capture",
+    out["stream_capture_calls"] = float((kind_in(ev, ("runtime",)) & m.name_mask(trace, "stream_capture",
                                                                                             _is_capture_call)).sum())
     return out
 
 
 def _kernel_launches(trace: Trace) -> np.ndarray:
     ev = trace.events
-    return ((ev["kind"] == "runtime").to_numpy() & (ev["correlation"].to_numpy() >= 0)
+    return (kind_in(ev, ("runtime",)) & (ev["correlation"].to_numpy() >= 0)
             & m.name_mask(trace, "kernel_launch_call", lambda n: n.startswith(
                 ("cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "hipModuleLaunch", "hipExtModuleLaunch"))))
 

@@ -51,7 +51,7 @@ from .errors import ArgumentError
 from .metrics._store import handed_out
 from .metrics.activity import FREE_CALL, STARTUP_CALL, _is_launch_call
 from .metrics.precision import FP32_FFMA_NAME, GEMM_NAME, TENSOR_CORE_NAME
-from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace
+from .model import DEFAULT_STEP_PATTERNS, GPU_WORK_KINDS, Trace, kind_in
 from .patterns import PATH_CAUSES
 
 _C = {c: i for i, c in enumerate(PATH_CAUSES)}
@@ -166,7 +166,7 @@ def freeing_after_gpu_work(trace: Trace) -> np.ndarray:
     memo = m._memo(trace)
     if "freeing_after_gpu_work" not in memo:
         ev = trace.events
-        runtime = (ev["kind"] == "runtime").to_numpy() & (ev["device"].to_numpy() < 0)
+        runtime = kind_in(ev, ("runtime",)) & (ev["device"].to_numpy() < 0)
         free = runtime & m.name_mask(trace, "free_call", FREE_CALL.match)
         out = np.zeros(len(ev), dtype=bool)
         if free.any():
@@ -1597,7 +1597,7 @@ def rank_steps(trace: Trace, rank: int) -> list[dict[str, Any]]:
     if len(coll):
         gpu = on["device"].to_numpy() >= 0
         if (coll["device"].to_numpy() >= 0).any():
-            comp = on[gpu & (on["kind"] == "kernel").to_numpy()]
+            comp = on[gpu & kind_in(on, ("kernel",))]
             cs, ce = m.merge_intervals(comp["start_us"].to_numpy(), comp["end_us"].to_numpy())
         else:
             cs, ce = m.host_union(stepped, rank, "host_compute")

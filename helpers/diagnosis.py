@@ -236,7 +236,7 @@ def _capture_calls(trace: Trace) -> dict[str, float]:
     if not trace.has_gpu:
         rt = ev[runtime]
         launches = rt["name"].str.contains("Launch|Memcpy", regex=True).sum() if len(rt) else 0
-        gpu_ops = ((ev["kind"] == "cpu_op").to_numpy() & m.name_mask(trace, "gpu_only_op", _GPU_ONLY_OP.search)).sum()
+        gpu_ops = (kind_in(ev, ("cpu_op",)) & m.name_mask(trace, "gpu_only_op", _GPU_ONLY_OP.search)).sum()
         host = (ev["kind"].isin(("annotation", "collective", "cpu_op")) & (ev["device"] < 0)).to_numpy()
         nccl = (host & m.name_mask(trace, "nccl_range", _NCCL_RANGE.match)).sum()
         out["gpu_calls_without_gpu"] = int(launches + gpu_ops + nccl)

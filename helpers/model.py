@@ -437,8 +437,15 @@ def kind_in(events: pd.DataFrame, kinds) -> np.ndarray:
     kind = events["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
         values = kind.array
-        if values.dtype is KIND_DTYPE or values.dtype == KIND_DTYPE:  # the model's kinds: a look-up table per set
-            return _kind_hits(tuple(kinds))[values.codes]
+        if values.dtype is KIND_DTYPE or values.dtype == KIND_DTYPE:  # the model's kinds: their codes compared
+            # (a comparison of the int8 codes per kind costs a small part of a look-up table indexed by them)
+            codes, wanted = values.codes, _kind_code_set(tuple(kinds))
+            if not wanted:
+                return np.zeros(codes.size, dtype=bool)
+            out = codes == wanted[0]
+            for c in wanted[1:]:
+                out |= codes == c
+            return out
         hit = np.zeros(len(kind.cat.categories) + 1, dtype=bool)  # the last slot: the code of a missing kind (-1)
         hit[:-1] = kind.cat.categories.isin(list(kinds))
         return hit[kind.cat.codes.to_numpy()]
@@ -446,12 +453,9 @@ def kind_in(events: pd.DataFrame, kinds) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _kind_hits(kinds: tuple) -> np.ndarray:
-    """For each code of :data:`KIND_DTYPE` (and, last, a missing kind's -1): is it one of ``kinds``."""
-    hit = np.zeros(len(KINDS) + 1, dtype=bool)
-    hit[:-1] = [k in kinds for k in KINDS]
-    hit.flags.writeable = False
-    return hit
+def _kind_code_set(kinds: tuple) -> tuple[int, ...]:
+    """The codes in :data:`KIND_DTYPE` of those of ``kinds`` it has (a missing kind's -1 is none of them)."""
+    return tuple(i for i, k in enumerate(KINDS) if k in kinds)
 
 
 def empty_steps() -> pd.DataFrame:

@@ -132,7 +132,7 @@ def graph_spans(trace: Trace) -> pd.DataFrame:
     graph = name_mask(trace, "graph_launch", _is_graph_launch)
     if not graph.any():
         return pd.DataFrame(columns=cols)
-    calls = ev[graph & (ev["kind"] == "runtime").to_numpy()]
+    calls = ev[graph & kind_in(ev, ("runtime",))]
     k = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)].merge(calls[["rank", "correlation"]], on=["rank", "correlation"])
     if k.empty:
         return pd.DataFrame(columns=cols)
@@ -188,7 +188,7 @@ def is_sync_call(trace: Trace) -> np.ndarray:
     """For every event: is it a host call that waits for the GPU (a sync, a blocking copy)?"""
     memo = _memo(trace)
     if "is_sync_call" not in memo:  # asked by many metrics of one trace: worked out once, each caller given a copy
-        named = name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & (trace.events["kind"] == "runtime").to_numpy()
+        named = name_mask(trace, "sync_call", SYNC_CALLS.__contains__) & kind_in(trace.events, ("runtime",))
         memo["is_sync_call"] = named | blocking_copy_calls(trace)
     return memo["is_sync_call"].copy()
 
@@ -297,7 +297,7 @@ def _less_own_syncs(trace: Trace, rank: int, launch: np.ndarray, us: np.ndarray,
     """The dispatching union (``us, ue``, of the rows ``launch`` of the rank's rows, :func:`rank_events`) less each
     thread's own time inside sync calls: one thread waiting does not stop another from dispatching."""
     ev = rank_events(trace, rank)
-    sync = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy() & _own(is_sync_call(trace), rank_rows(trace, rank))
+    sync = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() < 0) & _own(is_sync_call(trace), rank_rows(trace, rank))
     if not sync.any():
         return us, ue
     tids = ev["tid"].to_numpy()
@@ -356,12 +356,12 @@ def _data_less_device_copies(trace: Trace, rank: int, us: np.ndarray, ue: np.nda
     key = ("host", rank, "data_less_copies")
     if key not in memo:
         ev, at = rank_events(trace, rank), rank_rows(trace, rank)  # the rank's own rows
-        host = ((ev["rank"] == rank) & (ev["device"] < 0)).to_numpy()
-        calls = ev[host & _own(name_mask(trace, "memcpy_call", _is_memcpy_call), at) & (ev["kind"] == "runtime").to_numpy()]
+        host = (ev["rank"].to_numpy() == rank) & (ev["device"].to_numpy() < 0)
+        calls = ev[host & _own(name_mask(trace, "memcpy_call", _is_memcpy_call), at) & kind_in(ev, ("runtime",))]
         if calls.empty:
             memo[key] = (us, ue)
             return memo[key]
-        ops = ev[host & _own(name_mask(trace, "copy_op", COPY_OPS.__contains__), at) & (ev["kind"] == "cpu_op").to_numpy()]
+        ops = ev[host & _own(name_mask(trace, "copy_op", COPY_OPS.__contains__), at) & kind_in(ev, ("cpu_op",))]
         cs, ce = [calls["start_us"].to_numpy()], [calls["end_us"].to_numpy()]
         call_starts = {tid: np.sort(g["start_us"].to_numpy()) for tid, g in calls.groupby("tid")}
         for tid, g in ops.groupby("tid"):
