@@ -169,7 +169,7 @@ def _kernels_before_launch(trace: Trace) -> float:
 def _crossing_ranges(trace: Trace) -> int:
     """Ranges of one thread that overlap without one inside the other (a push and pop out of order)."""
     ev = trace.events
-    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]
+    ann = ev[kind_in(ev, ("annotation",)) & (ev["device"].to_numpy() < 0)]
     tol = th.CAPTURE_CLOCK_TOLERANCE_US
     n = 0
     for _, g in ann.groupby(["rank", "tid"]):

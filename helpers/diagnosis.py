@@ -488,15 +488,15 @@ def _host_ranges_in_other_gaps(trace: Trace, top: int = 3) -> dict[str, float]:
     """What the host was doing in the GPU gaps no other cause explains: annotation (NVTX / record_function)
     ranges other than steps, with ms of those gaps they cover."""
     gaps = m.idle_gaps(trace)
-    gaps = gaps[gaps["cause"] == "other"]
-    if gaps.empty:
+    other = gaps["cause"].to_numpy() == "other"
+    if not other.any():
         return {}
     ev = trace.events
-    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]  # few rows: filter before string matching
+    ann = ev[kind_in(ev, ("annotation",)) & (ev["device"].to_numpy() < 0)]  # few rows: filter before string matching
     ann = ann[~ann["name"].str.startswith("ProfilerStep#")]
     if ann.empty:
         return {}
-    gs, ge = m.merge_intervals(gaps["start_us"].to_numpy(), gaps["end_us"].to_numpy())
+    gs, ge = m.merge_intervals(gaps["start_us"].to_numpy()[other], gaps["end_us"].to_numpy()[other])
     cover = m.overlap(gs, ge, ann["start_us"].to_numpy(), ann["end_us"].to_numpy())
     by = pd.Series(cover, index=ann["name"].to_numpy()).groupby(level=0).sum().sort_values(ascending=False)
     by = by[by > 0].head(top)
@@ -524,7 +524,7 @@ def _host_ranges_outside_ops(trace: Trace, top: int = 3) -> dict[str, float]:
     """CPU-only traces: the annotation ranges (not steps) the host was in outside ops, with ms they cover."""
     gs, ge = _other_host_stretches(trace)
     ev = trace.events
-    ann = ev[(ev["kind"] == "annotation") & (ev["device"] < 0)]
+    ann = ev[kind_in(ev, ("annotation",)) & (ev["device"].to_numpy() < 0)]
     ann = ann[~ann["name"].str.startswith("ProfilerStep#")]
     if ann.empty or gs.size == 0:
         return {}
@@ -608,14 +608,15 @@ def _locate_idle_gaps(trace: Trace, p: Pattern) -> Located:
         gs, ge = _other_host_stretches(trace)
         return _merged(gs, ge, _longest(gs, ge))
     g = m.idle_gaps(trace)
-    own = g[g["cause"] == p.cause]
-    window = _longest(own["start_us"].to_numpy(), own["end_us"].to_numpy())
+    cause, start, end = g["cause"].to_numpy(), g["start_us"].to_numpy(), g["end_us"].to_numpy()  # no frame filtered
+    own = cause == p.cause
+    window = _longest(start[own], end[own])
     if p.cause == "other":  # host work after a sync: the gap is the host's too (metrics.idle_cost_by_cause moves it there)
         frame = {c: g[c].to_numpy() for c in ("dur_us", "data_wait_us", "collective_us", "launch_us")}
         then = _blame(np.zeros(len(g), bool), frame) if len(g) else np.zeros(0, object)
-        after = (g["cause"] == "sync").to_numpy() & g["after_sync"].to_numpy(bool)
-        own = g[(g["cause"] == p.cause).to_numpy() | (after & (then == p.cause))]
-    return _merged(own["start_us"].to_numpy(), own["end_us"].to_numpy(), window)
+        after = (cause == "sync") & g["after_sync"].to_numpy(bool)
+        own = own | (after & (then == p.cause))
+    return _merged(start[own], end[own], window)
 
 
 #: Two idle gaps closer than this (µs) are one idle stretch the step boundary cut in two.
@@ -664,7 +665,7 @@ def _locate_collectives(trace: Trace, p: Pattern) -> Located:
     """The collectives (NCCL kernels on a GPU, gloo's ranges on the host); the finding's window is the step with the
     most exposed collective time."""
     ev = trace.events
-    sel = ev[ev["kind"] == "collective"]
+    sel = ev[kind_in(ev, ("collective",))]
     window = None
     cs = m.comm_stats(trace)
     if not cs.empty and cs["exposed_us"].sum() > 0:
@@ -679,7 +680,7 @@ def _locate_collectives(trace: Trace, p: Pattern) -> Located:
 def _locate_kernels(trace: Trace, p: Pattern) -> Located:
     """The GPU's kernels (the whole step is the GPU's: no one window)."""
     ev = trace.events
-    sel = ev[(ev["kind"] == "kernel") & (ev["device"] >= 0)]
+    sel = ev[kind_in(ev, ("kernel",)) & (ev["device"].to_numpy() >= 0)]
     return _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy(), None)
 
 

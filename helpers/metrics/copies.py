@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, kind_in
 from ._cache import _cached
 from .activity import gpu_work_union
 from .intervals import overlap
@@ -18,7 +18,7 @@ def copy_stats(trace: Trace) -> pd.DataFrame:
     ``overlap_share`` is the share of copy time during which a compute kernel ran on the same GPU.
     """
     ev = trace.events
-    cp = ev[ev["kind"] == "memcpy"]
+    cp = ev[kind_in(ev, ("memcpy",))]
     cols = ["copy_kind", "host_memory", "count", "time_us", "bytes", "gb_per_s", "overlap_share", "time_per_step_us"]
     if cp.empty:
         return pd.DataFrame(columns=cols)

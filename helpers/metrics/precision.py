@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, kind_in
 
 #: A kernel that computes a matrix product (a GEMM), by its name.
 GEMM_NAME = re.compile(r"gemm|nvjet|xmma|cutlass|triton_tem_fused_mm|_mm_", re.IGNORECASE)
@@ -37,7 +37,7 @@ def gemm_math(name: str) -> str | None:
 def gemm_kernels(trace: Trace) -> pd.DataFrame:
     """Every GEMM kernel of the trace by name: ``name, math, count, total_us``, longest first."""
     ev = trace.events
-    k = ev[ev["kind"] == "kernel"]
+    k = ev[kind_in(ev, ("kernel",))]
     by = k.groupby("name", observed=True)["dur_us"].agg(["count", "sum"]).reset_index()
     by["math"] = by["name"].map(gemm_math)
     by = by[by["math"].notna()].rename(columns={"sum": "total_us"})

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..model import Trace
+from ..model import Trace, kind_in
 from ._cache import _cached
 from ._store import _memo, name_mask
 from .activity import _SYNCING_OP_SET, OPTIMIZER_RANGE, blocking_copy_calls, is_sync_call
@@ -34,7 +34,7 @@ def sync_stats(trace: Trace) -> dict[str, Any]:
     points = ev[is_sync & sync_point_calls(trace)]
     causes = _sync_causes(ev, points)
     total_window = float(win["dur_us"].sum()) or 1.0
-    ops = ev[(ev["kind"] == "cpu_op") & name_mask(trace, "syncing_op", _SYNCING_OP_SET.__contains__)]
+    ops = ev[kind_in(ev, ("cpu_op",)) & name_mask(trace, "syncing_op", _SYNCING_OP_SET.__contains__)]
     ops = ops[ops["step"] >= 0] if (win["step"] >= 0).any() else ops
     ops = ops[~_inside_ranges(ops, ev, OPTIMIZER_RANGE)]
     # aten::item calls aten::_local_scalar_dense, `if t:` calls aten::is_nonzero which calls aten::item:
@@ -69,7 +69,7 @@ def _copies_then_sync(trace: Trace) -> np.ndarray:
     blocking = blocking_copy_calls(trace)
     if not blocking.any():
         return out
-    at = np.flatnonzero(((ev["kind"] == "runtime") & (ev["device"] < 0)).to_numpy())
+    at = np.flatnonzero(kind_in(ev, ("runtime",)) & (ev["device"].to_numpy() < 0))
     rt = ev.iloc[at]
     order = np.lexsort((rt["start_us"].to_numpy(), rt["tid"].to_numpy(), rt["rank"].to_numpy()))
     rows = at[order]
@@ -85,7 +85,7 @@ def _inside_ranges(sel: pd.DataFrame, ev: pd.DataFrame, pattern: re.Pattern) -> 
     out = np.zeros(len(sel), dtype=bool)
     if sel.empty:
         return out
-    annotations = ev[ev["kind"] == "annotation"]  # few rows: plain string matching is fine here
+    annotations = ev[kind_in(ev, ("annotation",))]  # few rows: plain string matching is fine here
     ranges = annotations[annotations["name"].str.contains(pattern)]
     for (rank, tid), grp in ranges.groupby(["rank", "tid"]):
         rs, re_ = merge_intervals(grp["start_us"].to_numpy(), grp["end_us"].to_numpy())
@@ -104,7 +104,7 @@ def host_op_stats(trace: Trace) -> dict[str, float]:
     call, which is what per-op dispatch cost scales with (a foreach op is one call for all tensors).
     """
     ev = trace.events
-    ops = ev[ev["kind"] == "cpu_op"]
+    ops = ev[kind_in(ev, ("cpu_op",))]
     win = windows(trace)
     n_steps = max(int((win["step"] >= 0).sum()), 1)
     if (win["step"] >= 0).any():
@@ -123,7 +123,7 @@ def _sync_causes(ev: pd.DataFrame, syncs: pd.DataFrame) -> dict[str, int]:
     counts: dict[str, int] = {}
     if syncs.empty:
         return counts
-    ops = ev[(ev["kind"] == "cpu_op")]
+    ops = ev[kind_in(ev, ("cpu_op",))]
     for (rank, tid), grp in syncs.groupby(["rank", "tid"]):
         th = ops[(ops["rank"] == rank) & (ops["tid"] == tid)]
         s_arr, e_arr, names = th["start_us"].to_numpy(), th["end_us"].to_numpy(), th["name"].to_numpy()
