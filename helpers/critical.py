@@ -212,10 +212,22 @@ def _kind_codes(trace: Trace) -> np.ndarray:
 
 
 def _is_kind(codes: np.ndarray, *kinds: str) -> np.ndarray:
-    """Which of ``codes`` (:func:`_kind_codes`) are one of ``kinds``."""
-    table = np.zeros(len(_KINDS) + 1, dtype=bool)  # the last slot: any other kind (-1)
-    table[[_K[k] for k in kinds]] = True
-    return table[codes]
+    """Which of ``codes`` (:func:`_kind_codes`) are one of ``kinds``: the int8 codes compared, kind by kind (a
+    look-up table indexed by them cost several times as much; any other kind's -1 is none of them)."""
+    out = np.zeros(codes.shape, dtype=bool)
+    for k in dict.fromkeys(kinds):
+        out |= codes == _K[k]
+    return out
+
+
+def _among(values: np.ndarray, few: np.ndarray) -> np.ndarray:
+    """``np.isin(values, few)`` for a handful of ``few`` (a rank's launching threads): one comparison each."""
+    if few.size > 8:
+        return np.isin(values, few)
+    out = np.zeros(values.shape, dtype=bool)
+    for v in few.tolist():
+        out |= values == v
+    return out
 
 
 def _host_cover(trace: Trace, rank: int, gpu: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -317,7 +329,7 @@ def _build(trace: Trace, rank: int) -> _Graph | None:
     is_launch = runtime & m.name_mask(trace, "launch", _is_launch_call)[mine] & ~blocking
     is_startup = runtime & m.name_mask(trace, "startup_call", STARTUP_CALL.match)[mine] & ~is_sync & ~is_launch
     chain_tids = np.unique(tids[is_sync | is_launch])
-    call = runtime & np.isin(tids, chain_tids) & (end > c0) & (start < t1)
+    call = runtime & _among(tids, chain_tids) & (end > c0) & (start < t1)
     call_idx = np.flatnonzero(call)
 
     # --- GPU ops of the steps ---

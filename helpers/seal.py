@@ -233,7 +233,17 @@ def sealed_by(trace: Trace, scope: str = "reading") -> str | None:
         return None  # not a trace's events: the helper itself says what is wrong with it
     if len(fp) == 0:
         return None
-    return next((s.label for s in seals if _share(fp, s.sketch) > MATCH), None)  # one fingerprint for every seal
+    from .metrics._store import _memo, _Same
+
+    # Kept with the trace for these very seals (a diagnosis asks at each of its steps): the answer changes only with
+    # the trace's events (which empty the store) or the seals in force (other Seal objects: frozen, compared by identity)
+    memo, key, these = _memo(trace), ("__sealed_by__", scope), _Same(tuple(seals))
+    held = memo.get(key)
+    if held is not None and held[0] == these:
+        return held[1]
+    label = next((s.label for s in seals if _share(fp, s.sketch) > MATCH), None)  # one fingerprint for every seal
+    memo[key] = (these, label)
+    return label
 
 
 def gate(trace: Trace, what: str) -> None:
