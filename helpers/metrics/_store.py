@@ -149,7 +149,10 @@ def name_mask(trace: Trace, key: str, predicate: Callable[[str], object]) -> np.
     if slot not in memo:
         codes, uniques = memo["name_codes"]
         hits = np.fromiter((bool(predicate(u)) for u in uniques), dtype=bool, count=len(uniques))
-        memo[slot] = hits[codes] if len(codes) else np.zeros(0, dtype=bool)
+        if len(codes) and hits.any():
+            memo[slot] = hits[codes]
+        else:  # no name matches (most predicates, on most traces): no look-up of every row's code
+            memo[slot] = np.zeros(len(codes), dtype=bool)
     return memo[slot]
 
 
