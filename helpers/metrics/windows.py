@@ -222,8 +222,8 @@ def unrecorded_gpu_lead(trace: Trace, rank: int) -> tuple[float, float, float] |
     prev_end = np.r_[-np.inf, np.maximum.accumulate(end)[:-1]]
     done_before = np.r_[0.0, np.cumsum(end - start)[:-1]]
     limit = _th.QUEUED_BEFORE_RECORD_US
-    first_of_call = np.zeros(corr.size, dtype=bool)  # a graph's later kernels were not queued one by one
-    first_of_call[np.unique(corr, return_index=True)[1]] = True
+    # a graph's later kernels were not queued one by one: each id's first op only (a hash, not a sort of the ids)
+    first_of_call = ~pd.Index(corr).duplicated(keep="first")
     # only the GPU work before QUEUED_BEFORE_RECORD_US of it was done can be the lead's end: look those up
     looked = np.flatnonzero(first_of_call & (corr >= 0) & (done_before < limit))
     stop = np.flatnonzero(first_of_call & (corr >= 0) & (done_before >= limit))
