@@ -494,6 +494,7 @@ def _on_pool(workers: int, args: list[tuple], progress: Progress | None, total: 
     results: dict[int, list[RankSummary]] = {}
     done_ranks = 0
     todo = iter(enumerate(batches))
+    failed = _FirstFailure()
     try:
         with worker_pool(workers, initializer=_job_process, initargs=(shared,)) as pool:
             running = {}
@@ -505,17 +506,48 @@ def _on_pool(workers: int, args: list[tuple], progress: Progress | None, total: 
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
                     i = running.pop(fut)
-                    results[i] = fut.result()
+                    try:
+                        results[i] = fut.result()
+                    except TraceError as exc:
+                        failed.note(i, exc)
+                        continue
                     done_ranks += len(results[i])
                     if progress:
                         progress(done_ranks, len(args))
-                    nxt = next(todo, None)
+                    nxt = next(todo, None) if not failed else None
                     if nxt is not None:
                         running[pool.submit(_analyse_batch, nxt[1])] = nxt[0]
+                running = {f: i for f, i in running.items() if failed.could_change(i)}
+            failed.raise_it()  # inside the pool: the batches still running after it are stopped
     except BrokenProcessPool:
         raise TraceError("a worker process analysing the ranks ended without an answer (killed, most likely for want "
                          "of memory); run with fewer processes (--workers 1)") from None
     return [s for i in range(len(batches)) for s in results[i]]
+
+
+class _FirstFailure:
+    """The failure a job reports: that of the first rank in the folder's order that failed, whichever failed first in
+    time, so a folder with several bad files names the same one on every run. Once one has failed, only the ranks
+    before it can change which, and only those are waited for."""
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.error: TraceError | None = None
+
+    def __bool__(self) -> bool:
+        return self.index is not None
+
+    def note(self, index: int, error: TraceError) -> None:
+        if self.index is None or index < self.index:
+            self.index, self.error = index, error
+
+    def could_change(self, index: int) -> bool:
+        """Whether the rank (or batch) at ``index`` is still worth waiting for."""
+        return self.index is None or index < self.index
+
+    def raise_it(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 def _on_dask(address: str, args: list[tuple], progress: Progress | None, timeout: float = 30) -> list[RankSummary]:
@@ -558,7 +590,12 @@ def _run_on(client, address: str, args: list[tuple], progress: Progress | None, 
         results: dict[int, RankSummary] = {}
         pending = as_completed(futures, timeout=None)
         idle_since = None
-        while len(results) < len(args):
+        failed = _FirstFailure()
+
+        def outstanding() -> bool:  # a rank the answer still depends on: any before the first failure in order
+            return any(i not in results for i in range(len(args) if failed.index is None else failed.index))
+
+        while outstanding():
             batch = _next_done(pending, 1.0)
             if not batch:  # nothing finished this second: are there workers to finish anything?
                 if client.status != "running":
@@ -577,10 +614,14 @@ def _run_on(client, address: str, args: list[tuple], progress: Progress | None, 
                                          f"(dask worker {address}) or run without --scheduler")
                 continue
             for fut in batch:
-                results[index[fut.key]] = fut.result()  # a worker's TraceError is raised here as itself
+                try:
+                    results[index[fut.key]] = fut.result()  # a worker's TraceError comes here as itself
+                except TraceError as exc:
+                    failed.note(index[fut.key], exc)
                 fut.release()
-                if progress:
+                if progress and not failed:
                     progress(len(results), len(args))
+        failed.raise_it()
         return [results[i] for i in range(len(args))]
     except (concurrent.futures.CancelledError, CommClosedError) as exc:  # the scheduler went away, or its link
         # (a worker's own error, an OSError reading a rank say, is raised as itself by fut.result() above)
