@@ -431,8 +431,18 @@ def diagnose(trace: Trace) -> Diagnosis:
     """
     _seal.gate(trace, 'helpers.diagnose')  # a sealed trace waits for the learner's reading (helpers.seal)
     trace, steady = steady_state(trace)
-    with rank_split.split(trace, _catalogue_fixes()):  # a large job's ranks: half of them in a second process
+    with rank_split.split(trace, _catalogue_fixes(), lambda: _job_wide(trace)):  # a large job: most ranks in a second process
         return _diagnosed(trace, steady)
+
+
+def _job_wide(trace: Trace) -> None:
+    """Figures :func:`signals` reads that need no rank's critical path or idle gaps (the cached ones: each is kept
+    with the trace), worked out while a forked process works out most ranks' (:mod:`helpers.rank_split`)."""
+    m.data_wait(trace)
+    if trace.has_gpu:
+        for figure in (m.gpu_busy, m.sync_stats, m.kernel_stats, m.launch_stats, m.copy_stats):
+            figure(trace)
+    m.comm_stats(trace)
 
 
 def _catalogue_fixes() -> list[tuple]:

@@ -23,7 +23,9 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import critical as cr
@@ -38,6 +40,8 @@ SPLIT_FROM_EVENTS = 200_000
 FORCE: bool | None = None
 
 
+#: Eighths of a job's ranks this process works out itself (at least one); the forked process takes the rest.
+_HERE = 3
 #: The store's per-rank entries (first item of the key; the rank second) the forked process sends back beside its
 #: share: what the rest of the diagnosis reads of every rank (their unions of host activity and GPU work, windows).
 _KEPT = frozenset({"host", "gpu", "windows", "_devices_of"})
@@ -45,12 +49,31 @@ _KEPT = frozenset({"host", "gpu", "windows", "_devices_of"})
 
 def pays(trace: Trace) -> bool:
     """Whether a second process is worth starting for ``trace``: Linux's ``fork`` (the process inherits the table
-    as it is), two usable cores, two ranks or more, and :data:`SPLIT_FROM_EVENTS` events."""
+    as it is), two usable cores, two ranks or more, :data:`SPLIT_FROM_EVENTS` events, and a core free now."""
     if FORCE is False or len(trace.ranks) < 2 or not _can_fork():
         return False
     if "critical_graphs" in m._memo(trace):  # the ranks' graphs are built already: little is left to split
         return False
-    return FORCE is True or len(trace.events) >= SPLIT_FROM_EVENTS
+    return FORCE is True or (len(trace.events) >= SPLIT_FROM_EVENTS and _core_free())
+
+
+def _core_free() -> bool:
+    """Whether another core is idle now: the processes running on the machine (``/proc/loadavg``'s count of runnable
+    ones, this one included; the least of three looks a millisecond apart, so a moment's kernel work does not count)
+    are fewer than its usable cores. On a busy machine the forked process takes its core's time from this one: with
+    the load at 4-5 on 2 cores the split diagnosis took 1.2-2.0 s of wall time against 1.0-1.5 s in one process
+    (its own CPU time 0.8 s against 1.05 s; docs/benchmarks.md). The 1-minute load average lags by a minute."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+        running = []
+        for i in range(3):
+            if i:
+                time.sleep(0.001)
+            with open("/proc/loadavg", encoding="ascii") as fh:
+                running.append(int(fh.read().split()[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        return False
+    return min(running) < cores
 
 
 def _can_fork() -> bool:
@@ -63,16 +86,19 @@ def _can_fork() -> bool:
 
 
 @contextlib.contextmanager
-def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
-    """While the block runs, the later half of ``trace``'s ranks (a stepped trace: the one the diagnosis measures)
-    is worked out by a forked process: their paths, their mean steps under each of ``fixes``
-    (:func:`helpers.critical._fix_key`) and their idle gaps. Nothing happens where it does not pay (:func:`pays`)."""
+def split(trace: Trace, fixes: list[tuple], meanwhile: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """While the block runs, the later ranks of ``trace`` (a stepped trace: the one the diagnosis measures) are worked
+    out by a forked process: their paths, their mean steps under each of ``fixes`` (:func:`helpers.critical._fix_key`)
+    and their idle gaps. This process works out its own ranks' and then ``meanwhile()`` (job-wide figures that need
+    no rank's path or gaps) before the block starts. Nothing happens where it does not pay (:func:`pays`)."""
     if not pays(trace):
         yield
         return
     memo = m._memo(trace)
     ranks = list(trace.ranks)
-    theirs = ranks[len(ranks) // 2:]  # the later ranks: this process reaches its own first, in rank order
+    # The later ranks, most of them: this process reaches its own first (in rank order), and has the job-wide
+    # figures to work out beside them (on the 8-rank benchmark folder about as long as three ranks' share).
+    theirs = ranks[max(1, len(ranks) * _HERE // 8):]
     _before_fork(trace, fixes)
     remote = _Remote.start(trace, theirs, fixes)
     if remote is None:
@@ -84,6 +110,7 @@ def split(trace: Trace, fixes: list[tuple]) -> Iterator[None]:
         graphs = cr._graphs(trace)  # (this process's ranks only, now that the others are the forked process's)
         for key, value in _share(trace, {r: graphs.get(r) for r in ranks if r not in remote.ranks}, fixes).items():
             memo[key] = value
+        meanwhile()
         yield
     finally:
         remote.close()
@@ -175,20 +202,26 @@ class _Remote:
         self.close()
 
     def close(self) -> None:
+        working = self.waiting > 0  # it still owes something: this process stopped early (an error, a signal)
         if self.conn is not None:
             with contextlib.suppress(OSError, ValueError):
                 self.conn.send(None)
             self.conn.close()
             self.conn = None
         if self.pid:
-            try:
-                done, _ = os.waitpid(self.pid, os.WNOHANG)
-                if not done:  # still working (asked nothing more, it is done in moments; else it is stopped)
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-            except (ChildProcessError, ProcessLookupError):
-                pass
-            self.pid = 0
+            pid, self.pid = self.pid, 0
+            with contextlib.suppress(ChildProcessError, ProcessLookupError):
+                if working:
+                    os.kill(pid, signal.SIGKILL)
+                if not os.waitpid(pid, os.WNOHANG)[0]:
+                    # Told to stop, it ends in moments; its exit (a large address space to unmap) is waited for by a
+                    # thread, not here: 0.05 s of this process's time on the benchmark folder.
+                    threading.Thread(target=_reap, args=(pid,), daemon=True).start()
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, 0)
 
 
 def _serve(trace: Trace, ranks: list[int], fixes: list[tuple], conn: Any) -> None:  # pragma: no cover - forked
