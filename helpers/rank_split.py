@@ -1,18 +1,20 @@
-"""A job's diagnosis on two cores: the later half of its ranks' own figures worked out in a forked process.
+"""A job's diagnosis on two cores: most of its ranks' own figures worked out in a forked process.
 
 Most of a multi-rank diagnosis is each rank's own: its critical-path graph, built, walked and replayed for every
 fix of the catalogue, and its GPU's idle gaps. None of it can be worked out from a rank's file alone (the job's
 time zero, the steps and job-wide figures such as the pinned-copy bandwidth are the whole job's, and the path's
 stretches point at rows of the job's table), but all of it can once those are in memory: :func:`split` forks a
-process that inherits them and works out the later half of the ranks while this one works out the first half.
-What it sends back goes into the trace's store under the very keys this process would have filled
-(``("critical_rank_path", rank)``, ``("critical_rank_mean", rank, fix)``, ``("rank_idle_gaps", rank, 0.0)``), and
-the job-wide figures are put together from them in rank order, so every figure is the one a single process gets,
-bit for bit. A replay the diagnosis asks for later (every finding's fix at once) is asked of the forked process
-for its ranks while this one replays its own. Should it fail, its ranks are worked out here.
+process that inherits them and works out the later ranks while this one works out the first ones and the job-wide
+figures that need no rank's path. What it sends back goes into the trace's store under the very keys this process
+would have filled (``("critical_rank_path", rank)``, ``("critical_rank_mean", rank, fix)``,
+``("rank_idle_gaps", rank, 0.0)``), and the job-wide figures are put together from them in rank order, so every
+figure is the one a single process gets, bit for bit. A replay the diagnosis asks for later (every finding's fix at
+once) is asked of the forked process for its ranks while this one replays its own. Should it fail, its ranks are
+worked out here.
 
-The fork pays from about :data:`SPLIT_FROM_EVENTS` events on: on the 8-rank benchmark folder (832,000 events) the
-diagnosis took 1.1 s of wall time in one process (docs/benchmarks.md).
+On the 8-rank benchmark folder (832,000 events) the diagnosis took 0.97-1.21 s split against 1.01-1.19 s in one
+process, this process's CPU 0.80-0.96 s against 1.0-1.2 s: copy-on-write page faults after the fork and the serial
+rest of the diagnosis keep the gain small (docs/benchmarks.md, "Issue 32's 8-rank folder with its ranks split").
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def _core_free() -> bool:
     """Whether another core is idle now: the processes running on the machine (``/proc/loadavg``'s count of runnable
     ones, this one included; the least of three looks a millisecond apart, so a moment's kernel work does not count)
     are fewer than its usable cores. On a busy machine the forked process takes its core's time from this one: with
-    the load at 4-5 on 2 cores the split diagnosis took 1.2-2.0 s of wall time against 1.0-1.5 s in one process
-    (its own CPU time 0.8 s against 1.05 s; docs/benchmarks.md). The 1-minute load average lags by a minute."""
+    the load at 4-5 on 2 cores the split diagnosis took 1.2-3.5 s of wall time against 1.0-3.0 s in one process
+    (its own CPU 0.8-1.0 s against 1.0-1.1 s; docs/benchmarks.md). The 1-minute load average lags by a minute."""
     try:
         cores = len(os.sched_getaffinity(0))
         running = []
