@@ -12,9 +12,9 @@ figure is the one a single process gets, bit for bit. A replay the diagnosis ask
 once) is asked of the forked process for its ranks while this one replays its own. Should it fail, its ranks are
 worked out here.
 
-On the 8-rank benchmark folder (832,000 events) the diagnosis took 0.97-1.21 s split against 1.01-1.19 s in one
-process, this process's CPU 0.80-0.96 s against 1.0-1.2 s: copy-on-write page faults after the fork and the serial
-rest of the diagnosis keep the gain small (docs/benchmarks.md, "Issue 32's 8-rank folder with its ranks split").
+On the 8-rank benchmark folder (832,000 events, a quiet machine) the diagnosis took 0.61-0.68 s split against
+0.75-0.94 s in one process; copy-on-write page faults after the fork and the serial rest of the diagnosis keep the
+gain well under half (docs/benchmarks.md, "Issue 32's 8-rank folder with its ranks split").
 """
 
 from __future__ import annotations
