@@ -43,7 +43,7 @@ FORCE: bool | None = None
 
 
 #: Eighths of a job's ranks this process works out itself (at least one); the forked process takes the rest. On the
-#: 8-rank benchmark folder (01:03 UTC, quiet) half of them finished 0.61-0.68 s against 0.65-0.76 s with three
+#: 8-rank benchmark folder (6 December 2026, 01:01 UTC, quiet) half of them finished 0.61-0.68 s against 0.65-0.76 s with three
 #: eighths: what the forked process sends is unpickled here while nothing else runs.
 _HERE = 4
 #: The store's per-rank entries (first item of the key; the rank second) the forked process sends back beside its
