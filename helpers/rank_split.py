@@ -32,8 +32,10 @@ from typing import Any
 
 from . import critical as cr
 from . import metrics as m
+from .errors import TraceError
 from .metrics import gpu as _gpu
 from .model import Trace
+from .outputs import read_regular
 
 #: Events (all ranks together) from which a job's ranks are split across two processes: below it the fork, the
 #: results sent back and the start-up of a second process cost more than half the ranks' work saves.
@@ -73,9 +75,9 @@ def _core_free() -> bool:
         for i in range(3):
             if i:
                 time.sleep(0.001)
-            with open("/proc/loadavg", encoding="ascii") as fh:
-                running.append(int(fh.read().split()[3].split("/")[0]))
-    except (OSError, ValueError, IndexError):
+            loadavg = read_regular("/proc/loadavg", 4096, "the load average").decode("ascii")
+            running.append(int(loadavg.split()[3].split("/")[0]))
+    except (OSError, ValueError, IndexError, TraceError):
         return False
     return min(running) < cores
 

@@ -308,7 +308,7 @@ def test_capstone_wait_that_does_not_fall_fails_on_a_machine_with_cores_to_spare
     for mod in (lab01, lab05):  # the same wait before and after: not halved
         monkeypatch.setattr(mod, "_data_wait_share", lambda t: 0.5)
     monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "")
-    with pytest.raises(checks.CheckFailed, match="Data wait 50% -> 50%"):
+    with pytest.raises(checks.CheckFailed, match=r"Data wait 50\.0% -> 50\.0%"):
         checks.check_capstone(broken, fixed, 1.3, real_mystery_step)
     monkeypatch.setattr(_core, "_cores_busy", lambda workers=None: "load average 3.0 on 2 cores")
     assert "rests on the batches coming from worker processes" in checks.check_capstone(broken, fixed, 1.3, real_mystery_step)
