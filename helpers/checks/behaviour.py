@@ -1258,15 +1258,4 @@ def device_work_problem(before: Any, after: Any) -> str | None:
                 f"host's timeline), the loop as first written {mm_b / steps_b:.1f}: the timed loop must still run the "
                 "model's whole computation every step")
     return None
-    bytes_b, mm_b = _work_per_step(before)
-    bytes_a, mm_a = _work_per_step(after)
-    if bytes_b > 0 and bytes_a < TRAINING_KEPT * bytes_b:
-        return (f"your capture copies {bytes_a / 2**20:.1f} MiB to the device a step, the loop as first written "
-                f"{bytes_b / 2**20:.1f} MiB (the host-to-device copies on the GPU's timeline): the timed loop must still "
-                "move every batch, whole, each step; make the copies faster and hidden, not smaller or fewer")
-    if mm_b > 0 and mm_a < TRAINING_KEPT * mm_b:
-        return (f"your capture runs {mm_a:.1f} matrix products a step ({', '.join(sorted(MATMUL_OPS))} on the host's "
-                f"timeline), the loop as first written {mm_b:.1f}: the timed loop must still run the model's whole "
-                "computation every step")
-    return None
 
